@@ -1,0 +1,144 @@
+"""gen_agent: long-lived LLM agents as supervised pykka actors.
+
+A port of the Elixir library GenAgent ("a GenServer, but every call is a prompt"). An agent
+is an actor that owns its state and a backend session; every `ask`, `tell` and `notify`
+becomes a turn, each turn runs in its own task, and your `GenAgent` subclass decides what
+happens after each one. See `docs/index.md` for the guide; the behavioural contract is the
+Elixir original's, mapped to Python as documented in `docs/elixir-mapping.md`.
+
+Logging goes through loguru and is disabled for "gen_agent" here; an application enables it
+with `logger.enable("gen_agent")`.
+"""
+
+from loguru import logger
+
+from gen_agent._context import current_name
+from gen_agent.agent import GenAgent, Halt, NoReply, Proceed, Prompt, Skip
+from gen_agent.backend import (
+    Backend,
+    BackendError,
+    DispatchError,
+    ResetError,
+    SessionStartError,
+    TurnContext,
+)
+from gen_agent.client import (
+    AgentRef,
+    ask,
+    backend_session,
+    cancel_request,
+    drain,
+    halt,
+    interrupt,
+    interrupt_request,
+    list_agents,
+    notify,
+    notify_ack,
+    poll,
+    reset_session,
+    resume,
+    runtime_snapshot,
+    send,
+    send_after,
+    start_agent,
+    status,
+    stop,
+    tell,
+    tell_with_completion,
+    whereis,
+)
+from gen_agent.errors import (
+    AgentDown,
+    AgentNotFound,
+    AgentStartError,
+    AlreadyStarted,
+    CallTimeout,
+    CheckpointError,
+    GenAgentError,
+    InitAgentError,
+    PreRunError,
+    RequestError,
+    TurnError,
+)
+from gen_agent.event import Event
+from gen_agent.ref import RequestRef
+from gen_agent.response import EventCoverage, Omission, Response, TextAccumulator
+from gen_agent.size import term_size
+from gen_agent.status import (
+    CaptureOverflow,
+    CurrentTurn,
+    OverloadInfo,
+    PollResult,
+    RuntimeSnapshot,
+    Status,
+)
+from gen_agent.system import AgentSystem, shutdown
+
+logger.disable("gen_agent")
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AgentDown",
+    "AgentNotFound",
+    "AgentRef",
+    "AgentStartError",
+    "AgentSystem",
+    "AlreadyStarted",
+    "Backend",
+    "BackendError",
+    "CallTimeout",
+    "CaptureOverflow",
+    "CheckpointError",
+    "CurrentTurn",
+    "DispatchError",
+    "Event",
+    "EventCoverage",
+    "GenAgent",
+    "GenAgentError",
+    "Halt",
+    "InitAgentError",
+    "NoReply",
+    "Omission",
+    "OverloadInfo",
+    "PollResult",
+    "PreRunError",
+    "Proceed",
+    "Prompt",
+    "RequestError",
+    "RequestRef",
+    "ResetError",
+    "Response",
+    "RuntimeSnapshot",
+    "SessionStartError",
+    "Skip",
+    "Status",
+    "TextAccumulator",
+    "TurnContext",
+    "TurnError",
+    "ask",
+    "backend_session",
+    "cancel_request",
+    "current_name",
+    "drain",
+    "halt",
+    "interrupt",
+    "interrupt_request",
+    "list_agents",
+    "notify",
+    "notify_ack",
+    "poll",
+    "reset_session",
+    "resume",
+    "runtime_snapshot",
+    "send",
+    "send_after",
+    "shutdown",
+    "start_agent",
+    "status",
+    "stop",
+    "tell",
+    "tell_with_completion",
+    "term_size",
+    "whereis",
+]

@@ -1,0 +1,202 @@
+"""Per-turn event capture: compact retention (`Capture`) and the lossless admission check
+(`LosslessBudget`), contract §4.6 and §6.3.
+
+Private. `Capture` runs on the agent actor thread, once per event of the turn, so `add` is
+kept to a few attribute operations; the caller (the turn task) computes each event's
+`term_size` once and passes it along.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from gen_agent.event import Event
+from gen_agent.response import EventCoverage, Omission, Response, TextAccumulator, _assemble
+from gen_agent.status import CaptureOverflow
+
+__all__ = ["Capture", "LosslessBudget"]
+
+
+class Capture:
+    """One turn's event log, kept by the agent actor (compact retention, contract §4.6).
+
+    Every event is observed (counted, fed to the text accumulator, its usage and terminal
+    remembered); it is retained only while both bounds hold and nothing was omitted yet, so
+    the retained events are always a prefix of the stream.
+
+    Attributes (read-only for callers):
+        observed: events added so far (count).
+        events: the retained prefix (list of `Event`).
+        retained_bytes: `term_size` sum of `events` (bytes).
+        omitted: events added but not retained (count).
+        first_omission: the `Omission` of the first omitted event, or None.
+        usage: data of the latest `"usage"` event, retained or not, or None.
+        terminal: the first terminal event added, retained or not, or None.
+
+    Not thread-safe: owned by the agent actor thread.
+    """
+
+    __slots__ = (
+        "_max_bytes",
+        "_max_events",
+        "_text",
+        "events",
+        "first_omission",
+        "observed",
+        "omitted",
+        "retained_bytes",
+        "terminal",
+        "usage",
+    )
+
+    def __init__(self, max_events: int, max_bytes: int) -> None:
+        """Start an empty capture.
+
+        Args:
+            max_events: `max_events_per_turn`, the retained-event bound (count).
+            max_bytes: `max_event_bytes_per_turn`, the retained-size bound (bytes).
+        """
+        self._max_events = max_events
+        self._max_bytes = max_bytes
+        self._text = TextAccumulator()
+        self.events: list[Event] = []
+        self.observed = 0
+        self.omitted = 0
+        self.retained_bytes = 0
+        self.first_omission: Omission | None = None
+        self.usage: dict[str, Any] | None = None
+        self.terminal: Event | None = None
+
+    def add(self, event: Event, size: int) -> None:
+        """Observe one event and retain it if it fits.
+
+        Args:
+            event: the next `Event` of the turn.
+            size: `term_size(event)` in bytes, computed once by the caller.
+
+        Returns:
+            None.
+        """
+        self.observed += 1
+        kind = event.kind
+        if kind == "text":
+            self._text.add(event.data)
+        elif kind == "usage":
+            self.usage = event.data
+        elif (kind == "result" or kind == "error") and self.terminal is None:
+            self.terminal = event
+        if self.omitted:
+            # Once anything is omitted, everything after it is too: retained stays a prefix.
+            self.omitted += 1
+        elif len(self.events) >= self._max_events:
+            self._omit("events", kind)
+        elif size > self._max_bytes - self.retained_bytes:
+            self._omit("bytes", kind)
+        else:
+            self.events.append(event)
+            self.retained_bytes += size
+
+    def _omit(self, limit: Literal["events", "bytes"], kind: str) -> None:
+        self.omitted = 1
+        self.first_omission = Omission(limit, kind)
+
+    def coverage(self) -> EventCoverage:
+        """Return the coverage so far: mode `"compact"` iff any event was omitted.
+
+        Returns:
+            An `EventCoverage` with counts in events and `retained_bytes` in bytes.
+        """
+        return EventCoverage(
+            mode="compact" if self.omitted else "exact",
+            observed_events=self.observed,
+            retained_events=len(self.events),
+            omitted_events=self.omitted,
+            retained_bytes=self.retained_bytes,
+            first_omission=self.first_omission,
+        )
+
+    def response(self, *, duration_ms: int, prompt: str | None = None) -> Response:
+        """Build the turn's `Response` from everything observed.
+
+        Args:
+            duration_ms: the task-measured turn duration in milliseconds.
+            prompt: the prompt actually sent, or None.
+
+        Returns:
+            A `Response` whose `events` are the retained prefix (copied), while `text`,
+            `final_message`, `usage` and `terminal` come from the full stream; `session_id`
+            is the terminal's `data["session_id"]` when the terminal is a `"result"`.
+
+        Mirrors: the compact-retention Response build of contract §4.6.
+        """
+        terminal = self.terminal
+        session_id = None
+        if terminal is not None and terminal.kind == "result":
+            session_id = terminal.data.get("session_id")
+        return _assemble(
+            events=list(self.events),
+            terminal=terminal,
+            usage=self.usage,
+            text=self._text,
+            coverage=self.coverage(),
+            duration_ms=duration_ms,
+            session_id=session_id,
+            prompt=prompt,
+        )
+
+
+class LosslessBudget:
+    """The lossless-retention admission check, run by the turn task BEFORE
+    `handle_stream_event` (contract §4.6).
+
+    Attributes (read-only for callers):
+        retained_events: events admitted so far (count).
+        retained_bytes: `term_size` sum of the admitted events (bytes).
+
+    Not thread-safe: owned by one turn task.
+    """
+
+    __slots__ = ("_max_bytes", "_max_events", "retained_bytes", "retained_events")
+
+    def __init__(self, max_events: int, max_bytes: int) -> None:
+        """Start an empty budget.
+
+        Args:
+            max_events: `max_events_per_turn`, the retained-event bound (count).
+            max_bytes: `max_event_bytes_per_turn`, the retained-size bound (bytes).
+        """
+        self._max_events = max_events
+        self._max_bytes = max_bytes
+        self.retained_events = 0
+        self.retained_bytes = 0
+
+    def admit(self, kind: str, size: int) -> CaptureOverflow | None:
+        """Admit one event or report the bound it would break.
+
+        Args:
+            kind: the event's kind.
+            size: the event's `term_size` in bytes.
+
+        Returns:
+            None when the event fits (it is then counted as retained); otherwise the
+            `CaptureOverflow` diagnostic (`limit` `"events"` when the count bound is reached,
+            else `"bytes"`), with the counts as they were before this event.
+        """
+        if self.retained_events >= self._max_events:
+            return self._overflow("events", kind, size)
+        if size > self._max_bytes - self.retained_bytes:
+            return self._overflow("bytes", kind, size)
+        self.retained_events += 1
+        self.retained_bytes += size
+        return None
+
+    def _overflow(self, limit: Literal["events", "bytes"], kind: str, size: int) -> CaptureOverflow:
+        return CaptureOverflow(
+            limit=limit,
+            max_events=self._max_events,
+            max_bytes=self._max_bytes,
+            retained_events=self.retained_events,
+            retained_bytes=self.retained_bytes,
+            rejected_event_kind=kind,
+            rejected_event_bytes=size,
+        )

@@ -1,0 +1,332 @@
+"""`Response`: what a completed turn returns, and how it is assembled (contract §6).
+
+`Response` carries the assembled assistant text, the last assistant message, the retained
+events, the terminal event, token usage, timing and the coverage record that says how many of
+the turn's events were retained (§4.6). `Response.from_events` builds one from a plain list of
+events; the runtime builds one from its per-turn capture (`gen_agent._capture`). Both assemble
+text with `TextAccumulator`, the one implementation of the §6.2 rule.
+
+Terminal data is read with plain string keys (`"text"`, `"session_id"`, `"model"`,
+`"reason"`, and the extras listed on `Response`); every other key of the terminal data is
+kept in `Response.extra`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Final, Literal
+
+import msgspec
+
+from gen_agent.event import Event
+from gen_agent.size import term_size
+
+__all__ = ["EventCoverage", "Omission", "Response", "TextAccumulator"]
+
+_SEPARATOR: Final = "\n\n"
+
+# Terminal-data keys `Response` models itself; every other key lands in `Response.extra`.
+_EXTRA_FIELDS: Final = (
+    "stop_reason",
+    "num_turns",
+    "duration_api_ms",
+    "cost_usd",
+    "is_error",
+    "subtype",
+    "provider",
+    "provider_model",
+)
+_MODELED_KEYS: Final = frozenset({"text", "session_id", "model", "reason", *_EXTRA_FIELDS})
+
+
+class Omission(msgspec.Struct, frozen=True):
+    """The first event compact retention dropped, and the bound that dropped it.
+
+    Fields:
+        limit: `"events"` (the `max_events_per_turn` count bound was reached) or `"bytes"`
+            (the event's `term_size` did not fit in what was left of
+            `max_event_bytes_per_turn`).
+        event_kind: the kind of that first omitted event (`str`).
+
+    Mirrors the `first_omission` map `%{limit, event_kind}` of contract §6.3.
+    """
+
+    limit: Literal["events", "bytes"]
+    event_kind: str
+
+
+class EventCoverage(msgspec.Struct, frozen=True, kw_only=True):
+    """How many of a turn's events a `Response` retained.
+
+    Fields:
+        mode: `"exact"` (nothing omitted) or `"compact"` (at least one event omitted).
+        observed_events: events consumed from the stream, terminal included (count).
+        retained_events: events kept in `Response.events` (count; equals its length).
+        omitted_events: events consumed but not kept (count); `observed = retained + omitted`.
+        retained_bytes: `term_size` sum of the retained events (bytes).
+        first_omission: the first omitted event's `Omission`, or None when nothing was omitted.
+
+    Mirrors the `event_coverage` map of contract §6.3.
+    """
+
+    mode: Literal["exact", "compact"]
+    observed_events: int
+    retained_events: int
+    omitted_events: int
+    retained_bytes: int
+    first_omission: Omission | None = None
+
+
+class TextAccumulator:
+    """Incremental text assembly of one turn, the rule of contract §6.2.
+
+    Feed it the data of every `"text"` event in arrival order with `add`; then read `text`
+    and `final_message` against the turn's terminal event. Each `add` is a couple of list
+    appends; the strings are joined once, when read, so a turn may stream millions of deltas.
+
+    Rule: a text event contributes `data["text"]` (a non-`str` or missing text counts as
+    `""`). It is preceded by the separator `"\\n\\n"` only when it is marked
+    `data["message_boundary"]` (Elixir truthiness: anything but None/False), some non-empty
+    text was seen before, and it is itself non-empty. A boundary starts a new "final message";
+    deltas without the flag extend the current one.
+
+    Not thread-safe: one turn, one owner.
+
+    Mirrors: the text accumulator of `GenAgent.Response.from_events/2` and of the compact
+    capture (contract §6.2).
+    """
+
+    __slots__ = ("_chunks", "_final_start", "_joined", "_saw_boundary", "_seen_text")
+
+    def __init__(self) -> None:
+        self._chunks: list[str] = []
+        # Index in _chunks where the last boundary-marked message starts (its separator excluded).
+        self._final_start = 0
+        self._seen_text = False
+        self._saw_boundary = False
+        self._joined: str | None = None
+
+    def add(self, data: dict[str, Any]) -> None:
+        """Feed the data of one `"text"` event.
+
+        Args:
+            data: the event's data dict; reads `"text"` (str) and `"message_boundary"`.
+
+        Returns:
+            None.
+        """
+        text = data.get("text")
+        if type(text) is not str:
+            text = ""
+        chunks = self._chunks
+        boundary = data.get("message_boundary")
+        # Elixir truthiness: only nil and false are false (so 0 and "" count as set).
+        if boundary is not None and boundary is not False:
+            if text and self._seen_text:
+                chunks.append(_SEPARATOR)
+            self._final_start = len(chunks)
+            self._saw_boundary = True
+        if text:
+            chunks.append(text)
+            self._seen_text = True
+        self._joined = None
+
+    @property
+    def saw_boundary(self) -> bool:
+        """True once any fed text event was marked `message_boundary`."""
+        return self._saw_boundary
+
+    def assembled(self) -> str:
+        """Return the concatenation of every fed text (with separators), ignoring any terminal."""
+        if self._joined is None:
+            self._joined = "".join(self._chunks)
+        return self._joined
+
+    def text(self, terminal: Event | None) -> str:
+        """Return `Response.text` for a turn that ended with `terminal`.
+
+        Args:
+            terminal: the turn's terminal `Event`, or None.
+
+        Returns:
+            The terminal's `data["text"]` when the terminal is a `"result"` whose text is a
+            `str` (even `""`); otherwise the assembled deltas.
+        """
+        result_text = _result_text(terminal)
+        return result_text if result_text is not None else self.assembled()
+
+    def final_message(self, terminal: Event | None) -> str:
+        """Return `Response.final_message` for a turn that ended with `terminal`.
+
+        Args:
+            terminal: the turn's terminal `Event`, or None.
+
+        Returns:
+            The `"result"` terminal's `str` text when there is one; else, if no boundary was
+            seen, the assembled text; else the last boundary-marked message plus every delta
+            after it (no separator in front).
+        """
+        result_text = _result_text(terminal)
+        if result_text is not None:
+            return result_text
+        if not self._saw_boundary:
+            return self.assembled()
+        return "".join(self._chunks[self._final_start :])
+
+
+def _result_text(terminal: Event | None) -> str | None:
+    if terminal is None or terminal.kind != "result":
+        return None
+    text = terminal.data.get("text")
+    return text if type(text) is str else None
+
+
+class Response(msgspec.Struct, frozen=True, kw_only=True):
+    """The outcome of a successful turn. Immutable; safe to share between threads.
+
+    Fields:
+        prompt: the prompt actually sent (after `pre_turn`); set by the runtime only, None for
+            responses built by hand or by `from_events`.
+        text: the full assembled assistant text (§6.2).
+        final_message: the last assistant message (§6.2); None only for hand-built values.
+        events: the retained `Event`s in arrival order (a prefix of the stream in compact
+            retention).
+        terminal: the terminal `Event`, even when it was omitted from `events`; None if none.
+        event_coverage: the `EventCoverage` of `events`; None only for hand-built values.
+        usage: the data dict of the last `"usage"` event (token counts, e.g. `input_tokens`,
+            `output_tokens`), or None.
+        duration_ms: milliseconds from just before `backend.prompt` to the terminal event.
+        metadata: a free dict for applications; gen_agent never fills it.
+        session_id: the result's `data["session_id"]` (any value the backend gives), or None.
+        model: the terminal's `data["model"]` when a terminal exists, else None.
+        stop_reason, num_turns, duration_api_ms (milliseconds), cost_usd (US dollars),
+            is_error, subtype, provider, provider_model: the terminal data keys of the same
+            name when the backend reports them, else None (not in the Elixir original).
+        tool_calls: the `"tool_use"` events among `events`, in order.
+        extra: every terminal data key not modeled above (`text`, `session_id`, `model`,
+            `reason` and the extras), preserved as given.
+
+    Mirrors: `%GenAgent.Response{}` (contract §6.1), plus the extras of python_api.md.
+    """
+
+    prompt: str | None = None
+    text: str = ""
+    final_message: str | None = None
+    events: list[Event] = msgspec.field(default_factory=list)
+    terminal: Event | None = None
+    event_coverage: EventCoverage | None = None
+    usage: dict[str, Any] | None = None
+    duration_ms: int = 0
+    metadata: dict[str, Any] = msgspec.field(default_factory=dict)
+    session_id: Any = None
+    model: Any = None
+    stop_reason: str | None = None
+    num_turns: int | None = None
+    duration_api_ms: int | None = None
+    cost_usd: float | None = None
+    is_error: bool | None = None
+    subtype: str | None = None
+    provider: str | None = None
+    provider_model: str | None = None
+    tool_calls: list[Event] = msgspec.field(default_factory=list)
+    extra: dict[str, Any] = msgspec.field(default_factory=dict)
+
+    @classmethod
+    def from_events(
+        cls,
+        events: Iterable[Event],
+        *,
+        duration_ms: int = 0,
+        session_id: Any = None,
+        event_coverage: EventCoverage | None = None,
+    ) -> Response:
+        """Build a `Response` from a complete list of events.
+
+        Args:
+            events: the turn's events in order (any iterable of `Event`; all are retained).
+            duration_ms: the turn's duration in milliseconds, default 0.
+            session_id: the session id to record, default None (not read from the events).
+            event_coverage: a coverage record to use instead of the computed one.
+
+        Returns:
+            A `Response` whose `terminal` is the first terminal event of `events`, `usage` the
+            data of the last `"usage"` event, text assembled per §6.2 over every `"text"`
+            event, and coverage `"exact"` (observed = retained = the event count, nothing
+            omitted, `retained_bytes` = Σ `term_size(event)`) unless `event_coverage` is given.
+            `prompt` is None and `metadata` is `{}`.
+
+        Raises:
+            Nothing for well-formed events.
+
+        Mirrors: `GenAgent.Response.from_events/2` (contract §6.3).
+        """
+        event_list = list(events)
+        acc = TextAccumulator()
+        usage: dict[str, Any] | None = None
+        terminal: Event | None = None
+        for event in event_list:
+            kind = event.kind
+            if kind == "text":
+                acc.add(event.data)
+            elif kind == "usage":
+                usage = event.data
+            elif terminal is None and event.is_terminal:
+                terminal = event
+        if event_coverage is None:
+            count = len(event_list)
+            event_coverage = EventCoverage(
+                mode="exact",
+                observed_events=count,
+                retained_events=count,
+                omitted_events=0,
+                retained_bytes=sum(term_size(event) for event in event_list),
+                first_omission=None,
+            )
+        return _assemble(
+            events=event_list,
+            terminal=terminal,
+            usage=usage,
+            text=acc,
+            coverage=event_coverage,
+            duration_ms=duration_ms,
+            session_id=session_id,
+            prompt=None,
+        )
+
+
+def _assemble(
+    *,
+    events: list[Event],
+    terminal: Event | None,
+    usage: dict[str, Any] | None,
+    text: TextAccumulator,
+    coverage: EventCoverage,
+    duration_ms: int,
+    session_id: Any,
+    prompt: str | None,
+) -> Response:
+    # The one place a Response is put together, for from_events and for the runtime capture.
+    data: dict[str, Any] = terminal.data if terminal is not None else {}
+    get = data.get
+    return Response(
+        prompt=prompt,
+        text=text.text(terminal),
+        final_message=text.final_message(terminal),
+        events=events,
+        terminal=terminal,
+        event_coverage=coverage,
+        usage=usage,
+        duration_ms=duration_ms,
+        session_id=session_id,
+        model=get("model"),
+        stop_reason=get("stop_reason"),
+        num_turns=get("num_turns"),
+        duration_api_ms=get("duration_api_ms"),
+        cost_usd=get("cost_usd"),
+        is_error=get("is_error"),
+        subtype=get("subtype"),
+        provider=get("provider"),
+        provider_model=get("provider_model"),
+        tool_calls=[event for event in events if event.kind == "tool_use"],
+        extra={key: value for key, value in data.items() if key not in _MODELED_KEYS},
+    )

@@ -1,0 +1,191 @@
+"""Tests for `gen_agent._capture`: compact retention and the lossless budget (contract §4.6)."""
+
+from __future__ import annotations
+
+from gen_agent._capture import Capture, LosslessBudget
+from gen_agent.event import Event
+from gen_agent.response import EventCoverage, Omission
+from gen_agent.size import term_size
+from gen_agent.status import CaptureOverflow
+
+
+def _text(t: str) -> Event:
+    return Event.new("text", {"text": t})
+
+
+def test_retains_everything_within_bounds() -> None:
+    events = [_text("a"), _text("b"), Event.new("result", {"text": "ab"})]
+    capture = Capture(10, 10_000)
+
+    for event in events:
+        capture.add(event, term_size(event))
+
+    assert capture.observed == 3
+    assert capture.events == events
+    assert capture.retained_bytes == sum(term_size(e) for e in events)
+    assert capture.omitted == 0
+    assert capture.first_omission is None
+
+
+def test_count_bound_omits_and_records_the_first_omission() -> None:
+    capture = Capture(2, 10_000)
+    events = [_text("a"), _text("b"), Event.new("usage", {"input_tokens": 1}), _text("c")]
+
+    for event in events:
+        capture.add(event, term_size(event))
+
+    assert capture.events == events[:2]
+    assert capture.coverage() == EventCoverage(
+        mode="compact",
+        observed_events=4,
+        retained_events=2,
+        omitted_events=2,
+        retained_bytes=term_size(events[0]) + term_size(events[1]),
+        first_omission=Omission("events", "usage"),
+    )
+    # The omitted usage event still counts.
+    assert capture.usage == {"input_tokens": 1}
+
+
+def test_retained_list_is_a_prefix_even_for_small_later_events() -> None:
+    big = _text("x" * 500)
+    small = _text("y")
+    terminal = Event.new("result", {})
+    capture = Capture(100, term_size(small) + term_size(terminal) + 10)
+
+    for event in (small, big, small, terminal):
+        capture.add(event, term_size(event))
+
+    # The later small event and the terminal would fit by size, but an omission came first.
+    assert capture.events == [small]
+    assert capture.omitted == 3
+    assert capture.first_omission == Omission("bytes", "text")
+    assert capture.terminal is terminal
+    assert capture.response(duration_ms=0).text == "y" + "x" * 500 + "y"
+
+
+def test_an_event_exactly_filling_the_byte_bound_is_retained() -> None:
+    event = _text("exact")
+    size = term_size(event)
+    capture = Capture(10, size)
+
+    capture.add(event, size)
+    capture.add(_text(""), term_size(_text("")))
+
+    assert capture.events == [event]
+    assert capture.retained_bytes == size
+    assert capture.first_omission == Omission("bytes", "text")
+
+
+def test_uses_the_size_given_by_the_caller() -> None:
+    capture = Capture(10, 100)
+
+    capture.add(_text("tiny"), 60)
+    capture.add(_text("tiny"), 41)
+
+    assert capture.retained_bytes == 60
+    assert capture.first_omission == Omission("bytes", "text")
+
+
+def test_zero_bounds_omit_everything() -> None:
+    capture = Capture(0, 1_000)
+    terminal = Event.new("result", {"text": "t", "session_id": "s"})
+
+    capture.add(terminal, term_size(terminal))
+    response = capture.response(duration_ms=4)
+
+    assert response.events == []
+    assert response.terminal is terminal
+    assert response.text == "t"
+    assert response.session_id == "s"
+    assert response.event_coverage is not None
+    assert response.event_coverage.first_omission == Omission("events", "result")
+
+
+def test_terminal_is_the_first_terminal_added() -> None:
+    first = Event.new("error", {"reason": "r"})
+    capture = Capture(10, 10_000)
+
+    capture.add(first, term_size(first))
+    capture.add(Event.new("result", {}), 5)
+
+    assert capture.terminal is first
+
+
+def test_response_events_are_a_copy() -> None:
+    capture = Capture(10, 10_000)
+    capture.add(_text("a"), 10)
+
+    response = capture.response(duration_ms=0)
+    capture.add(_text("b"), 10)
+
+    assert len(response.events) == 1
+
+
+def test_response_tool_calls_come_from_retained_events_only() -> None:
+    kept = Event.new("tool_use", {"name": "Read"})
+    dropped = Event.new("tool_use", {"name": "Bash"})
+    capture = Capture(1, 10_000)
+
+    capture.add(kept, term_size(kept))
+    capture.add(dropped, term_size(dropped))
+
+    assert capture.response(duration_ms=0).tool_calls == [kept]
+
+
+# --- LosslessBudget -------------------------------------------------------------------------
+
+
+def test_lossless_admits_until_the_count_bound() -> None:
+    budget = LosslessBudget(max_events=3, max_bytes=1_000)
+
+    assert [budget.admit("text", 10) for _ in range(3)] == [None, None, None]
+    overflow = budget.admit("tool_use", 7)
+
+    assert overflow == CaptureOverflow(
+        limit="events",
+        max_events=3,
+        max_bytes=1_000,
+        retained_events=3,
+        retained_bytes=30,
+        rejected_event_kind="tool_use",
+        rejected_event_bytes=7,
+    )
+
+
+def test_lossless_admits_until_the_byte_bound() -> None:
+    budget = LosslessBudget(max_events=100, max_bytes=100)
+
+    assert budget.admit("text", 60) is None
+    assert budget.admit("text", 40) is None  # exactly fills the bound
+    overflow = budget.admit("usage", 1)
+
+    assert overflow == CaptureOverflow(
+        limit="bytes",
+        max_events=100,
+        max_bytes=100,
+        retained_events=2,
+        retained_bytes=100,
+        rejected_event_kind="usage",
+        rejected_event_bytes=1,
+    )
+
+
+def test_lossless_rejected_event_is_not_counted() -> None:
+    budget = LosslessBudget(max_events=10, max_bytes=50)
+
+    assert budget.admit("text", 30) is None
+    assert budget.admit("tool_result", 30) is not None
+    assert (budget.retained_events, budget.retained_bytes) == (1, 30)
+    assert budget.admit("text", 20) is None
+
+
+def test_lossless_count_bound_is_checked_before_bytes() -> None:
+    budget = LosslessBudget(max_events=0, max_bytes=0)
+
+    overflow = budget.admit("result", 10)
+
+    assert overflow is not None
+    assert overflow.limit == "events"
+    assert overflow.retained_events == 0
+    assert overflow.retained_bytes == 0
