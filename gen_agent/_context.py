@@ -1,0 +1,33 @@
+"""Thread-local identity of the agent a thread works for (contract §2.22).
+
+Set in the agent's actor thread and in its turn task threads, so that `current_name()` works
+there and a synchronous self-stop can be refused (§2.19).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+_local = threading.local()
+
+
+def set_current(name: Any, handle: Any) -> None:
+    """Mark the calling thread as working for the agent `name` (internal `handle`)."""
+    _local.name = name
+    _local.handle = handle
+
+
+def current_name() -> Any:
+    """Return the registered name of the agent whose thread calls this, else None.
+
+    Works in the agent's own thread (every agent-side callback, including `init_agent`) and in
+    its turn tasks (`handle_stream_event`, the backend's `prompt`); threads spawned by
+    callbacks get None. Mirrors `GenAgent.current_name/0`.
+    """
+    return getattr(_local, "name", None)
+
+
+def current_handle() -> Any:
+    """The internal handle of the agent the calling thread works for, else None."""
+    return getattr(_local, "handle", None)

@@ -1,0 +1,109 @@
+"""Reserved start options: defaults, units and validation (contract §2.2).
+
+`None` for any option means "use the default", as an explicit `nil` does in the original.
+`watchdog_ms` accepts `"infinity"` or `math.inf` to disable the watchdog; `shutdown_ms` accepts
+the same for an unbounded graceful-stop window.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+import msgspec
+
+RESERVED = (
+    "watchdog_ms", "shutdown_ms", "max_tell_results", "max_tell_result_bytes",
+    "max_events_per_turn", "max_event_bytes_per_turn", "event_retention",
+    "max_pending_prompts", "max_pending_prompt_bytes", "max_pending_notifications",
+    "max_pending_notification_bytes",
+)
+
+DEFAULTS: dict[str, Any] = {
+    "watchdog_ms": 600_000,
+    "shutdown_ms": 5_000,
+    "max_tell_results": 100,
+    "max_tell_result_bytes": 8_388_608,
+    "max_events_per_turn": 1_000,
+    "max_event_bytes_per_turn": 1_048_576,
+    "event_retention": "compact",
+    "max_pending_prompts": 1_000,
+    "max_pending_prompt_bytes": 1_048_576,
+    "max_pending_notifications": 1_000,
+    "max_pending_notification_bytes": 1_048_576,
+}
+
+_POSITIVE = ("max_events_per_turn", "max_event_bytes_per_turn")
+_NON_NEGATIVE = (
+    "max_tell_results", "max_tell_result_bytes", "max_pending_prompts",
+    "max_pending_prompt_bytes", "max_pending_notifications", "max_pending_notification_bytes",
+)
+
+
+class AgentOptions(msgspec.Struct, frozen=True, kw_only=True):
+    """The validated reserved options of one agent (units in the names; None = no bound)."""
+
+    watchdog_ms: int | None
+    shutdown_ms: int | None
+    max_tell_results: int
+    max_tell_result_bytes: int
+    max_events_per_turn: int
+    max_event_bytes_per_turn: int
+    event_retention: Literal["compact", "lossless"]
+    max_pending_prompts: int
+    max_pending_prompt_bytes: int
+    max_pending_notifications: int
+    max_pending_notification_bytes: int
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_infinity(value: Any) -> bool:
+    return value == "infinity" or (isinstance(value, float) and math.isinf(value) and value > 0)
+
+
+def _duration(key: str, value: Any, *, allow_zero: bool) -> int | None:
+    if _is_infinity(value):
+        return None
+    if _is_int(value) and (value > 0 or (allow_zero and value == 0)):
+        return int(value)
+    expected = "a non-negative int" if allow_zero else "a positive int"
+    raise ValueError(f"{key} must be {expected} (milliseconds) or 'infinity', got {value!r}")
+
+
+def split_options(opts: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Split start options into (reserved, forwarded-to-init_agent)."""
+    reserved = {k: v for k, v in opts.items() if k in RESERVED}
+    forwarded = {k: v for k, v in opts.items() if k not in RESERVED}
+    return reserved, forwarded
+
+
+def validate_shutdown(value: Any) -> int | None:
+    """Validate `shutdown_ms` in the caller (an invalid value raises ValueError there, §2.2)."""
+    return _duration("shutdown_ms", DEFAULTS["shutdown_ms"] if value is None else value,
+                     allow_zero=True)
+
+
+def build_options(reserved: dict[str, Any]) -> AgentOptions:
+    """Apply defaults and validate every reserved option.
+
+    Raises:
+        ValueError: an option has a value outside its accepted forms (the message names the
+            option, the accepted forms and the value received).
+    """
+    values = {k: (DEFAULTS[k] if reserved.get(k) is None else reserved[k]) for k in RESERVED}
+    values["watchdog_ms"] = _duration("watchdog_ms", values["watchdog_ms"], allow_zero=False)
+    values["shutdown_ms"] = validate_shutdown(values["shutdown_ms"])
+    for key in _POSITIVE:
+        if not (_is_int(values[key]) and values[key] > 0):
+            raise ValueError(f"{key} must be a positive int, got {values[key]!r}")
+    for key in _NON_NEGATIVE:
+        if not (_is_int(values[key]) and values[key] >= 0):
+            raise ValueError(f"{key} must be a non-negative int, got {values[key]!r}")
+    if values["event_retention"] not in ("compact", "lossless"):
+        raise ValueError(
+            f"event_retention must be 'compact' or 'lossless', got {values['event_retention']!r}"
+        )
+    return AgentOptions(**values)

@@ -1,0 +1,100 @@
+"""Bounded FIFO queues with count and byte limits (contract §4.17). Pure; no threads.
+
+Used for the prompt mailbox and the deferred-notification buffer. The agent actor owns each
+queue, so nothing here is locked.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterator
+from typing import Any, Generic, Literal, TypeVar
+
+from gen_agent.status import OverloadInfo
+
+T = TypeVar("T")
+
+QueueName = Literal["prompts", "notifications", "self_chain"]
+
+
+def check_admission(
+    queue: QueueName, count: int, pending_bytes: int, incoming_bytes: int,
+    max_count: int, max_bytes: int,
+) -> OverloadInfo | None:
+    """Return why an item may not join a queue, or None if it fits.
+
+    Rule (contract §4.17): `count >= max_count` → limit "count"; else
+    `incoming_bytes > max_bytes - pending_bytes` → limit "bytes"; else accept.
+    """
+    if count >= max_count:
+        limit: Literal["count", "bytes"] = "count"
+    elif incoming_bytes > max_bytes - pending_bytes:
+        limit = "bytes"
+    else:
+        return None
+    return OverloadInfo(
+        queue=queue, limit=limit, pending_count=count, pending_bytes=pending_bytes,
+        incoming_bytes=incoming_bytes, max_count=max_count, max_bytes=max_bytes,
+    )
+
+
+class BoundedQueue(Generic[T]):
+    """A FIFO of items, each with a byte size, bounded by `max_count` and `max_bytes`."""
+
+    __slots__ = ("_items", "bytes", "max_bytes", "max_count", "name")
+
+    def __init__(self, name: QueueName, max_count: int, max_bytes: int) -> None:
+        self.name: QueueName = name
+        self.max_count = max_count
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self._items: deque[tuple[T, int]] = deque()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __iter__(self) -> Iterator[T]:
+        return (item for item, _ in self._items)
+
+    def offer(self, item: T, size: int) -> OverloadInfo | None:
+        """Append `item` (of `size` bytes) if it fits; return the overload info if not."""
+        info = check_admission(
+            self.name, len(self._items), self.bytes, size, self.max_count, self.max_bytes
+        )
+        if info is None:
+            self._items.append((item, size))
+            self.bytes += size
+        return info
+
+    def pop(self) -> T:
+        """Remove and return the oldest item. Raises IndexError when empty."""
+        item, size = self._items.popleft()
+        self.bytes -= size
+        return item
+
+    def remove_where(self, predicate: Callable[[T], bool]) -> list[T]:
+        """Remove every item matching `predicate`, keeping the others in order; return them."""
+        kept: deque[tuple[T, int]] = deque()
+        removed: list[T] = []
+        for item, size in self._items:
+            if predicate(item):
+                removed.append(item)
+                self.bytes -= size
+            else:
+                kept.append((item, size))
+        self._items = kept
+        return removed
+
+    def clear(self) -> list[T]:
+        """Remove and return every item, oldest first."""
+        items = [item for item, _ in self._items]
+        self._items.clear()
+        self.bytes = 0
+        return items
+
+    def find(self, predicate: Callable[[T], bool]) -> Any:
+        """Return the first item matching `predicate`, or None."""
+        for item, _ in self._items:
+            if predicate(item):
+                return item
+        return None

@@ -1,0 +1,1108 @@
+"""The agent actor: the state machine of contract §4 on one pykka `ThreadingActor`.
+
+One actor thread per agent runs every agent-side callback and owns all agent data; turns run
+in turn tasks (`_turn.py`) that report back through the mailbox. The failure policy lives in
+one place, `_finish_error` / `_deliver`: which errors reach the caller, which reach
+`handle_error`, which stop the agent (only `handle_response` and the runtime's own bugs), and
+which are only logged (the protected callbacks).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from typing import Any
+
+import pykka
+from loguru import logger
+
+from gen_agent import telemetry
+from gen_agent._capture import Capture, LosslessBudget
+from gen_agent._context import set_current
+from gen_agent._handle import AgentHandle
+from gen_agent._messages import (
+    AbandonAskMsg,
+    AskMsg,
+    CallMsg,
+    CancelRequestMsg,
+    CheckpointMsg,
+    DrainMsg,
+    GetSessionMsg,
+    HaltMsg,
+    InfoMsg,
+    InterruptMsg,
+    InterruptRequestMsg,
+    NotifyMsg,
+    PollMsg,
+    ResetSessionMsg,
+    ResumeMsg,
+    RetryGeneratedMsg,
+    SnapshotMsg,
+    StatusMsg,
+    StopMsg,
+    TellMsg,
+    TurnDoneMsg,
+    TurnEventMsg,
+    WatchdogMsg,
+)
+from gen_agent._options import AgentOptions
+from gen_agent._pending import BoundedQueue, check_admission
+from gen_agent._results import ResultCache
+from gen_agent._timers import TIMERS
+from gen_agent._turn import TurnSpec, start_turn
+from gen_agent.agent import BASE_STREAM_EVENT, Halt, NoReply, Proceed, Prompt, Skip
+from gen_agent.backend import ResetError, SessionStartError, TurnContext
+from gen_agent.errors import (
+    AgentDown,
+    AgentStartError,
+    CheckpointError,
+    InitAgentError,
+    PreRunError,
+    RequestError,
+    TurnError,
+)
+from gen_agent.event import monotonic_ms
+from gen_agent.ref import RequestRef
+from gen_agent.size import term_size
+from gen_agent.status import CurrentTurn, PollResult, RuntimeSnapshot, Status
+
+_DECISIONS = (NoReply, Prompt, Halt)
+_GRACEFUL = ("normal", "shutdown")
+_RETRY_GENERATED_S = 0.010
+
+
+def _type_name(exc: BaseException) -> str:
+    return type(exc).__name__
+
+
+def _valid_decision(value: Any) -> bool:
+    return type(value) in _DECISIONS and (type(value) is not Prompt or type(value.text) is str)
+
+
+class _StopAgent(Exception):
+    """Unwinds the actor's handling of a message to stop the agent with `reason`."""
+
+    def __init__(self, reason: Any) -> None:
+        super().__init__()
+        self.reason = reason
+
+
+class Request:
+    """One logical request: an ask, a tell, or a generated prompt (event / self_chain)."""
+
+    __slots__ = (
+        "caller", "completion", "on_halt", "origin", "prompt", "recipient", "ref", "reply",
+        "stream_to",
+    )
+
+    def __init__(
+        self, origin: str, prompt: str, *, ref: RequestRef | None = None, reply: Any = None,
+        recipient: Any = None, completion: bool = False, on_halt: str = "queue",
+        stream_to: Any = None, caller: Any = None,
+    ) -> None:
+        self.ref = ref if ref is not None else RequestRef.new()
+        self.origin = origin
+        self.prompt = prompt
+        self.reply = reply
+        self.recipient = recipient
+        self.completion = completion
+        self.on_halt = on_halt
+        self.stream_to = stream_to
+        self.caller = caller
+
+    @property
+    def generated(self) -> bool:
+        return self.origin in ("event", "self_chain")
+
+
+class Retry:
+    """The self-chain slot holding a caller-owned retry (§4.8)."""
+
+    __slots__ = ("attempt", "prompt", "request")
+
+    def __init__(self, request: Request, prompt: str, attempt: int) -> None:
+        self.request = request
+        self.prompt = prompt
+        self.attempt = attempt
+
+
+class Turn:
+    """The active turn (`current_request` of §4.1)."""
+
+    __slots__ = (
+        "attempt", "cancel_event", "capture", "checkpoint_error", "checkpoint_id", "prompt",
+        "request", "started_at", "task_id", "thread_id", "watchdog",
+    )
+
+    def __init__(self, request: Request, attempt: int, task_id: int, prompt: str,
+                 capture: Capture) -> None:
+        self.request = request
+        self.attempt = attempt
+        self.task_id = task_id
+        self.prompt = prompt
+        self.capture = capture
+        self.started_at = monotonic_ms()
+        self.cancel_event = threading.Event()
+        self.checkpoint_id: str | None = None
+        self.checkpoint_error: Any = None
+        self.thread_id: int | None = None
+        self.watchdog: Any = None
+
+
+def deliver_to(recipient: Any, message: Any) -> None:
+    """Send `message` to a recipient: a pykka ActorRef, an AgentRef, a queue, or a callable.
+
+    A dead or failing recipient is ignored (logged by type), as a dead pid is (§2.6).
+    """
+    try:
+        if isinstance(recipient, pykka.ActorRef):
+            recipient.tell(message)
+        elif hasattr(recipient, "send_info"):
+            recipient.send_info(message)
+        elif hasattr(recipient, "put"):
+            recipient.put(message)
+        else:
+            recipient(message)
+    except Exception as exc:  # noqa: BLE001 - a dead recipient must not hurt the agent
+        logger.debug("gen_agent recipient ignored a message ({})", _type_name(exc))
+
+
+class AgentActor(pykka.ThreadingActor):
+    """The GenServer-like agent. Internal: users talk to it through `gen_agent.client`."""
+
+    use_daemon_thread = True
+
+    def __init__(self, handle: AgentHandle, module: type, backend: Any, options: AgentOptions,
+                 init_opts: dict[str, Any], init_reply: Any) -> None:
+        super().__init__()
+        self.handle = handle
+        handle.actor_ref = self.actor_ref
+        self.name = handle.name
+        self.module = module
+        self.backend = backend
+        self.opts = options
+        self._init_opts = init_opts
+        self._init_reply = init_reply
+        self.impl: Any = None
+        self.session: Any = None
+        self.state: Any = None
+        self.phase: str | None = None
+        self.halted = False
+        self.halt_pending = False
+        self.draining = False
+        self.turn: Turn | None = None
+        self.self_chain: str | Retry | None = None
+        self.mailbox: BoundedQueue[Request] = BoundedQueue(
+            "prompts", options.max_pending_prompts, options.max_pending_prompt_bytes)
+        self.pending: BoundedQueue[tuple[str, Any]] = BoundedQueue(
+            "notifications", options.max_pending_notifications,
+            options.max_pending_notification_bytes)
+        self.results = ResultCache(options.max_tell_results, options.max_tell_result_bytes)
+        self._task_ids = itertools.count(1)
+        self._retry_timer: Any = None
+        self._replies: list[tuple[Any, Any]] = []
+        self._terminated = False
+        self.log = logger.bind(gen_agent=self.name, gen_agent_module=module.__name__)
+
+    def __repr__(self) -> str:
+        # Redacted (§3.14): never the session, state, prompts or queues.
+        return (f"<AgentActor module={self.module.__name__} phase={self.phase} "
+                f"halted={self.halted} draining={self.draining}>")
+
+    __str__ = __repr__
+
+    # ------------------------------------------------------------------ startup (§4.3)
+    def on_start(self) -> None:
+        set_current(self.name, self.handle)
+        try:
+            self.impl = self.module()
+            backend_opts, state = self._init_agent()
+            try:
+                self.session = self.backend.start_session(backend_opts)
+            except SessionStartError as exc:
+                raise AgentStartError(("backend_start_failed", exc.reason)) from None
+            self.state = state
+        except AgentStartError as exc:
+            self._fail_start(exc.reason)
+            return
+        except Exception as exc:  # noqa: BLE001 - reported as ("init_failed", kind, type)
+            self.log.error("gen_agent initialization failed (error: {})", _type_name(exc))
+            self._fail_start(("init_failed", "error", _type_name(exc)))
+            return
+        self._stream_cb = self._optional("handle_stream_event")
+        if self._stream_cb is not None and getattr(
+                type(self.impl), "handle_stream_event", None) is BASE_STREAM_EVENT:
+            self._stream_cb = None  # the default returns state unchanged; skip it per event
+        self._handle_info_cb = self._optional("handle_info")
+        self._set_phase("idle")
+        self._init_reply.resolve(self.handle)
+        self._run_pre_run()
+
+    def _init_agent(self) -> tuple[dict[str, Any], Any]:
+        try:
+            result = self.impl.init_agent(dict(self._init_opts))
+        except InitAgentError as exc:
+            raise AgentStartError(("init_agent_failed", exc.reason)) from None
+        if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], dict)):
+            raise AgentStartError(("init_agent_failed", result))
+        return result
+
+    def _fail_start(self, reason: Any) -> None:
+        self._terminated = True
+        self._init_reply.fail(AgentStartError(reason))
+        self._exit(reason, unregister=True)
+
+    def _run_pre_run(self) -> None:
+        fn = self._optional("pre_run")
+        if fn is None:
+            return
+        try:
+            self.state = fn(self.state)
+        except PreRunError as exc:
+            self._terminate(("pre_run_failed", exc.reason))
+        except Exception as exc:  # noqa: BLE001 - stops the agent with the crash type
+            self.log.error("gen_agent pre_run/1 crashed ({})", _type_name(exc))
+            self._terminate(("pre_run_crashed", _type_name(exc)))
+
+    def _optional(self, name: str) -> Any:
+        return getattr(self.impl, name, None)
+
+    # ------------------------------------------------------------------ message loop
+    def on_receive(self, message: Any) -> Any:
+        if self.handle.closed and not self._terminated:
+            self._killed()  # cut off by a supervisor after its shutdown window
+        if self._terminated:
+            self._refuse(message)
+            return None
+        try:
+            self._handle(message)
+            self._flush_replies()
+        except _StopAgent as stop:
+            self._terminate(stop.reason)
+        except Exception as exc:  # noqa: BLE001 - a bug in message handling stops the agent
+            self.log.error("gen_agent state callback failed (error: {})", _type_name(exc))
+            self._terminate(("callback_failed", "error", _type_name(exc)))
+        return None
+
+    def _flush_replies(self) -> None:
+        # Ask replies go out when the whole step is done, as gen_statem reply actions do
+        # (after buffered notifications and post_run; contract §12.11).
+        replies, self._replies = self._replies, []
+        for reply, outcome in replies:
+            reply.resolve(outcome)
+
+    def on_stop(self) -> None:
+        # Reached through pykka's own stop (e.g. ActorRegistry.stop_all): stop gracefully.
+        if not self._terminated:
+            self._terminate("shutdown", stop_actor=False)
+        self.handle.exited.set()
+
+    def _killed(self) -> None:
+        # A kill runs no cleanup callbacks (§2.19); only the turn task is told to stop.
+        self._terminated = True
+        if self.turn is not None:
+            self._cancel_task(self.turn)
+        self.stop()
+
+    def _refuse(self, message: Any) -> None:
+        reply = getattr(message, "reply", None)
+        if reply is not None:
+            reply.fail(AgentDown(self.handle.exit_reason))
+
+    def _handle(self, msg: Any) -> None:
+        match msg:
+            case TurnEventMsg():
+                self._on_turn_event(msg)
+            case TurnDoneMsg():
+                self._on_turn_done(msg)
+            case AskMsg():
+                self._on_ask(msg)
+            case TellMsg():
+                self._on_tell(msg)
+            case NotifyMsg():
+                self._on_notify(msg)
+            case InfoMsg():
+                self._on_info(msg.message)
+            case PollMsg():
+                msg.reply.resolve(self._poll(msg.ref))
+            case StatusMsg():
+                msg.reply.resolve(self._status())
+            case SnapshotMsg():
+                msg.reply.resolve(self._snapshot())
+            case InterruptMsg():
+                if self.turn is not None:
+                    self._interrupt()
+            case InterruptRequestMsg():
+                self._interrupt_request(msg.ref, msg.reply)
+            case CancelRequestMsg():
+                msg.reply.resolve(self._cancel_request(msg.ref))
+            case AbandonAskMsg():
+                self._abandon_ask(msg.ref)
+            case HaltMsg():
+                self._on_halt()
+            case ResumeMsg():
+                self._on_resume()
+            case CheckpointMsg():
+                self._on_checkpoint(msg)
+            case WatchdogMsg():
+                turn = self.turn
+                if turn is not None and turn.task_id == msg.task_id:
+                    self._cancel_task(turn)
+                    self._finish_error("timeout", self.state, self.session, turn)
+            case RetryGeneratedMsg():
+                self._retry_timer = None
+                if self.turn is None:
+                    self._process_next()
+            case ResetSessionMsg():
+                self._on_reset_session(msg.reply)
+            case GetSessionMsg():
+                msg.reply.resolve(self.session)
+            case DrainMsg():
+                self._on_drain(msg.reply)
+            case StopMsg():
+                msg.reply.resolve(None)
+                raise _StopAgent(msg.reason)
+            case CallMsg():
+                msg.reply.fail(RequestError("unknown_request"))
+            case _:
+                self.log.debug("gen_agent ignored an unknown message ({})", type(msg).__name__)
+
+    # ------------------------------------------------------------------ telemetry helpers
+    def _emit(self, name: tuple[str, ...], measurements: dict[str, Any],
+              metadata: dict[str, Any]) -> None:
+        metadata["agent"] = self.name
+        telemetry.execute(name, measurements, metadata)
+
+    def _now(self) -> dict[str, Any]:
+        return {"system_time": time.time_ns()}
+
+    def _set_phase(self, phase: str) -> None:
+        if self.phase != phase:
+            previous, self.phase = self.phase, phase
+            self._emit(telemetry.STATE_CHANGED, self._now(), {"from": previous, "to": phase})
+
+    def _turn_meta(self, request: Request, attempt: int, **extra: Any) -> dict[str, Any]:
+        origin = "tell" if request.origin == "tell" else request.origin
+        return {"ref": request.ref, "attempt": attempt, "origin": origin, **extra}
+
+    def _rejected(self, request: Request, attempt: int, reason_kind: Any) -> None:
+        self._emit(telemetry.TURN_REJECTED, self._now(),
+                   self._turn_meta(request, attempt, reason_kind=reason_kind))
+
+    def _input_rejected(self, reason: Any) -> None:
+        self._emit(telemetry.INPUT_REJECTED, self._now(), {"reason": reason})
+
+    # ------------------------------------------------------------------ admission (§4.5)
+    def _admit_prompt(self, request: Request) -> Any:
+        """Queue `request` in the mailbox; return the overload reason or None."""
+        size = term_size(request.prompt)
+        info = self.mailbox.offer(request, size)
+        if info is not None and self._drop_dead_callers():
+            info = self.mailbox.offer(request, size)
+        if info is not None:
+            reason = ("overloaded", info)
+            self._input_rejected(reason)
+            self._rejected(Request(request.origin, ""), 1, "overloaded")
+            return reason
+        self._emit(telemetry.MAILBOX_QUEUED, {"depth": len(self.mailbox)}, {})
+        return None
+
+    def _drop_dead_callers(self) -> bool:
+        """Remove queued asks whose caller thread ended (§4.14); True if any were."""
+        dead = self.mailbox.remove_where(
+            lambda r: r.origin == "ask" and not _caller_alive(r.caller))
+        for request in dead:
+            self._emit(telemetry.TURN_CANCELLED, self._now(),
+                       self._turn_meta(request, 1, reason_kind="caller_down"))
+        return bool(dead)
+
+    def _can_dispatch_now(self) -> bool:
+        return self.turn is None and not self.halted and not self.draining
+
+    def _on_ask(self, msg: AskMsg) -> None:
+        if self.draining:
+            msg.reply.resolve(("error", "draining"))
+            return
+        request = Request("ask", msg.prompt, ref=msg.ref, reply=msg.reply, caller=msg.caller)
+        if self._can_dispatch_now():
+            self._dispatch_and_continue(request, request.prompt, 1)
+        elif (reason := self._admit_prompt(request)) is not None:
+            msg.reply.resolve(("error", reason))
+
+    def _on_tell(self, msg: TellMsg) -> None:
+        if self.draining:
+            msg.reply.resolve(("error", "draining"))
+            return
+        if msg.on_halt == "fail" and self.halted and self.turn is None:
+            msg.reply.resolve(("error", "halted"))
+            return
+        request = Request("tell", msg.prompt, recipient=msg.recipient, completion=msg.completion,
+                          on_halt=msg.on_halt, stream_to=msg.stream_to)
+        if self._can_dispatch_now():
+            msg.reply.resolve(("ok", request.ref))
+            self._dispatch_and_continue(request, request.prompt, 1)
+        elif (reason := self._admit_prompt(request)) is not None:
+            msg.reply.resolve(("error", reason))
+        else:
+            msg.reply.resolve(("ok", request.ref))
+
+    def _abandon_ask(self, ref: RequestRef) -> None:
+        removed = self.mailbox.remove_where(lambda r: r.ref == ref and r.origin == "ask")
+        for request in removed:
+            self._emit(telemetry.TURN_CANCELLED, self._now(),
+                       self._turn_meta(request, 1, reason_kind="caller_down"))
+
+    # ------------------------------------------------------------------ dispatch (§4.4, §4.6)
+    def _dispatch_and_continue(self, request: Request, prompt: str, attempt: int) -> None:
+        outcome = self._dispatch(request, prompt, attempt)
+        if outcome != "started":
+            self._after_rejection(outcome)
+
+    def _after_rejection(self, outcome: str) -> None:
+        # A generated prompt rejected by pre_turn whose handle_error queued yet another one is
+        # retried after a short timer, so pre_turn cannot spin the agent (§3.5).
+        if (outcome == "generated_rejected" and self.self_chain is not None
+                and not self.halted):
+            if self._retry_timer is None:
+                self._retry_timer = TIMERS.schedule(
+                    _RETRY_GENERATED_S, lambda: self.handle.tell_unchecked(RetryGeneratedMsg()))
+            return
+        self._process_next()
+
+    def _process_next(self) -> None:
+        while self.turn is None:
+            if self.draining:
+                raise _StopAgent("normal")
+            if self.halted:
+                return
+            slot = self.self_chain
+            if isinstance(slot, Retry):
+                self.self_chain = None
+                outcome = self._dispatch(slot.request, slot.prompt, slot.attempt)
+            elif slot is not None:
+                self.self_chain = None
+                request = Request("self_chain", slot)
+                outcome = self._dispatch(request, slot, 1)
+            elif len(self.mailbox):
+                request = self.mailbox.pop()
+                if request.origin == "ask" and not _caller_alive(request.caller):
+                    self._emit(telemetry.TURN_CANCELLED, self._now(),
+                               self._turn_meta(request, 1, reason_kind="caller_down"))
+                    continue
+                outcome = self._dispatch(request, request.prompt, 1)
+            else:
+                return
+            if outcome == "generated_rejected" and self.self_chain is not None \
+                    and not self.halted:
+                self._after_rejection(outcome)
+                return
+
+    def _dispatch(self, request: Request, prompt: str, attempt: int) -> str:
+        """Run pre_turn and start the turn task. Returns "started" or a rejection kind."""
+        accepted = self._pre_turn(request, prompt, attempt)
+        if isinstance(accepted, str):
+            return accepted
+        final_prompt, self.state = accepted
+        task_id = next(self._task_ids)
+        turn = Turn(request, attempt, task_id, final_prompt,
+                    Capture(self.opts.max_events_per_turn, self.opts.max_event_bytes_per_turn))
+        self.turn = turn
+        self._emit(telemetry.PROMPT_START, self._now(), self._turn_meta(
+            request, attempt, prompt=final_prompt, original_prompt=prompt,
+            rewritten=final_prompt != prompt, agent_state=self.state))
+        self._emit(telemetry.TURN_START, self._now(), self._turn_meta(request, attempt))
+        budget = None
+        if self.opts.event_retention == "lossless":
+            budget = LosslessBudget(self.opts.max_events_per_turn,
+                                    self.opts.max_event_bytes_per_turn)
+        context = TurnContext(agent=self.name, ref=request.ref, attempt=attempt,
+                              cancel_event=turn.cancel_event,
+                              checkpoint=self._checkpoint_fn(turn))
+        self._set_phase("processing")
+        thread = start_turn(TurnSpec(
+            handle=self.handle, task_id=task_id, backend=self.backend, session=self.session,
+            prompt=final_prompt, context=context, stream_cb=self._stream_cb, state=self.state,
+            budget=budget, cancel_event=turn.cancel_event))
+        turn.thread_id = thread.ident
+        if self.opts.watchdog_ms is not None:
+            turn.watchdog = TIMERS.schedule(
+                self.opts.watchdog_ms / 1000,
+                lambda: self.handle.tell_unchecked(WatchdogMsg(task_id)))
+        return "started"
+
+    def _pre_turn(self, request: Request, prompt: str, attempt: int) -> tuple[str, Any] | str:
+        """Apply pre_turn (§3.5): `(prompt, state)` when accepted, else the rejection kind."""
+        fn = self._optional("pre_turn")
+        if fn is None:
+            return prompt, self.state
+        try:
+            result = fn(prompt, self.state)
+        except Exception as exc:  # noqa: BLE001 - protected callback (§3.5)
+            self.log.warning("gen_agent pre_turn/2 raised {}", _type_name(exc))
+            if request.generated:
+                return self._reject_generated(request, attempt, ("pre_turn_crashed",
+                                                                 _type_name(exc)))
+            return self._reject_external(request, attempt, "pre_turn_skipped")
+        if type(result) is Proceed and type(result.prompt) is str:
+            return result.prompt, result.state
+        if type(result) is Skip:
+            self.state = result.state
+            if request.generated:
+                return self._reject_generated(request, attempt, "pre_turn_skipped")
+            return self._reject_external(request, attempt, "pre_turn_skipped")
+        if type(result) is Halt:
+            self.state = result.state
+            self._rejected(request, attempt, "pre_turn_halted")
+            if not request.generated:
+                self._deliver(request, ("error", "pre_turn_halted"))
+            self._enter_halted()
+            return "halted"
+        self.log.warning("gen_agent pre_turn/2 returned unexpected shape")
+        if request.generated:
+            return self._reject_generated(request, attempt, "pre_turn_invalid")
+        return self._reject_external(request, attempt, "pre_turn_invalid")
+
+    def _reject_external(self, request: Request, attempt: int, reason: str) -> str:
+        self._rejected(request, attempt, reason)
+        self._deliver(request, ("error", reason))
+        return "rejected"
+
+    def _reject_generated(self, request: Request, attempt: int, reason: Any) -> str:
+        self._rejected(request, attempt, reason)
+        self._generated_failure(request.ref, reason)
+        return "generated_rejected"
+
+    def _generated_failure(self, ref: RequestRef, reason: Any) -> None:
+        """A generated prompt failed before dispatch: prompt.error + handle_error (§4.9)."""
+        self._emit(telemetry.PROMPT_ERROR, self._now(),
+                   {"ref": ref, "attempt": 1, "reason": reason, "agent_state": self.state})
+        decision = self._call_handle_error(ref, reason)
+        self.state = decision.state
+        if type(decision) is Prompt:
+            if not self.draining:
+                self._offer_self_chain(decision.text, recovery=True)
+        elif type(decision) is Halt:
+            self._enter_halted()
+
+    def _offer_self_chain(self, prompt: str, *, recovery: bool = False) -> bool:
+        """Put a follow-up in the reserved slot (§4.9); on overload tell handle_error."""
+        occupied = 1 if self.self_chain is not None else 0
+        info = check_admission("self_chain", occupied, 0, term_size(prompt), 1,
+                               self.opts.max_pending_prompt_bytes)
+        if info is None:
+            self.self_chain = prompt
+            return True
+        reason = ("overloaded", info)
+        self._input_rejected(reason)
+        if not recovery:
+            self._generated_failure(RequestRef.new(), reason)
+        return False
+
+    # ------------------------------------------------------------------ the running turn
+    def _checkpoint_fn(self, turn: Turn) -> Any:
+        handle, task_id, ref = self.handle, turn.task_id, turn.request.ref
+
+        def checkpoint(session_id: str) -> None:
+            result = handle.call(lambda reply: CheckpointMsg(
+                task_id, ref, session_id, threading.get_ident(), reply), None)
+            if result != "ok":
+                raise CheckpointError(result)
+
+        return checkpoint
+
+    def _on_checkpoint(self, msg: CheckpointMsg) -> None:
+        turn = self.turn
+        if (turn is None or turn.task_id != msg.task_id or turn.request.ref != msg.ref
+                or turn.thread_id != msg.thread_id):
+            msg.reply.resolve("not_current")
+            return
+        msg.reply.resolve(self._accept_checkpoint(turn, msg.session_id))
+
+    def _accept_checkpoint(self, turn: Turn, session_id: Any) -> str:
+        """Validate and apply a checkpoint in the order of §7.3."""
+        apply = getattr(self.backend, "checkpoint_session", None)
+        if apply is None:
+            return self._record_checkpoint_error(turn, "unsupported_checkpoint")
+        if not _valid_session_id(session_id):
+            return self._record_checkpoint_error(turn, "invalid_session_id")
+        if turn.checkpoint_id == session_id:
+            return "ok"
+        if turn.checkpoint_id is not None:
+            return self._record_checkpoint_error(turn, "conflicting_session_id")
+        self.session = apply(self.session, session_id)
+        turn.checkpoint_id = session_id
+        return "ok"
+
+    @staticmethod
+    def _record_checkpoint_error(turn: Turn, reason: str) -> str:
+        if turn.checkpoint_error is None:
+            turn.checkpoint_error = reason
+        return reason
+
+    def _reapply_checkpoint(self, turn: Turn, session: Any) -> Any:
+        if turn.checkpoint_id is None:
+            return session
+        return self.backend.checkpoint_session(session, turn.checkpoint_id)
+
+    def _on_turn_event(self, msg: TurnEventMsg) -> None:
+        turn = self.turn
+        if turn is None or turn.task_id != msg.task_id:
+            return  # a retired task's late event
+        turn.capture.add(msg.event, msg.size)
+        if turn.request.stream_to is not None:
+            deliver_to(turn.request.stream_to,
+                       ("gen_agent", "event", self.name, turn.request.ref, msg.event))
+
+    def _on_turn_done(self, msg: TurnDoneMsg) -> None:
+        turn = self.turn
+        if turn is None or turn.task_id != msg.task_id:
+            return  # a retired task's late outcome
+        if msg.kind == "result":
+            response = turn.capture.response(duration_ms=msg.duration_ms, prompt=turn.prompt)
+            if turn.checkpoint_error is not None:
+                self._retire(turn)
+                self._finish_error(turn.checkpoint_error, msg.stream_state, self.session, turn)
+                return
+            session = self._reapply_checkpoint(turn, msg.session)
+            self._emit(telemetry.PROMPT_STOP, {"duration": msg.duration_ms},
+                       self._turn_meta(turn.request, turn.attempt, agent_state=msg.stream_state))
+            self._emit(telemetry.TURN_STOP, {"duration_ms": self._elapsed(turn)},
+                       self._turn_meta(turn.request, turn.attempt))
+            self._retire(turn)
+            self._finish_turn(turn, response, session, msg.stream_state)
+        elif msg.kind == "crashed":
+            self._retire(turn)
+            self._finish_error(turn.checkpoint_error or msg.reason, self.state, self.session,
+                               turn)
+        else:
+            session = self._reapply_checkpoint(turn, msg.session)
+            self._retire(turn)
+            self._finish_error(turn.checkpoint_error or msg.reason, msg.stream_state, session,
+                               turn)
+
+    def _elapsed(self, turn: Turn) -> int:
+        return max(0, monotonic_ms() - turn.started_at)
+
+    def _retire(self, turn: Turn) -> None:
+        if turn.watchdog is not None:
+            turn.watchdog.cancel()
+        self.turn = None
+
+    def _cancel_task(self, turn: Turn) -> None:
+        turn.cancel_event.set()
+        cancel = getattr(self.backend, "cancel", None)
+        if cancel is not None:
+            try:
+                cancel(self.session)
+            except Exception as exc:  # noqa: BLE001 - cancellation is best effort; logged
+                self.log.warning("gen_agent backend cancel raised {}", _type_name(exc))
+        self._retire(turn)
+
+    def _interrupt(self) -> None:
+        turn = self.turn
+        assert turn is not None
+        self._cancel_task(turn)
+        self._finish_error("interrupted", self.state, self.session, turn)
+
+    def _interrupt_request(self, ref: Any, reply: Any) -> None:
+        if self.turn is None:
+            reply.resolve("idle")
+        elif self.turn.request.ref != ref:
+            reply.resolve("not_current")
+        else:
+            reply.resolve("accepted")  # the acknowledgement precedes the turn's outcome
+            self._interrupt()
+
+    # ------------------------------------------------------------------ turn completion (§4.7)
+    def _finish_turn(self, turn: Turn, response: Any, session: Any, stream_state: Any) -> None:
+        request = turn.request
+        try:
+            decision = self.impl.handle_response(request.ref, response, stream_state)
+        except Exception as exc:  # noqa: BLE001 - not protected: the agent stops (§3.7)
+            self.log.error("gen_agent state callback failed (error: {})", _type_name(exc))
+            raise _StopAgent(("callback_failed", "error", _type_name(exc))) from None
+        if not _valid_decision(decision):
+            self.log.error("gen_agent state callback failed (error: other)")
+            raise _StopAgent(("callback_failed", "error", "other"))
+        self.session = session
+        self.state = self._post_turn(("ok", response), request.ref, decision.state)
+        self._deliver(request, ("ok", response))
+        self._transition(decision)
+
+    def _finish_error(self, reason: Any, state: Any, session: Any, turn: Turn) -> None:
+        request, attempt = turn.request, turn.attempt
+        elapsed = self._elapsed(turn)
+        self.state, self.session = state, session
+        self._emit(telemetry.PROMPT_ERROR, {"system_time": time.time_ns(),
+                                            "duration": elapsed},
+                   self._turn_meta(request, attempt, reason=reason, agent_state=state))
+        self._emit(telemetry.TURN_ERROR, {"duration_ms": elapsed},
+                   self._turn_meta(request, attempt, reason_kind=_reason_kind(reason)))
+        decision = self._call_handle_error(request.ref, reason)
+        self.state = self._post_turn(("error", reason), request.ref, decision.state)
+        if (type(decision) is Prompt and not self.draining and reason != "interrupted"
+                and not request.generated):
+            self._own_retry(request, decision.text, attempt, reason)
+            self._transition(NoReply(self.state))
+            return
+        self._deliver(request, ("error", reason))
+        self._transition(decision)
+
+    def _own_retry(self, request: Request, prompt: str, attempt: int, reason: Any) -> None:
+        """Keep the caller waiting and retry under the same ref (§4.8)."""
+        occupied = 1 if self.self_chain is not None else 0
+        info = check_admission("self_chain", occupied, 0, term_size(prompt), 1,
+                               self.opts.max_pending_prompt_bytes)
+        if info is None:
+            self.self_chain = Retry(request, prompt, attempt + 1)
+            return
+        overload = ("overloaded", info)
+        self._input_rejected(overload)
+        self._deliver(request, ("error", reason))
+        self._generated_failure(RequestRef.new(), overload)
+
+    def _transition(self, decision: Any) -> None:
+        if type(decision) is Prompt:
+            if not self.draining:
+                self._offer_self_chain(decision.text)
+            halt = self._drain_pending()
+        elif type(decision) is Halt:
+            halt = True
+        else:
+            halt = self._drain_pending()
+        if halt or (self.halt_pending and not self.draining):
+            self._enter_halted()
+        self.halt_pending = False
+        self._set_phase("idle")
+        self._process_next()
+
+    def _post_turn(self, outcome: tuple[str, Any], ref: RequestRef, state: Any) -> Any:
+        fn = self._optional("post_turn")
+        if fn is None:
+            return state
+        try:
+            return fn(outcome, ref, state)
+        except Exception as exc:  # noqa: BLE001 - protected (§3.10)
+            self.log.warning("gen_agent post_turn/3 raised {}", _type_name(exc))
+            return state
+
+    def _call_handle_error(self, ref: RequestRef, reason: Any) -> Any:
+        fn = self._optional("handle_error")
+        if fn is None:
+            return NoReply(self.state)
+        try:
+            decision = fn(ref, reason, self.state)
+        except Exception as exc:  # noqa: BLE001 - protected (§3.8)
+            self.log.error("gen_agent handle_error/3 failed (error: {})", _type_name(exc))
+            return NoReply(self.state)
+        if not _valid_decision(decision):
+            self.log.error("gen_agent handle_error/3 returned unexpected shape")
+            return NoReply(self.state)
+        return decision
+
+    def _deliver(self, request: Request, outcome: tuple[str, Any]) -> None:
+        """Give a finished request its one outcome: reply, cache, completion (§4.7 step 4)."""
+        if request.origin == "ask":
+            self._replies.append((request.reply, outcome))
+        elif request.origin == "tell":
+            self.results.put(request.ref, outcome)
+            if request.completion:
+                deliver_to(request.recipient,
+                           ("gen_agent", "completion", self.name, request.ref, outcome))
+
+    # ------------------------------------------------------------------ notifications (§4.10)
+    def _on_notify(self, msg: NotifyMsg) -> None:
+        if self.draining:
+            self._input_rejected("draining")
+            if msg.reply is not None:
+                msg.reply.resolve(("error", "draining"))
+            return
+        self._emit(telemetry.EVENT_RECEIVED, self._now(), {"event": msg.event})
+        if self.turn is not None:
+            info = self.pending.offer(("event", msg.event), term_size(msg.event))
+            if info is not None:
+                self._input_rejected(("overloaded", info))
+            if msg.reply is not None:
+                msg.reply.resolve(("ok", None) if info is None else ("error", ("overloaded", info)))
+            return
+        error = self._apply_input("event", msg.event, deferred=False)
+        if msg.reply is not None:
+            msg.reply.resolve(("ok", None) if error is None else ("error", error))
+
+    def _on_info(self, message: Any) -> None:
+        if self.draining:
+            return
+        if self._handle_info_cb is None:
+            self.log.debug("gen_agent dropped an unexpected info message")
+            return
+        if self.turn is not None:
+            if self.pending.offer(("info", message), term_size(("info", message))) is not None:
+                self.log.warning("gen_agent dropped an info message: buffer full")
+            return
+        self._apply_input("info", message, deferred=False)
+
+    def _apply_input(self, kind: str, payload: Any, *, deferred: bool) -> Any:
+        """Run handle_event/handle_info and apply its decision. Returns an admission error."""
+        decision = self._call_input(kind, payload)
+        self.state = decision.state
+        if type(decision) is Halt:
+            if not deferred:
+                self._enter_halted()
+            return None
+        if type(decision) is not Prompt:
+            return None
+        request = Request("event", decision.text)
+        if not deferred and self._can_dispatch_now():
+            self._dispatch_and_continue(request, request.prompt, 1)
+            return None
+        reason = self._admit_prompt(request)
+        if reason is not None:
+            self._generated_failure(request.ref, reason)
+        return reason
+
+    def _call_input(self, kind: str, payload: Any) -> Any:
+        fn = self._optional("handle_event" if kind == "event" else "handle_info")
+        label = "handle_event/2" if kind == "event" else "handle_info/2"
+        if fn is None:
+            return NoReply(self.state)
+        try:
+            decision = fn(payload, self.state)
+        except Exception as exc:  # noqa: BLE001 - protected (§3.9)
+            self.log.error("gen_agent {} failed (error: {})", label, _type_name(exc))
+            return NoReply(self.state)
+        if not _valid_decision(decision):
+            self.log.error("gen_agent {} returned unexpected shape", label)
+            return NoReply(self.state)
+        return decision
+
+    def _drain_pending(self) -> bool:
+        """Apply buffered notifications in arrival order; True if one of them halted."""
+        halt = False
+        while len(self.pending):
+            kind, payload = self.pending.pop()
+            decision_halted = self._apply_deferred(kind, payload)
+            halt = halt or decision_halted
+        return halt
+
+    def _apply_deferred(self, kind: str, payload: Any) -> bool:
+        decision = self._call_input(kind, payload)
+        self.state = decision.state
+        if type(decision) is Prompt:
+            request = Request("event", decision.text)
+            reason = self._admit_prompt(request)
+            if reason is not None:
+                self._generated_failure(request.ref, reason)
+            return False
+        return type(decision) is Halt
+
+    # ------------------------------------------------------------------ halt / resume (§4.11)
+    def _enter_halted(self) -> None:
+        if self.halted:
+            self._drain_pending()
+            return
+        self.halted = True
+        self.halt_pending = False
+        self._fail_halt_aware()
+        self._drain_pending()
+        fn = self._optional("post_run")
+        if fn is not None:
+            try:
+                fn(self.state)
+            except Exception as exc:  # noqa: BLE001 - protected (§3.11)
+                self.log.warning("gen_agent post_run/1 raised {}", _type_name(exc))
+        self._emit(telemetry.HALTED, self._now(), {"agent_state": self.state})
+
+    def _fail_halt_aware(self) -> None:
+        slot = self.self_chain
+        if isinstance(slot, Retry) and slot.request.on_halt == "fail":
+            self.self_chain = None
+            self._rejected(slot.request, slot.attempt, "halted")
+            self._deliver(slot.request, ("error", "halted"))
+        for request in self.mailbox.remove_where(lambda r: r.on_halt == "fail"):
+            self._rejected(request, 1, "halted")
+            self._deliver(request, ("error", "halted"))
+
+    def _on_halt(self) -> None:
+        if self.draining:
+            return
+        if self.turn is None:
+            self._enter_halted()
+        else:
+            self.halt_pending = True
+
+    def _on_resume(self) -> None:
+        if self.turn is None and self.halted:
+            self.halted = False
+            self._process_next()
+        elif self.turn is not None and self.halt_pending:
+            self.halt_pending = False
+
+    # ------------------------------------------------------------------ queries (§2.7, §2.16)
+    def _poll(self, ref: Any) -> PollResult:
+        if self.turn is not None and self.turn.request.ref == ref:
+            return PollResult(status="pending")
+        slot = self.self_chain
+        if isinstance(slot, Retry) and slot.request.ref == ref:
+            return PollResult(status="pending")
+        if self.mailbox.find(lambda r: r.ref == ref and r.origin == "tell") is not None:
+            return PollResult(status="pending")
+        outcome = self.results.get(ref)
+        if outcome is None:
+            return PollResult(status="failed", reason="not_found")
+        if outcome[0] == "ok":
+            return PollResult(status="completed", response=outcome[1])
+        return PollResult(status="failed", reason=outcome[1])
+
+    def _status(self) -> Status:
+        return Status(
+            state="processing" if self.turn is not None else "idle", name=self.name,
+            queued=len(self.mailbox),
+            current_request=self.turn.request.ref if self.turn is not None else None,
+            halted=self.halted, halt_pending=self.halt_pending, draining=self.draining,
+            agent_state=self.state)
+
+    def _snapshot(self) -> RuntimeSnapshot:
+        turn = self.turn
+        current = None
+        if turn is not None:
+            current = CurrentTurn(
+                ref=turn.request.ref, origin=turn.request.origin, attempt=turn.attempt,
+                elapsed_ms=self._elapsed(turn), watchdog_ms=self.opts.watchdog_ms)
+        return RuntimeSnapshot(
+            phase="processing" if turn is not None else "idle", halted=self.halted,
+            halt_pending=self.halt_pending, draining=self.draining,
+            pending_prompts=len(self.mailbox), pending_notifications=len(self.pending),
+            self_chain_pending=self.self_chain is not None, current_request=current)
+
+    # ------------------------------------------------------------------ cancel (§2.12)
+    def _cancel_request(self, ref: Any) -> str:
+        if self.turn is not None and self.turn.request.ref == ref:
+            return "current" if self.turn.request.origin == "tell" else "not_found"
+        slot = self.self_chain
+        if isinstance(slot, Retry) and slot.request.ref == ref and slot.request.origin == "tell":
+            self.self_chain = None
+            self._cancelled(slot.request, slot.attempt)
+            return "cancelled"
+        removed = self.mailbox.remove_where(lambda r: r.ref == ref and r.origin == "tell")
+        if removed:
+            self._cancelled(removed[0], 1)
+            return "cancelled"
+        outcome = self.results.get(ref)
+        if outcome is None:
+            return "not_found"
+        return "cancelled" if outcome == ("error", "cancelled") else "already_finished"
+
+    def _cancelled(self, request: Request, attempt: int) -> None:
+        self._emit(telemetry.TURN_CANCELLED, self._now(),
+                   self._turn_meta(request, attempt, reason_kind="caller_cancelled"))
+        self._deliver(request, ("error", "cancelled"))
+
+    # ------------------------------------------------------------------ reset / drain
+    def _on_reset_session(self, reply: Any) -> None:
+        if self.draining:
+            reply.resolve(("error", "draining"))
+        elif self.turn is not None:
+            reply.resolve(("error", "busy"))
+        elif (reset := getattr(self.backend, "reset_session", None)) is None:
+            reply.resolve(("error", "unsupported"))
+        else:
+            try:
+                self.session = reset(self.session)
+                reply.resolve(("ok", None))
+            except ResetError as exc:
+                reply.resolve(("error", exc.reason))
+            except Exception as exc:  # noqa: BLE001 - reported as a reason, agent survives
+                reply.resolve(("error", ("backend_reset_failed", _type_name(exc))))
+
+    def _on_drain(self, reply: Any) -> None:
+        if self.draining:
+            reply.resolve(("ok", None))
+            return
+        self.draining = True
+        slot = self.self_chain
+        self.self_chain = None
+        if isinstance(slot, Retry):
+            self._rejected(slot.request, slot.attempt, "draining")
+            self._deliver(slot.request, ("error", "draining"))
+        for request in self.mailbox.clear():
+            self._rejected(request, 1, "draining")
+            self._deliver(request, ("error", "draining"))
+        self.pending.clear()
+        reply.resolve(("ok", None))
+        if self.turn is None:
+            raise _StopAgent("normal")
+
+    # ------------------------------------------------------------------ termination (§4.19)
+    def _terminate(self, reason: Any, *, stop_actor: bool = True) -> None:
+        self._terminated = True
+        self._flush_replies()
+        turn = self.turn
+        if reason in _GRACEFUL:
+            terminated = ("error", ("agent_terminated", reason))
+            if turn is not None and turn.request.origin == "ask":
+                turn.request.reply.resolve(terminated)
+            if isinstance(self.self_chain, Retry) and self.self_chain.request.origin == "ask":
+                self.self_chain.request.reply.resolve(terminated)
+            for request in self.mailbox.clear():
+                if request.origin == "ask":
+                    request.reply.resolve(terminated)
+        if turn is not None:
+            self._cancel_task(turn)
+        if self._retry_timer is not None:
+            self._retry_timer.cancel()
+        fn = self._optional("terminate_agent")
+        if fn is not None:
+            try:
+                fn(reason, self.state)
+            except Exception as exc:  # noqa: BLE001 - protected (§3.12)
+                self.log.error("gen_agent terminate_agent/2 failed (error: {})", _type_name(exc))
+        try:
+            self.backend.terminate_session(self.session)
+        except Exception as exc:  # noqa: BLE001 - protected (§4.19)
+            self.log.error("gen_agent terminate_session failed (error: {})", _type_name(exc))
+        self._emit(telemetry.TERMINATED, self._now(), {"reason": reason})
+        if reason not in _GRACEFUL:
+            self.log.error("gen_agent agent stopped ({})", _redacted(reason))
+        self._exit(reason, unregister=True, stop_actor=stop_actor)
+
+    def _exit(self, reason: Any, *, unregister: bool, stop_actor: bool = True) -> None:
+        if unregister:
+            self.handle.system._unregister(self.handle)
+        self.handle.close(reason)
+        if stop_actor:
+            self.stop()  # on_stop, run next in this thread, marks the handle exited
+
+
+def _caller_alive(caller: Any) -> bool:
+    return caller is None or caller.is_alive()
+
+
+def _valid_session_id(value: Any) -> bool:
+    if type(value) is not str:
+        return False
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError:
+        return False
+    return 1 <= size <= 1024 and not any(ord(c) < 0x20 or ord(c) == 0x7F for c in value)
+
+
+def _reason_kind(reason: Any) -> str:
+    if reason in ("timeout", "interrupted"):
+        return reason
+    if isinstance(reason, tuple) and reason and reason[0] == "task_crashed":
+        return "task_crashed"
+    return "backend_or_callback_error"
+
+
+def _redacted(reason: Any) -> Any:
+    """Show a stop reason only by its head (§3.14)."""
+    if isinstance(reason, str):
+        return reason
+    if isinstance(reason, tuple) and reason and isinstance(reason[0], str):
+        return f"{reason[0]}:redacted"
+    return "redacted"
+
+
+__all__ = ["AgentActor", "TurnError", "deliver_to"]

@@ -1,0 +1,528 @@
+"""The client API: module-level functions addressing agents by name, and `AgentRef`.
+
+Every function resolves the name in the current `AgentSystem` (the innermost open one, else
+the default). Synchronous functions raise `AgentNotFound` when the name is not registered
+*before* anything is sent; if the agent dies while the call waits they raise `AgentDown`;
+if the caller's own `timeout` (seconds; None = wait forever, the Elixir default `:infinity`)
+expires they raise `CallTimeout` and the agent is unaffected (contract §2.1). Asynchronous
+functions (`notify`, `interrupt`, `halt`, `resume`, `send`) never raise for a missing agent.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from gen_agent._context import current_name
+from gen_agent._handle import AgentHandle
+from gen_agent._messages import (
+    AbandonAskMsg,
+    AskMsg,
+    CancelRequestMsg,
+    DrainMsg,
+    GetSessionMsg,
+    HaltMsg,
+    InfoMsg,
+    InterruptMsg,
+    InterruptRequestMsg,
+    NotifyMsg,
+    PollMsg,
+    ResetSessionMsg,
+    ResumeMsg,
+    SnapshotMsg,
+    StatusMsg,
+    TellMsg,
+)
+from gen_agent._timers import TIMERS, TimerHandle
+from gen_agent.errors import AgentNotFound, CallTimeout, RequestError, TurnError
+from gen_agent.ref import RequestRef
+from gen_agent.response import Response
+from gen_agent.status import PollResult, RuntimeSnapshot, Status
+from gen_agent.system import AgentSystem, current_system
+
+__all__ = [
+    "AgentRef", "ask", "backend_session", "cancel_request", "current_name", "drain", "halt",
+    "interrupt", "interrupt_request", "list_agents", "notify", "notify_ack", "poll",
+    "reset_session", "resume", "runtime_snapshot", "send", "send_after", "start_agent",
+    "status", "stop", "tell", "tell_with_completion", "whereis",
+]
+
+
+def _check_prompt(prompt: Any, fn: str) -> None:
+    if type(prompt) is not str:
+        raise TypeError(f"{fn}: prompt must be a str, got {type(prompt).__name__}")
+
+
+def _unwrap(outcome: tuple[str, Any]) -> Any:
+    if outcome[0] == "ok":
+        return outcome[1]
+    raise TurnError(outcome[1])
+
+
+def _request(outcome: tuple[str, Any]) -> Any:
+    if outcome[0] == "ok":
+        return outcome[1]
+    raise RequestError(outcome[1])
+
+
+def _handle(system: AgentSystem, name: Any) -> AgentHandle:
+    return system.lookup(name)
+
+
+def _cast(system: AgentSystem, name: Any, message: Any) -> None:
+    handle = system._agents.get(name)
+    if handle is not None:
+        handle.send(message)
+
+
+# ---------------------------------------------------------------------- implementations
+def _ask(system: AgentSystem, name: Any, prompt: str, timeout: float | None) -> Response:
+    _check_prompt(prompt, "ask")
+    handle = _handle(system, name)
+    ref = RequestRef.new()
+    caller = threading.current_thread()
+    try:
+        return _unwrap(handle.call(lambda r: AskMsg(prompt, r, ref, caller), timeout))
+    except CallTimeout:
+        raise  # a timed-out but live caller keeps its place (§4.14)
+    except BaseException as exc:
+        if not isinstance(exc, Exception):  # e.g. KeyboardInterrupt: the caller gave up
+            handle.send(AbandonAskMsg(ref))
+        raise
+
+
+def _tell(system: AgentSystem, name: Any, prompt: str, timeout: float | None, *,
+          recipient: Any = None, completion: bool = False, on_halt: str = "queue",
+          stream_to: Any = None) -> RequestRef:
+    _check_prompt(prompt, "tell")
+    handle = _handle(system, name)
+    return _unwrap(handle.call(
+        lambda r: TellMsg(prompt, r, recipient, completion, on_halt, stream_to), timeout))
+
+
+def _call(system: AgentSystem, name: Any, make: Any, timeout: float | None) -> Any:
+    return _handle(system, name).call(make, timeout)
+
+
+def _drain(system: AgentSystem, name: Any, timeout: float | None) -> None:
+    handle = _handle(system, name)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    _request(handle.call(DrainMsg, timeout))
+    remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+    if not handle.exited.wait(remaining):
+        raise CallTimeout(timeout)
+    if handle.exit_reason != "normal":
+        raise RequestError(("agent_down", handle.exit_reason))
+
+
+# ---------------------------------------------------------------------- AgentRef
+class AgentRef:
+    """A handle on one incarnation of an agent. Thread-safe; share it freely.
+
+    Methods mirror the module-level functions of the same name (see their docs) and address
+    the agent by its registered name in the system that started it. `is_alive()` tells
+    whether this incarnation still runs. Two refs are equal iff they denote the same
+    incarnation.
+    """
+
+    __slots__ = ("_handle",)
+
+    def __init__(self, handle: AgentHandle) -> None:
+        self._handle = handle
+
+    @property
+    def name(self) -> Any:
+        """The registered name."""
+        return self._handle.name
+
+    @property
+    def _system(self) -> AgentSystem:
+        return self._handle.system
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, AgentRef) and other._handle is self._handle
+
+    def __hash__(self) -> int:
+        return id(self._handle)
+
+    def __repr__(self) -> str:
+        state = "alive" if self.is_alive() else "dead"
+        return f"<AgentRef {self._handle.module.__name__} {state}>"
+
+    def is_alive(self) -> bool:
+        """True while this incarnation runs (it has not stopped or been killed)."""
+        return not self._handle.closed
+
+    def wait_stopped(self, timeout: float | None = None) -> bool:
+        """Block until this incarnation's thread finished; False if `timeout` (s) expired."""
+        return self._handle.exited.wait(timeout)
+
+    @property
+    def exit_reason(self) -> Any:
+        """The reason this incarnation stopped (None while it runs)."""
+        return self._handle.exit_reason
+
+    def send_info(self, message: Any) -> None:
+        """Deliver `message` to this incarnation's `handle_info` (used for completions)."""
+        self._handle.send(InfoMsg(message))
+
+    def ask(self, prompt: str, timeout: float | None = None) -> Response:
+        """See `gen_agent.ask`."""
+        return _ask(self._system, self.name, prompt, timeout)
+
+    def tell(self, prompt: str, timeout: float | None = None) -> RequestRef:
+        """See `gen_agent.tell`."""
+        return _tell(self._system, self.name, prompt, timeout)
+
+    def tell_with_completion(self, prompt: str, recipient: Any, *, on_halt: str = "queue",
+                             stream_to: Any = None, timeout: float | None = None) -> RequestRef:
+        """See `gen_agent.tell_with_completion`."""
+        return tell_with_completion(self.name, prompt, recipient, on_halt=on_halt,
+                                    stream_to=stream_to, timeout=timeout, _system=self._system)
+
+    def poll(self, ref: RequestRef, timeout: float | None = None) -> PollResult:
+        """See `gen_agent.poll`."""
+        return poll(self.name, ref, timeout, _system=self._system)
+
+    def notify(self, event: Any) -> None:
+        """See `gen_agent.notify`."""
+        _cast(self._system, self.name, NotifyMsg(event))
+
+    def notify_ack(self, event: Any, timeout: float | None = None) -> None:
+        """See `gen_agent.notify_ack`."""
+        notify_ack(self.name, event, timeout, _system=self._system)
+
+    def interrupt(self) -> None:
+        """See `gen_agent.interrupt`."""
+        _cast(self._system, self.name, InterruptMsg())
+
+    def interrupt_request(self, ref: RequestRef, timeout: float | None = None) -> str:
+        """See `gen_agent.interrupt_request`."""
+        return interrupt_request(self.name, ref, timeout, _system=self._system)
+
+    def cancel_request(self, ref: RequestRef, timeout: float | None = None) -> str:
+        """See `gen_agent.cancel_request`."""
+        return cancel_request(self.name, ref, timeout, _system=self._system)
+
+    def halt(self) -> None:
+        """See `gen_agent.halt`."""
+        _cast(self._system, self.name, HaltMsg())
+
+    def resume(self) -> None:
+        """See `gen_agent.resume`."""
+        _cast(self._system, self.name, ResumeMsg())
+
+    def reset_session(self, timeout: float | None = None) -> None:
+        """See `gen_agent.reset_session`."""
+        reset_session(self.name, timeout, _system=self._system)
+
+    def status(self, timeout: float | None = None) -> Status:
+        """See `gen_agent.status`."""
+        return status(self.name, timeout, _system=self._system)
+
+    def runtime_snapshot(self, timeout: float | None = None) -> RuntimeSnapshot:
+        """See `gen_agent.runtime_snapshot`."""
+        return runtime_snapshot(self.name, timeout, _system=self._system)
+
+    def drain(self, timeout: float | None = None) -> None:
+        """See `gen_agent.drain`."""
+        _drain(self._system, self.name, timeout)
+
+    def stop(self) -> None:
+        """See `gen_agent.stop`."""
+        self._system.stop(self.name)
+
+
+# ---------------------------------------------------------------------- public functions
+def start_agent(module: type, *, name: Any, backend: Any, **opts: Any) -> AgentRef:
+    """Start an agent and return its `AgentRef` once `init_agent` and the backend's
+    `start_session` finished (not waiting for `pre_run`).
+
+    Args:
+        module: the `GenAgent` subclass (instantiated once, in the agent thread).
+        name: the registry key, any hashable value (not forwarded to `init_agent`).
+        backend: the backend (a class with classmethod hooks, or an instance).
+        **opts: the reserved options below (None = default) and anything else, which is
+            forwarded to `init_agent`.
+
+    Options:
+        watchdog_ms: per-attempt turn deadline in milliseconds, default 600_000; positive
+            int, or "infinity" to disable.
+        shutdown_ms: graceful-stop window in milliseconds, default 5_000; non-negative int or
+            "infinity". Invalid → `ValueError` raised here.
+        max_tell_results (100) / max_tell_result_bytes (8_388_608): poll cache bounds
+            (count / bytes, >= 0).
+        max_events_per_turn (1_000) / max_event_bytes_per_turn (1_048_576): retained
+            events per turn (count / bytes, > 0).
+        event_retention: "compact" (default) or "lossless".
+        max_pending_prompts (1_000) / max_pending_prompt_bytes (1_048_576): mailbox
+            bounds (count / bytes, >= 0; 0 disables the queue). The byte cap also bounds the
+            self-chain slot.
+        max_pending_notifications (1_000) / max_pending_notification_bytes (1_048_576):
+            deferred-notification buffer bounds (count / bytes, >= 0).
+        Bytes are `gen_agent.term_size` bytes.
+
+    Returns:
+        The `AgentRef` of the new incarnation.
+
+    Raises:
+        AlreadyStarted: a live agent holds `name`.
+        AgentStartError: `("init_agent_failed", r)` (init_agent raised `InitAgentError(r)` or
+            returned a malformed value), `("backend_start_failed", r)` (start_session raised
+            `SessionStartError(r)`), `("init_failed", "error", "TypeName")` (any other
+            exception during init, or an invalid reserved option).
+        ValueError: invalid `shutdown_ms`.
+
+    Mirrors: `GenAgent.start_agent/2` (contract §2.2).
+    """
+    return current_system().start_agent(module, name=name, backend=backend, **opts)
+
+
+def ask(name: Any, prompt: str, timeout: float | None = None) -> Response:
+    """Send `prompt` as a turn and wait for its `Response`.
+
+    Dispatched now when the agent is idle, else queued FIFO. With caller-owned retries the
+    caller waits across attempts and sees only the final outcome.
+
+    Args:
+        name: the agent's name. prompt: a `str`. timeout: seconds to wait, None = forever.
+
+    Returns:
+        The `Response` of the successful turn.
+
+    Raises:
+        TypeError: `prompt` is not a `str` (nothing is sent).
+        AgentNotFound, AgentDown, CallTimeout: see the module docstring.
+        TurnError: the request failed; `.reason` per contract §4.20 (e.g. "timeout",
+            "interrupted", ("task_crashed", exc), ("overloaded", info), "draining",
+            ("agent_terminated", "shutdown"), "pre_turn_skipped", a backend reason).
+
+    Mirrors: `GenAgent.ask/3` (contract §2.4).
+    """
+    return _ask(current_system(), name, prompt, timeout)
+
+
+def tell(name: Any, prompt: str, timeout: float | None = None) -> RequestRef:
+    """Queue `prompt` as a turn and return its `RequestRef` at once; read the outcome with
+    `poll`. For an idle agent this returns after `pre_turn` ran and the turn started.
+
+    Raises:
+        TypeError: `prompt` is not a `str`.
+        TurnError: ("overloaded", OverloadInfo) (no ref issued) or "draining".
+        AgentNotFound, AgentDown, CallTimeout.
+
+    Mirrors: `GenAgent.tell/3` (contract §2.5).
+    """
+    return _tell(current_system(), name, prompt, timeout)
+
+
+def tell_with_completion(name: Any, prompt: str, recipient: Any, *, on_halt: str = "queue",
+                         stream_to: Any = None, timeout: float | None = None,
+                         _system: AgentSystem | None = None) -> RequestRef:
+    """Like `tell`, and deliver exactly one completion message to `recipient`.
+
+    The message is `("gen_agent", "completion", name, ref, ("ok", response))` or
+    `(..., ("error", reason))`. A recipient is a pykka `ActorRef` (told), an `AgentRef`
+    (its `handle_info`), an object with `put()` (e.g. `queue.Queue`) or a callable. It may
+    arrive before this function returns.
+
+    Args:
+        on_halt: "queue" (default; wait for resume) or "fail" (fail with "halted" if the
+            agent is halted now or halts before dispatch).
+        stream_to: a recipient of `("gen_agent", "event", name, ref, event)` for each event
+            of this request's turns, relayed after `handle_stream_event`; None = off.
+
+    Raises:
+        ValueError: `on_halt` is not "queue" or "fail" (nothing is sent).
+        TurnError: "halted" (on_halt="fail" and the agent is halted), ("overloaded", info),
+            "draining". AgentNotFound, AgentDown, CallTimeout.
+
+    Mirrors: `GenAgent.tell_with_completion/5` (contract §2.6).
+    """
+    if on_halt not in ("queue", "fail"):
+        raise ValueError(f"on_halt must be 'queue' or 'fail', got {on_halt!r}")
+    system = _system or current_system()
+    return _tell(system, name, prompt, timeout, recipient=recipient, completion=True,
+                 on_halt=on_halt, stream_to=stream_to)
+
+
+def poll(name: Any, ref: RequestRef, timeout: float | None = None, *,
+         _system: AgentSystem | None = None) -> PollResult:
+    """Return the state of a tell request: pending, completed (with the response) or failed
+    (with the reason; "not_found" for unknown or pruned refs, ask refs, or a missing agent).
+
+    Mirrors: `GenAgent.poll/3` (contract §2.7).
+    """
+    try:
+        handle = _handle(_system or current_system(), name)
+    except AgentNotFound:
+        return PollResult(status="failed", reason="not_found")
+    return handle.call(lambda r: PollMsg(ref, r), timeout)
+
+
+def notify(name: Any, event: Any) -> None:
+    """Deliver `event` to the agent's `handle_event` (at once when idle, after the current
+    turn when busy). Always returns None, also for a missing agent; a rejection (overload,
+    draining) shows only in `input.rejected` telemetry. Mirrors `GenAgent.notify/2`."""
+    _cast(current_system(), name, NotifyMsg(event))
+
+
+def notify_ack(name: Any, event: Any, timeout: float | None = None, *,
+               _system: AgentSystem | None = None) -> None:
+    """Like `notify`, but wait for admission: returns None when handled (idle) or buffered.
+
+    Raises:
+        TurnError: ("overloaded", info) (buffer full, or halted and the generated prompt
+            could not be queued) or "draining". AgentNotFound, AgentDown, CallTimeout.
+
+    Mirrors: `GenAgent.notify_ack/3` (contract §2.9).
+    """
+    _unwrap(_call(_system or current_system(), name, lambda r: NotifyMsg(event, r), timeout))
+
+
+def interrupt(name: Any) -> None:
+    """Interrupt the active turn, if any: it fails with "interrupted". No-op when idle or
+    missing. Mirrors `GenAgent.interrupt/1` (contract §2.10)."""
+    _cast(current_system(), name, InterruptMsg())
+
+
+def interrupt_request(name: Any, ref: RequestRef, timeout: float | None = None, *,
+                      _system: AgentSystem | None = None) -> str:
+    """Interrupt the turn of `ref` only if it is the active one.
+
+    Returns:
+        "accepted" (it is interrupted; the acknowledgement precedes its outcome),
+        "not_current" (another turn is active), "idle", or "not_found" (no such agent).
+
+    Mirrors: `GenAgent.interrupt_request/3` (contract §2.11).
+    """
+    try:
+        return _call(_system or current_system(), name,
+                     lambda r: InterruptRequestMsg(ref, r), timeout)
+    except AgentNotFound:
+        return "not_found"
+
+
+def cancel_request(name: Any, ref: RequestRef, timeout: float | None = None, *,
+                   _system: AgentSystem | None = None) -> str:
+    """Remove a queued tell (or a pending retry of one) before dispatch.
+
+    Returns:
+        "cancelled" (now, or already), "current" (it is the active turn),
+        "already_finished", or "not_found" (unknown, pruned, an ask, or no such agent).
+
+    Mirrors: `GenAgent.cancel_request/3` (contract §2.12).
+    """
+    try:
+        return _call(_system or current_system(), name,
+                     lambda r: CancelRequestMsg(ref, r), timeout)
+    except AgentNotFound:
+        return "not_found"
+
+
+def halt(name: Any) -> None:
+    """Halt the agent: now when idle, after the current turn when busy. Idempotent.
+    Mirrors `GenAgent.halt/1` (contract §2.13)."""
+    _cast(current_system(), name, HaltMsg())
+
+
+def resume(name: Any) -> None:
+    """Leave the halted mode and dispatch pending work; while busy, cancel a pending halt.
+    Mirrors `GenAgent.resume/1` (contract §2.14)."""
+    _cast(current_system(), name, ResumeMsg())
+
+
+def reset_session(name: Any, timeout: float | None = None, *,
+                  _system: AgentSystem | None = None) -> None:
+    """Replace the backend conversation in place (idle only; state and queue are kept).
+
+    Raises:
+        RequestError: "busy", "draining", "unsupported", the backend's `ResetError`
+            reason, or ("backend_reset_failed", "TypeName"). AgentNotFound, AgentDown.
+
+    Mirrors: `GenAgent.reset_session/2` (contract §2.15).
+    """
+    _request(_call(_system or current_system(), name, ResetSessionMsg, timeout))
+
+
+def status(name: Any, timeout: float | None = None, *,
+           _system: AgentSystem | None = None) -> Status:
+    """Return the agent's `Status`. Mirrors `GenAgent.status/2` (contract §2.16)."""
+    return _call(_system or current_system(), name, StatusMsg, timeout)
+
+
+def runtime_snapshot(name: Any, timeout: float | None = None, *,
+                     _system: AgentSystem | None = None) -> RuntimeSnapshot:
+    """Return the payload-free `RuntimeSnapshot`. Mirrors `GenAgent.runtime_snapshot/2`."""
+    return _call(_system or current_system(), name, SnapshotMsg, timeout)
+
+
+def drain(name: Any, timeout: float | None = None) -> None:
+    """Finish the active turn, reject everything queued with "draining", then stop.
+
+    Returns once the agent exited normally. `timeout` (seconds) covers admission and the
+    wait together; when it expires `CallTimeout` is raised and the drain goes on.
+
+    Raises:
+        RequestError: ("agent_down", reason) when it stopped for another reason.
+        AgentNotFound, AgentDown, CallTimeout.
+
+    Mirrors: `GenAgent.drain/2` (contract §2.18).
+    """
+    _drain(current_system(), name, timeout)
+
+
+def stop(name: Any) -> None:
+    """Stop the agent gracefully (reason "shutdown") within its `shutdown_ms`, then kill it.
+
+    Waiting asks get `TurnError(("agent_terminated", "shutdown"))`; the turn task is
+    cancelled; `terminate_agent` and the backend's `terminate_session` run.
+
+    Raises:
+        AgentNotFound: no such agent.
+        RequestError: "self_stop" when called from the agent's own thread or turn task.
+
+    Mirrors: `GenAgent.stop/2` (contract §2.19).
+    """
+    current_system().stop(name)
+
+
+def whereis(name: Any) -> AgentRef | None:
+    """Return the live agent's `AgentRef`, or None. Mirrors `GenAgent.whereis/1`."""
+    return current_system().whereis(name)
+
+
+def list_agents() -> list[Any]:
+    """Return the registered names (point in time, unordered). Mirrors `GenAgent.list/0`."""
+    return current_system().list_agents()
+
+
+def send(name: Any, message: Any) -> None:
+    """Send `message` to the agent's `handle_info` (Elixir's `send/2` to the agent).
+
+    Buffered while a turn runs if the agent defines `handle_info`; dropped (debug log) if it
+    does not. Never raises for a missing agent.
+    """
+    _cast(current_system(), name, InfoMsg(message))
+
+
+def send_after(name: Any, message: Any, delay_ms: int) -> TimerHandle:
+    """Send `message` to `name`'s `handle_info` after `delay_ms` milliseconds.
+
+    Returns a handle whose `cancel()` prevents delivery. Mirrors `Process.send_after/3`
+    aimed at an agent.
+    """
+    system = current_system()
+    return TIMERS.schedule(delay_ms / 1000, lambda: _cast(system, name, InfoMsg(message)))
+
+
+def backend_session(name: Any, timeout: float | None = None) -> Any:
+    """Return the agent's raw backend session (for tests and `MockBackend.history`).
+
+    Mirrors the internal `:get_backend_session` call (contract §2.23).
+    """
+    return _call(current_system(), name, GetSessionMsg, timeout)
+
+
+_ = current_name  # re-exported from here for the public API

@@ -1,0 +1,183 @@
+"""`AgentSystem`: the name registry and the application-level agent supervisor (contract §9).
+
+One default system is created lazily on first use and shut down at interpreter exit (or by
+`gen_agent.shutdown()`). Tests and embedders can open an isolated one with
+`with AgentSystem() as system: ...`: while it is open, the module-level client functions
+(`gen_agent.ask`, ...) address it instead of the default one, and leaving the block stops every
+agent it started. Agents are `temporary` children: never restarted (restarting supervisors
+are `gen_agent.Supervisor`).
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+from typing import Any
+
+from loguru import logger
+
+from gen_agent._context import current_handle
+from gen_agent._handle import AgentHandle
+from gen_agent._messages import StopMsg
+from gen_agent._options import build_options, split_options, validate_shutdown
+from gen_agent._reply import Reply
+from gen_agent._server import AgentActor
+from gen_agent.errors import AgentNotFound, AgentStartError, AlreadyStarted, RequestError
+
+__all__ = ["AgentSystem", "current_system", "shutdown"]
+
+
+class AgentSystem:
+    """A registry of named agents plus the supervisor that owns them. Thread-safe.
+
+    Names are any hashable value and unique within the system. A name is taken from the
+    moment its agent starts initializing until the agent has stopped, then reusable at once;
+    a new agent under an old name is a new incarnation (old refs never match it).
+
+    Use as a context manager for isolation (tests): entering makes it the system that the
+    module-level client functions use; leaving stops all its agents (`shutdown`).
+
+    Mirrors: `GenAgent.Registry` + `GenAgent.AgentSupervisor` (contract §9).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._agents: dict[Any, AgentHandle] = {}
+
+    # ------------------------------------------------------------------ registry
+    def lookup(self, name: Any) -> AgentHandle:
+        """Return the live handle registered under `name`.
+
+        Raises:
+            AgentNotFound: nothing (alive) is registered under `name`.
+        """
+        handle = self._agents.get(name)
+        if handle is None or handle.closed:
+            raise AgentNotFound(name)
+        return handle
+
+    def whereis(self, name: Any) -> Any:
+        """Return the `AgentRef` of `name`, or None (dead agents are ignored). Never messages
+        the agent. Mirrors `GenAgent.whereis/1`."""
+        from gen_agent.client import AgentRef
+
+        handle = self._agents.get(name)
+        return None if handle is None or handle.closed else AgentRef(handle)
+
+    def list_agents(self) -> list[Any]:
+        """Return the registered names (a point-in-time, unordered list). Mirrors `list/0`."""
+        with self._lock:
+            return [name for name, handle in self._agents.items() if not handle.closed]
+
+    def _unregister(self, handle: AgentHandle) -> None:
+        with self._lock:
+            if self._agents.get(handle.name) is handle:
+                del self._agents[handle.name]
+
+    # ------------------------------------------------------------------ start / stop
+    def start_agent(self, module: type, *, name: Any, backend: Any, **opts: Any) -> Any:
+        """Start an agent in this system. See `gen_agent.start_agent` for the full contract."""
+        from gen_agent.client import AgentRef
+
+        shutdown_ms = validate_shutdown(opts.get("shutdown_ms"))
+        reserved, forwarded = split_options(opts)
+        with self._lock:
+            existing = self._agents.get(name)
+            if existing is not None and not existing.closed:
+                raise AlreadyStarted(name, AgentRef(existing))
+            handle = AgentHandle(self, name, module, shutdown_ms)
+            self._agents[name] = handle
+        try:
+            options = build_options(reserved)
+        except ValueError:
+            self._unregister(handle)
+            logger.bind(gen_agent=name).error(
+                "gen_agent initialization failed (error: ValueError)")
+            raise AgentStartError(("init_failed", "error", "ValueError")) from None
+        init_reply = Reply()
+        try:
+            AgentActor.start(handle, module, backend, options, forwarded, init_reply)
+        except BaseException:
+            self._unregister(handle)
+            raise
+        init_reply.wait()  # raises AgentStartError after a failed init
+        return AgentRef(handle)
+
+    def stop(self, name: Any) -> None:
+        """Stop `name` gracefully within its `shutdown_ms`, then kill it. See `gen_agent.stop`.
+
+        Raises:
+            AgentNotFound: no such agent.
+            RequestError: reason "self_stop" when called from the agent's own threads.
+        """
+        handle = self.lookup(name)
+        if current_handle() is handle:
+            raise RequestError("self_stop")
+        self._stop_handle(handle, "shutdown")
+
+    def _stop_handle(self, handle: AgentHandle, reason: Any) -> None:
+        handle.send(StopMsg(reason, handle.reply()))
+        window = handle.shutdown_ms
+        if not handle.exited.wait(None if window is None else window / 1000):
+            self._kill(handle)
+
+    def _kill(self, handle: AgentHandle) -> None:
+        # Python threads cannot be killed: the agent is cut off (unregistered, callers failed
+        # with AgentDown("killed")) and its thread ends, without cleanup, when it next runs.
+        logger.bind(gen_agent=handle.name).warning(
+            "gen_agent agent did not stop within its shutdown window; killed")
+        self._unregister(handle)
+        handle.close("killed")
+
+    def shutdown(self) -> None:
+        """Stop every agent of this system, newest first, each within its `shutdown_ms`
+        window; an agent that does not stop in time is killed. Idempotent."""
+        with self._lock:
+            handles = list(self._agents.values())
+        for handle in reversed(handles):
+            if not handle.closed and current_handle() is not handle:
+                self._stop_handle(handle, "shutdown")
+
+    # ------------------------------------------------------------------ context manager
+    def __enter__(self) -> AgentSystem:
+        with _stack_lock:
+            _stack.append(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self.shutdown()
+        finally:
+            with _stack_lock:
+                if self in _stack:
+                    _stack.remove(self)
+
+
+_stack: list[AgentSystem] = []
+_stack_lock = threading.Lock()
+_default: AgentSystem | None = None
+
+
+def current_system() -> AgentSystem:
+    """Return the innermost open `AgentSystem`, else the default one (created lazily)."""
+    global _default
+    if _stack:
+        return _stack[-1]
+    with _stack_lock:
+        if _default is None:
+            _default = AgentSystem()
+            atexit.register(_shutdown_default)
+        return _default
+
+
+def _shutdown_default() -> None:
+    if _default is not None:
+        _default.shutdown()
+
+
+def shutdown() -> None:
+    """Stop every agent of the default system (also run automatically at interpreter exit).
+
+    Mirrors stopping the `:gen_agent` application.
+    """
+    _shutdown_default()
