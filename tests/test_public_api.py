@@ -1,0 +1,59 @@
+"""The public surface: one sorted `__all__`, every name present and documented."""
+
+from __future__ import annotations
+
+import inspect
+
+import gen_agent
+import gen_agent.telemetry
+
+
+def test_all_is_sorted_and_unique() -> None:
+    assert list(gen_agent.__all__) == sorted(gen_agent.__all__)
+    assert len(set(gen_agent.__all__)) == len(gen_agent.__all__)
+
+
+def test_all_names_exist() -> None:
+    missing = [name for name in gen_agent.__all__ if not hasattr(gen_agent, name)]
+    assert missing == []
+
+
+def test_every_public_name_has_a_docstring() -> None:
+    undocumented = [
+        name for name in gen_agent.__all__
+        if callable(getattr(gen_agent, name)) and not inspect.getdoc(getattr(gen_agent, name))
+    ]
+    assert undocumented == []
+
+
+def test_public_methods_of_public_classes_are_documented() -> None:
+    undocumented = []
+    for name in gen_agent.__all__:
+        obj = getattr(gen_agent, name)
+        if not inspect.isclass(obj):
+            continue
+        for attr, member in vars(obj).items():
+            if attr.startswith("_") or not (inspect.isfunction(member) or
+                                            isinstance(member, (classmethod, property))):
+                continue
+            if not inspect.getdoc(getattr(obj, attr)):
+                undocumented.append(f"{name}.{attr}")
+    assert undocumented == []
+
+
+def test_logging_is_disabled_for_the_library_by_default() -> None:
+    from loguru import logger
+
+    messages: list[str] = []
+    sink = logger.add(messages.append, level="DEBUG")
+    try:
+        # A raising telemetry handler is detached with a warning logged inside gen_agent.
+        def boom(*_args: object) -> None:
+            raise RuntimeError("secret")
+
+        gen_agent.telemetry.attach("probe", ("probe", "event"), boom)
+        gen_agent.telemetry.execute(("probe", "event"), {}, {})
+        assert gen_agent.telemetry.list_handlers(("probe",)) == []
+    finally:
+        logger.remove(sink)
+    assert messages == []
