@@ -12,17 +12,19 @@ import threading
 from typing import Any
 
 import pykka
+from loguru import logger
 
 from gen_agent._reply import Reply, fail_all
-from gen_agent.errors import AgentDown
+from gen_agent.errors import AgentDown, RequestError
 
 
 class AgentHandle:
     """The per-incarnation link between callers and one agent actor. Thread-safe."""
 
     __slots__ = (
-        "__weakref__", "_lock", "actor_ref", "closed", "exit_reason", "exited", "module",
-        "name", "outstanding", "shutdown_ms", "system",
+        "__weakref__", "_listeners", "_lock", "actor_ref", "actor_thread", "closed",
+        "exit_reason", "exited", "module", "name", "outstanding", "session_id", "shutdown_ms",
+        "system",
     )
 
     def __init__(self, system: Any, name: Any, module: type, shutdown_ms: int | None) -> None:
@@ -31,10 +33,13 @@ class AgentHandle:
         self.module = module
         self.shutdown_ms = shutdown_ms
         self.actor_ref: pykka.ActorRef[Any] | None = None
+        self.actor_thread: int | None = None
         self.outstanding: set[Reply] = set()
         self.closed = False
         self.exited = threading.Event()
         self.exit_reason: Any = None
+        self.session_id: str | None = None  # last provider session id seen (for resume)
+        self._listeners: list[Any] = []
         self._lock = threading.Lock()
 
     @property
@@ -63,20 +68,40 @@ class AgentHandle:
         Raises:
             AgentDown: the agent ended before or while answering.
             CallTimeout: no answer within `timeout`.
+            RequestError: "calling_self" when called from this agent's own thread (it would
+                wait for itself forever; a turn task may call its agent).
         """
+        if threading.get_ident() == self.actor_thread:
+            raise RequestError("calling_self")
         reply = self.reply()
         if not self.send(make(reply)):
             reply.fail(AgentDown(self.exit_reason or "noproc"))
         return reply.wait(timeout)
 
+    def on_exit(self, listener: Any) -> None:
+        """Call `listener(handle, reason)` once when this incarnation closes (at once if it
+        already has). Listeners run in the closing thread and must be quick (supervisors)."""
+        with self._lock:
+            if not self.closed:
+                self._listeners.append(listener)
+                return
+        listener(self, self.exit_reason)
+
     def close(self, reason: Any) -> None:
-        """Stop accepting, record the exit reason, fail every outstanding reply."""
+        """Stop accepting, record the exit reason, fail every outstanding reply, then tell
+        the exit listeners."""
         with self._lock:
             if self.closed:
                 return
             self.closed = True
             self.exit_reason = reason
+            listeners, self._listeners = self._listeners, []
         fail_all(self.outstanding, AgentDown(reason))
+        for listener in listeners:
+            try:
+                listener(self, reason)
+            except Exception as exc:  # noqa: BLE001 - a listener must not break the close
+                logger.warning("gen_agent exit listener raised {}", type(exc).__name__)
 
     def tell_unchecked(self, message: Any) -> None:
         """Send without the lock (turn tasks and timers; losing it after death is fine)."""

@@ -16,7 +16,7 @@ RESERVED = (
     "watchdog_ms", "shutdown_ms", "max_tell_results", "max_tell_result_bytes",
     "max_events_per_turn", "max_event_bytes_per_turn", "event_retention",
     "max_pending_prompts", "max_pending_prompt_bytes", "max_pending_notifications",
-    "max_pending_notification_bytes",
+    "max_pending_notification_bytes", "resume_session_id",
 )
 
 DEFAULTS: dict[str, Any] = {
@@ -31,6 +31,7 @@ DEFAULTS: dict[str, Any] = {
     "max_pending_prompt_bytes": 1_048_576,
     "max_pending_notifications": 1_000,
     "max_pending_notification_bytes": 1_048_576,
+    "resume_session_id": None,
 }
 
 _POSITIVE = ("max_events_per_turn", "max_event_bytes_per_turn")
@@ -54,6 +55,7 @@ class AgentOptions(msgspec.Struct, frozen=True, kw_only=True):
     max_pending_prompt_bytes: int
     max_pending_notifications: int
     max_pending_notification_bytes: int
+    resume_session_id: str | None = None
 
 
 def _is_int(value: Any) -> bool:
@@ -102,6 +104,9 @@ def build_options(reserved: dict[str, Any]) -> AgentOptions:
     for key in _NON_NEGATIVE:
         if not (_is_int(values[key]) and values[key] >= 0):
             raise ValueError(f"{key} must be a non-negative int, got {values[key]!r}")
+    resume = values["resume_session_id"]
+    if resume is not None and not (isinstance(resume, str) and resume):
+        raise ValueError(f"resume_session_id must be a non-empty str, got {resume!r}")
     if values["event_retention"] not in ("compact", "lossless"):
         raise ValueError(
             f"event_retention must be 'compact' or 'lossless', got {values['event_retention']!r}"

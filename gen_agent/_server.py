@@ -214,12 +214,13 @@ class AgentActor(pykka.ThreadingActor):
 
     # ------------------------------------------------------------------ startup (§4.3)
     def on_start(self) -> None:
+        self.handle.actor_thread = threading.get_ident()
         set_current(self.name, self.handle)
         try:
             self.impl = self.module()
             backend_opts, state = self._init_agent()
             try:
-                self.session = self.backend.start_session(backend_opts)
+                self.session = self._start_session(backend_opts)
             except SessionStartError as exc:
                 raise AgentStartError(("backend_start_failed", exc.reason)) from None
             self.state = state
@@ -238,6 +239,16 @@ class AgentActor(pykka.ThreadingActor):
         self._set_phase("idle")
         self._init_reply.resolve(self.handle)
         self._run_pre_run()
+
+    def _start_session(self, backend_opts: dict[str, Any]) -> Any:
+        # A supervisor restarting an agent passes the old session id (resume_session_id);
+        # backends that can resume a conversation do, the others start afresh.
+        session_id = self.opts.resume_session_id
+        resume = getattr(self.backend, "resume_session", None)
+        if session_id is not None and resume is not None:
+            self.handle.session_id = session_id
+            return resume(session_id, backend_opts)
+        return self.backend.start_session(backend_opts)
 
     def _init_agent(self) -> tuple[dict[str, Any], Any]:
         try:
@@ -632,6 +643,7 @@ class AgentActor(pykka.ThreadingActor):
             return self._record_checkpoint_error(turn, "conflicting_session_id")
         self.session = apply(self.session, session_id)
         turn.checkpoint_id = session_id
+        self.handle.session_id = session_id
         return "ok"
 
     @staticmethod
@@ -726,6 +738,8 @@ class AgentActor(pykka.ThreadingActor):
             self.log.error("gen_agent state callback failed (error: other)")
             raise _StopAgent(("callback_failed", "error", "other"))
         self.session = session
+        if isinstance(response.session_id, str) and response.session_id:
+            self.handle.session_id = response.session_id
         self.state = self._post_turn(("ok", response), request.ref, decision.state)
         self._deliver(request, ("ok", response))
         self._transition(decision)

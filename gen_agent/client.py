@@ -261,6 +261,10 @@ def start_agent(module: type, *, name: Any, backend: Any, **opts: Any) -> AgentR
             self-chain slot.
         max_pending_notifications (1_000) / max_pending_notification_bytes (1_048_576):
             deferred-notification buffer bounds (count / bytes, >= 0).
+        resume_session_id: a provider session id to resume instead of starting a new
+            session: the backend's optional `resume_session(id, backend_opts)` is called in
+            place of `start_session` (backends without it start afresh). Supervisors set it
+            when restarting a child with `resume_session=True`.
         Bytes are `gen_agent.term_size` bytes.
 
     Returns:
