@@ -47,13 +47,83 @@ class TurnSpec:
         self.cancel_event = cancel_event
 
 
+class _Worker:
+    __slots__ = ("spec", "thread", "wake")
+
+    def __init__(self) -> None:
+        self.spec: TurnSpec | None = None
+        self.wake = threading.Event()
+        self.thread: threading.Thread | None = None
+
+
+class TurnWorkers:
+    """Parked daemon threads that run turn tasks, so a turn does not pay for a new thread.
+
+    A worker runs one turn at a time; when the turn ends it parks for `idle_s` seconds
+    waiting for the next one, then exits. A worker whose turn was abandoned (interrupt,
+    watchdog) is simply busy until its backend call returns; it is never waited for.
+    """
+
+    def __init__(self, idle_s: float = 30.0) -> None:
+        self.idle_s = idle_s
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._idle: list[_Worker] = []
+
+    def submit(self, spec: TurnSpec) -> threading.Thread:
+        """Run `spec` on a parked worker, or on a new one; return the worker's thread."""
+        with self._lock:
+            worker = self._idle.pop() if self._idle else None
+        if worker is None:
+            worker = _Worker()
+            worker.thread = threading.Thread(
+                target=self._loop, args=(worker, spec), name="gen_agent-turn", daemon=True)
+            worker.thread.start()
+        else:
+            worker.spec = spec
+            worker.wake.set()
+        assert worker.thread is not None
+        return worker.thread
+
+    def idle_threads(self) -> list[threading.Thread]:
+        """The threads parked between turns (not running any turn)."""
+        with self._lock:
+            return [w.thread for w in self._idle if w.thread is not None]
+
+    def wait_parked(self, thread: threading.Thread, timeout: float) -> bool:
+        """Wait up to `timeout` seconds until `thread` is parked or gone; True if it is."""
+        def settled() -> bool:
+            return not thread.is_alive() or any(w.thread is thread for w in self._idle)
+
+        with self._changed:
+            return self._changed.wait_for(settled, timeout)
+
+    def _loop(self, worker: _Worker, spec: TurnSpec) -> None:
+        while True:
+            _run(spec)
+            set_current(None, None)
+            with self._lock:
+                self._idle.append(worker)
+                self._changed.notify_all()
+            if not worker.wake.wait(self.idle_s):
+                with self._lock:
+                    if worker in self._idle:
+                        self._idle.remove(worker)
+                        self._changed.notify_all()
+                        return
+                worker.wake.wait()  # claimed just as the wait timed out: the spec is coming
+            worker.wake.clear()
+            assert worker.spec is not None
+            spec, worker.spec = worker.spec, None
+
+
+WORKERS = TurnWorkers()
+"""The process-wide pool of turn task threads."""
+
+
 def start_turn(spec: TurnSpec) -> threading.Thread:
-    """Start the turn task thread (daemon, so an abandoned task never blocks exit)."""
-    thread = threading.Thread(
-        target=_run, args=(spec,), name=f"gen_agent-turn-{spec.task_id}", daemon=True
-    )
-    thread.start()
-    return thread
+    """Run the turn task on a pooled daemon thread and return that thread."""
+    return WORKERS.submit(spec)
 
 
 def _terminal_reason(event: Event) -> Any:

@@ -8,15 +8,25 @@ import time
 import pytest
 
 from gen_agent import AgentSystem
+from gen_agent._turn import WORKERS
 
 
 def _wait_threads_gone(before: set[threading.Thread], timeout: float) -> list[threading.Thread]:
     """Join threads started during the test, bounded by `timeout` seconds in total."""
     deadline = time.monotonic() + timeout
     extra = [t for t in threading.enumerate() if t not in before]
+    leftover = []
     for thread in extra:
-        thread.join(max(0.0, deadline - time.monotonic()))
-    return [t for t in extra if t.is_alive()]
+        remaining = max(0.0, deadline - time.monotonic())
+        if thread.name == "gen_agent-turn":
+            # pooled turn threads park between turns: parked is not leaked
+            if not WORKERS.wait_parked(thread, remaining):
+                leftover.append(thread)
+        else:
+            thread.join(remaining)
+            if thread.is_alive():
+                leftover.append(thread)
+    return leftover
 
 
 @pytest.fixture(autouse=True)

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 import gen_agent
+from gen_agent._turn import WORKERS
 from gen_agent.backend import (
     Backend,
     DispatchError,
@@ -24,16 +25,6 @@ from gen_agent.errors import AgentNotFound, RequestError, TurnError
 from gen_agent.event import Event
 
 JOIN_S = 5.0
-
-
-@pytest.fixture(autouse=True)
-def no_thread_left() -> Iterator[None]:
-    before = set(threading.enumerate())
-    yield
-    leftover = [t for t in threading.enumerate() if t not in before]
-    for thread in leftover:
-        thread.join(JOIN_S)
-    assert [t for t in leftover if t.is_alive()] == []
 
 
 class Consumer:
@@ -507,8 +498,8 @@ def test_interrupting_the_agent_frees_a_turn_blocked_in_a_gate(agents: list[Any]
     g.wait_blocked(JOIN_S)
     gen_agent.interrupt("mock-gated")
     assert g.thread is not None
-    g.thread.join(JOIN_S)
-    assert not g.thread.is_alive()
+    # the turn task's pooled thread is freed: it parks, waiting for the next turn
+    assert WORKERS.wait_parked(g.thread, JOIN_S)
     assert g.cancelled is True
 
 
