@@ -12,7 +12,34 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test,dev]'
 	touch $(STAMP)
 
-test: $(STAMP)
+# The real agent CLIs for the `real_cli` tests, from npm into the git-ignored venv. Without
+# node and npm this step is skipped and those tests skip, saying what to install.
+CLAUDE_CODE_VERSION ?= 2.1.197
+NPM_PREFIX := $(VENV)/npm
+CLAUDE_STAMP := $(NPM_PREFIX)/.claude-code-$(CLAUDE_CODE_VERSION)
+
+$(CLAUDE_STAMP):
+	@if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then \
+		npm install --prefix $(NPM_PREFIX) --no-audit --no-fund --loglevel=error \
+			@anthropic-ai/claude-code@$(CLAUDE_CODE_VERSION) && touch $@ \
+			|| echo "WARNING: npm install of claude-code failed: real_cli tests will skip"; \
+	else \
+		echo "node/npm not found: skipping the Claude Code CLI install (real_cli tests skip)"; \
+	fi
+
+CODEX_VERSION ?= 0.171.0
+CODEX_STAMP := $(NPM_PREFIX)/.codex-$(CODEX_VERSION)
+
+$(CODEX_STAMP):
+	@if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then \
+		npm install --prefix $(NPM_PREFIX) --no-audit --no-fund --loglevel=error \
+			@openai/codex@$(CODEX_VERSION) && touch $@ \
+			|| echo "WARNING: npm install of codex failed: real_cli tests will skip"; \
+	else \
+		echo "node/npm not found: skipping the Codex CLI install (real_cli tests skip)"; \
+	fi
+
+test: $(STAMP) $(CLAUDE_STAMP) $(CODEX_STAMP)
 	$(BIN)/ruff check gen_agent tests
 	$(BIN)/python -m pytest -q
 

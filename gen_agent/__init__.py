@@ -61,6 +61,7 @@ from gen_agent.errors import (
     TurnError,
 )
 from gen_agent.event import Event
+from gen_agent.pool import Pool, PoolRef, PoolStatus
 from gen_agent.ref import RequestRef
 from gen_agent.response import EventCoverage, Omission, Response, TextAccumulator
 from gen_agent.size import term_size
@@ -71,6 +72,15 @@ from gen_agent.status import (
     PollResult,
     RuntimeSnapshot,
     Status,
+)
+from gen_agent.supervisor import (
+    ChildEvent,
+    ChildInfo,
+    ChildSpec,
+    Supervisor,
+    SupervisorSpec,
+    child_spec,
+    supervisor_spec,
 )
 from gen_agent.system import AgentSystem, shutdown
 
@@ -90,6 +100,9 @@ __all__ = [
     "CallTimeout",
     "CaptureOverflow",
     "CheckpointError",
+    "ChildEvent",
+    "ChildInfo",
+    "ChildSpec",
     "CurrentTurn",
     "DispatchError",
     "Event",
@@ -102,6 +115,9 @@ __all__ = [
     "Omission",
     "OverloadInfo",
     "PollResult",
+    "Pool",
+    "PoolRef",
+    "PoolStatus",
     "PreRunError",
     "Proceed",
     "Prompt",
@@ -113,12 +129,15 @@ __all__ = [
     "SessionStartError",
     "Skip",
     "Status",
+    "Supervisor",
+    "SupervisorSpec",
     "TextAccumulator",
     "TurnContext",
     "TurnError",
     "ask",
     "backend_session",
     "cancel_request",
+    "child_spec",
     "current_name",
     "drain",
     "halt",
@@ -137,6 +156,7 @@ __all__ = [
     "start_agent",
     "status",
     "stop",
+    "supervisor_spec",
     "tell",
     "tell_with_completion",
     "term_size",

@@ -433,6 +433,7 @@ class AgentActor(pykka.ThreadingActor):
 
     def _on_ask(self, msg: AskMsg) -> None:
         if self.draining:
+            self._input_rejected("draining")
             msg.reply.resolve(("error", "draining"))
             return
         request = Request("ask", msg.prompt, ref=msg.ref, reply=msg.reply, caller=msg.caller)
@@ -443,6 +444,7 @@ class AgentActor(pykka.ThreadingActor):
 
     def _on_tell(self, msg: TellMsg) -> None:
         if self.draining:
+            self._input_rejected("draining")
             msg.reply.resolve(("error", "draining"))
             return
         if msg.on_halt == "fail" and self.halted and self.turn is None:
@@ -451,8 +453,12 @@ class AgentActor(pykka.ThreadingActor):
         request = Request("tell", msg.prompt, recipient=msg.recipient, completion=msg.completion,
                           on_halt=msg.on_halt, stream_to=msg.stream_to)
         if self._can_dispatch_now():
+            # The reply waits for pre_turn and the task start (§2.5); a completion may
+            # already have been delivered by then (§2.6).
+            outcome = self._dispatch(request, request.prompt, 1)
             msg.reply.resolve(("ok", request.ref))
-            self._dispatch_and_continue(request, request.prompt, 1)
+            if outcome != "started":
+                self._after_rejection(outcome)
         elif (reason := self._admit_prompt(request)) is not None:
             msg.reply.resolve(("error", reason))
         else:

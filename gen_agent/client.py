@@ -14,7 +14,7 @@ import threading
 import time
 from typing import Any
 
-from gen_agent._context import current_name
+from gen_agent._context import current_handle, current_name
 from gen_agent._handle import AgentHandle
 from gen_agent._messages import (
     AbandonAskMsg,
@@ -66,20 +66,21 @@ def _request(outcome: tuple[str, Any]) -> Any:
     raise RequestError(outcome[1])
 
 
-def _handle(system: AgentSystem, name: Any) -> AgentHandle:
-    return system.lookup(name)
+def _lookup(system: AgentSystem | None, name: Any) -> AgentHandle:
+    return (system or current_system()).lookup(name)
 
 
-def _cast(system: AgentSystem, name: Any, message: Any) -> None:
-    handle = system._agents.get(name)
+def _cast(system: AgentSystem | None, name: Any, message: Any) -> None:
+    handle = (system or current_system())._agents.get(name)
     if handle is not None:
         handle.send(message)
 
 
 # ---------------------------------------------------------------------- implementations
-def _ask(system: AgentSystem, name: Any, prompt: str, timeout: float | None) -> Response:
+# Each takes the handle of one incarnation: module functions resolve it by name, an AgentRef
+# uses its own (so an old ref never reaches a restarted agent: it gets AgentDown).
+def _ask(handle: AgentHandle, prompt: str, timeout: float | None) -> Response:
     _check_prompt(prompt, "ask")
-    handle = _handle(system, name)
     ref = RequestRef.new()
     caller = threading.current_thread()
     try:
@@ -92,21 +93,16 @@ def _ask(system: AgentSystem, name: Any, prompt: str, timeout: float | None) -> 
         raise
 
 
-def _tell(system: AgentSystem, name: Any, prompt: str, timeout: float | None, *,
-          recipient: Any = None, completion: bool = False, on_halt: str = "queue",
-          stream_to: Any = None) -> RequestRef:
+def _tell(handle: AgentHandle, prompt: str, timeout: float | None, *, recipient: Any = None,
+          completion: bool = False, on_halt: str = "queue", stream_to: Any = None) -> RequestRef:
     _check_prompt(prompt, "tell")
-    handle = _handle(system, name)
+    if on_halt not in ("queue", "fail"):
+        raise ValueError(f"on_halt must be 'queue' or 'fail', got {on_halt!r}")
     return _unwrap(handle.call(
         lambda r: TellMsg(prompt, r, recipient, completion, on_halt, stream_to), timeout))
 
 
-def _call(system: AgentSystem, name: Any, make: Any, timeout: float | None) -> Any:
-    return _handle(system, name).call(make, timeout)
-
-
-def _drain(system: AgentSystem, name: Any, timeout: float | None) -> None:
-    handle = _handle(system, name)
+def _drain(handle: AgentHandle, timeout: float | None) -> None:
     deadline = None if timeout is None else time.monotonic() + timeout
     _request(handle.call(DrainMsg, timeout))
     remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -116,14 +112,20 @@ def _drain(system: AgentSystem, name: Any, timeout: float | None) -> None:
         raise RequestError(("agent_down", handle.exit_reason))
 
 
+def _stop(handle: AgentHandle) -> None:
+    if current_handle() is handle:
+        raise RequestError("self_stop")
+    handle.system._stop_handle(handle, "shutdown")
+
+
 # ---------------------------------------------------------------------- AgentRef
 class AgentRef:
     """A handle on one incarnation of an agent. Thread-safe; share it freely.
 
-    Methods mirror the module-level functions of the same name (see their docs) and address
-    the agent by its registered name in the system that started it. `is_alive()` tells
-    whether this incarnation still runs. Two refs are equal iff they denote the same
-    incarnation.
+    Methods mirror the module-level functions of the same name (see their docs), but address
+    this incarnation, not the name: once it has stopped, synchronous methods raise
+    `AgentDown` (even if a new agent took the name) and casts are ignored. `is_alive()`
+    tells whether it still runs. Two refs are equal iff they denote the same incarnation.
     """
 
     __slots__ = ("_handle",)
@@ -135,10 +137,6 @@ class AgentRef:
     def name(self) -> Any:
         """The registered name."""
         return self._handle.name
-
-    @property
-    def _system(self) -> AgentSystem:
-        return self._handle.system
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, AgentRef) and other._handle is self._handle
@@ -169,69 +167,70 @@ class AgentRef:
 
     def ask(self, prompt: str, timeout: float | None = None) -> Response:
         """See `gen_agent.ask`."""
-        return _ask(self._system, self.name, prompt, timeout)
+        return _ask(self._handle, prompt, timeout)
 
     def tell(self, prompt: str, timeout: float | None = None) -> RequestRef:
         """See `gen_agent.tell`."""
-        return _tell(self._system, self.name, prompt, timeout)
+        return _tell(self._handle, prompt, timeout)
 
     def tell_with_completion(self, prompt: str, recipient: Any, *, on_halt: str = "queue",
                              stream_to: Any = None, timeout: float | None = None) -> RequestRef:
         """See `gen_agent.tell_with_completion`."""
-        return tell_with_completion(self.name, prompt, recipient, on_halt=on_halt,
-                                    stream_to=stream_to, timeout=timeout, _system=self._system)
+        return _tell(self._handle, prompt, timeout, recipient=recipient, completion=True,
+                     on_halt=on_halt, stream_to=stream_to)
 
     def poll(self, ref: RequestRef, timeout: float | None = None) -> PollResult:
         """See `gen_agent.poll`."""
-        return poll(self.name, ref, timeout, _system=self._system)
+        return self._handle.call(lambda r: PollMsg(ref, r), timeout)
 
     def notify(self, event: Any) -> None:
         """See `gen_agent.notify`."""
-        _cast(self._system, self.name, NotifyMsg(event))
+        self._handle.send(NotifyMsg(event))
 
     def notify_ack(self, event: Any, timeout: float | None = None) -> None:
         """See `gen_agent.notify_ack`."""
-        notify_ack(self.name, event, timeout, _system=self._system)
+        _unwrap(self._handle.call(lambda r: NotifyMsg(event, r), timeout))
 
     def interrupt(self) -> None:
         """See `gen_agent.interrupt`."""
-        _cast(self._system, self.name, InterruptMsg())
+        self._handle.send(InterruptMsg())
 
     def interrupt_request(self, ref: RequestRef, timeout: float | None = None) -> str:
         """See `gen_agent.interrupt_request`."""
-        return interrupt_request(self.name, ref, timeout, _system=self._system)
+        return self._handle.call(lambda r: InterruptRequestMsg(ref, r), timeout)
 
     def cancel_request(self, ref: RequestRef, timeout: float | None = None) -> str:
         """See `gen_agent.cancel_request`."""
-        return cancel_request(self.name, ref, timeout, _system=self._system)
+        return self._handle.call(lambda r: CancelRequestMsg(ref, r), timeout)
 
     def halt(self) -> None:
         """See `gen_agent.halt`."""
-        _cast(self._system, self.name, HaltMsg())
+        self._handle.send(HaltMsg())
 
     def resume(self) -> None:
         """See `gen_agent.resume`."""
-        _cast(self._system, self.name, ResumeMsg())
+        self._handle.send(ResumeMsg())
 
     def reset_session(self, timeout: float | None = None) -> None:
         """See `gen_agent.reset_session`."""
-        reset_session(self.name, timeout, _system=self._system)
+        _request(self._handle.call(ResetSessionMsg, timeout))
 
     def status(self, timeout: float | None = None) -> Status:
         """See `gen_agent.status`."""
-        return status(self.name, timeout, _system=self._system)
+        return self._handle.call(StatusMsg, timeout)
 
     def runtime_snapshot(self, timeout: float | None = None) -> RuntimeSnapshot:
         """See `gen_agent.runtime_snapshot`."""
-        return runtime_snapshot(self.name, timeout, _system=self._system)
+        return self._handle.call(SnapshotMsg, timeout)
 
     def drain(self, timeout: float | None = None) -> None:
         """See `gen_agent.drain`."""
-        _drain(self._system, self.name, timeout)
+        _drain(self._handle, timeout)
 
     def stop(self) -> None:
-        """See `gen_agent.stop`."""
-        self._system.stop(self.name)
+        """See `gen_agent.stop`; a no-op if this incarnation already stopped."""
+        if not self._handle.closed:
+            _stop(self._handle)
 
 
 # ---------------------------------------------------------------------- public functions
@@ -304,7 +303,7 @@ def ask(name: Any, prompt: str, timeout: float | None = None) -> Response:
 
     Mirrors: `GenAgent.ask/3` (contract §2.4).
     """
-    return _ask(current_system(), name, prompt, timeout)
+    return _ask(_lookup(None, name), prompt, timeout)
 
 
 def tell(name: Any, prompt: str, timeout: float | None = None) -> RequestRef:
@@ -318,7 +317,7 @@ def tell(name: Any, prompt: str, timeout: float | None = None) -> RequestRef:
 
     Mirrors: `GenAgent.tell/3` (contract §2.5).
     """
-    return _tell(current_system(), name, prompt, timeout)
+    return _tell(_lookup(None, name), prompt, timeout)
 
 
 def tell_with_completion(name: Any, prompt: str, recipient: Any, *, on_halt: str = "queue",
@@ -346,9 +345,8 @@ def tell_with_completion(name: Any, prompt: str, recipient: Any, *, on_halt: str
     """
     if on_halt not in ("queue", "fail"):
         raise ValueError(f"on_halt must be 'queue' or 'fail', got {on_halt!r}")
-    system = _system or current_system()
-    return _tell(system, name, prompt, timeout, recipient=recipient, completion=True,
-                 on_halt=on_halt, stream_to=stream_to)
+    return _tell(_lookup(_system, name), prompt, timeout, recipient=recipient,
+                 completion=True, on_halt=on_halt, stream_to=stream_to)
 
 
 def poll(name: Any, ref: RequestRef, timeout: float | None = None, *,
@@ -359,7 +357,7 @@ def poll(name: Any, ref: RequestRef, timeout: float | None = None, *,
     Mirrors: `GenAgent.poll/3` (contract §2.7).
     """
     try:
-        handle = _handle(_system or current_system(), name)
+        handle = _lookup(_system, name)
     except AgentNotFound:
         return PollResult(status="failed", reason="not_found")
     return handle.call(lambda r: PollMsg(ref, r), timeout)
@@ -369,7 +367,7 @@ def notify(name: Any, event: Any) -> None:
     """Deliver `event` to the agent's `handle_event` (at once when idle, after the current
     turn when busy). Always returns None, also for a missing agent; a rejection (overload,
     draining) shows only in `input.rejected` telemetry. Mirrors `GenAgent.notify/2`."""
-    _cast(current_system(), name, NotifyMsg(event))
+    _cast(None, name, NotifyMsg(event))
 
 
 def notify_ack(name: Any, event: Any, timeout: float | None = None, *,
@@ -382,13 +380,13 @@ def notify_ack(name: Any, event: Any, timeout: float | None = None, *,
 
     Mirrors: `GenAgent.notify_ack/3` (contract §2.9).
     """
-    _unwrap(_call(_system or current_system(), name, lambda r: NotifyMsg(event, r), timeout))
+    _unwrap(_lookup(_system, name).call(lambda r: NotifyMsg(event, r), timeout))
 
 
 def interrupt(name: Any) -> None:
     """Interrupt the active turn, if any: it fails with "interrupted". No-op when idle or
     missing. Mirrors `GenAgent.interrupt/1` (contract §2.10)."""
-    _cast(current_system(), name, InterruptMsg())
+    _cast(None, name, InterruptMsg())
 
 
 def interrupt_request(name: Any, ref: RequestRef, timeout: float | None = None, *,
@@ -402,8 +400,7 @@ def interrupt_request(name: Any, ref: RequestRef, timeout: float | None = None, 
     Mirrors: `GenAgent.interrupt_request/3` (contract §2.11).
     """
     try:
-        return _call(_system or current_system(), name,
-                     lambda r: InterruptRequestMsg(ref, r), timeout)
+        return _lookup(_system, name).call(lambda r: InterruptRequestMsg(ref, r), timeout)
     except AgentNotFound:
         return "not_found"
 
@@ -419,8 +416,7 @@ def cancel_request(name: Any, ref: RequestRef, timeout: float | None = None, *,
     Mirrors: `GenAgent.cancel_request/3` (contract §2.12).
     """
     try:
-        return _call(_system or current_system(), name,
-                     lambda r: CancelRequestMsg(ref, r), timeout)
+        return _lookup(_system, name).call(lambda r: CancelRequestMsg(ref, r), timeout)
     except AgentNotFound:
         return "not_found"
 
@@ -428,13 +424,13 @@ def cancel_request(name: Any, ref: RequestRef, timeout: float | None = None, *,
 def halt(name: Any) -> None:
     """Halt the agent: now when idle, after the current turn when busy. Idempotent.
     Mirrors `GenAgent.halt/1` (contract §2.13)."""
-    _cast(current_system(), name, HaltMsg())
+    _cast(None, name, HaltMsg())
 
 
 def resume(name: Any) -> None:
     """Leave the halted mode and dispatch pending work; while busy, cancel a pending halt.
     Mirrors `GenAgent.resume/1` (contract §2.14)."""
-    _cast(current_system(), name, ResumeMsg())
+    _cast(None, name, ResumeMsg())
 
 
 def reset_session(name: Any, timeout: float | None = None, *,
@@ -447,19 +443,19 @@ def reset_session(name: Any, timeout: float | None = None, *,
 
     Mirrors: `GenAgent.reset_session/2` (contract §2.15).
     """
-    _request(_call(_system or current_system(), name, ResetSessionMsg, timeout))
+    _request(_lookup(_system, name).call(ResetSessionMsg, timeout))
 
 
 def status(name: Any, timeout: float | None = None, *,
            _system: AgentSystem | None = None) -> Status:
     """Return the agent's `Status`. Mirrors `GenAgent.status/2` (contract §2.16)."""
-    return _call(_system or current_system(), name, StatusMsg, timeout)
+    return _lookup(_system, name).call(StatusMsg, timeout)
 
 
 def runtime_snapshot(name: Any, timeout: float | None = None, *,
                      _system: AgentSystem | None = None) -> RuntimeSnapshot:
     """Return the payload-free `RuntimeSnapshot`. Mirrors `GenAgent.runtime_snapshot/2`."""
-    return _call(_system or current_system(), name, SnapshotMsg, timeout)
+    return _lookup(_system, name).call(SnapshotMsg, timeout)
 
 
 def drain(name: Any, timeout: float | None = None) -> None:
@@ -474,7 +470,7 @@ def drain(name: Any, timeout: float | None = None) -> None:
 
     Mirrors: `GenAgent.drain/2` (contract §2.18).
     """
-    _drain(current_system(), name, timeout)
+    _drain(_lookup(None, name), timeout)
 
 
 def stop(name: Any) -> None:
@@ -489,7 +485,7 @@ def stop(name: Any) -> None:
 
     Mirrors: `GenAgent.stop/2` (contract §2.19).
     """
-    current_system().stop(name)
+    _stop(_lookup(None, name))
 
 
 def whereis(name: Any) -> AgentRef | None:
@@ -508,7 +504,7 @@ def send(name: Any, message: Any) -> None:
     Buffered while a turn runs if the agent defines `handle_info`; dropped (debug log) if it
     does not. Never raises for a missing agent.
     """
-    _cast(current_system(), name, InfoMsg(message))
+    _cast(None, name, InfoMsg(message))
 
 
 def send_after(name: Any, message: Any, delay_ms: int) -> TimerHandle:
@@ -526,7 +522,7 @@ def backend_session(name: Any, timeout: float | None = None) -> Any:
 
     Mirrors the internal `:get_backend_session` call (contract §2.23).
     """
-    return _call(current_system(), name, GetSessionMsg, timeout)
+    return _lookup(None, name).call(GetSessionMsg, timeout)
 
 
 _ = current_name  # re-exported from here for the public API

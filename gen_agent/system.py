@@ -43,6 +43,16 @@ class AgentSystem:
     def __init__(self) -> None:
         self._lock = threading.RLock()
         self._agents: dict[Any, AgentHandle] = {}
+        self._shutdown_hooks: list[Any] = []
+
+    def add_shutdown_hook(self, hook: Any) -> None:
+        """Run `hook()` first when this system shuts down (newest hook first).
+
+        Supervisors register themselves here so that shutdown stops them before their
+        children, instead of racing their restarts.
+        """
+        with self._lock:
+            self._shutdown_hooks.append(hook)
 
     # ------------------------------------------------------------------ registry
     def lookup(self, name: Any) -> AgentHandle:
@@ -131,7 +141,15 @@ class AgentSystem:
 
     def shutdown(self) -> None:
         """Stop every agent of this system, newest first, each within its `shutdown_ms`
-        window; an agent that does not stop in time is killed. Idempotent."""
+        window; an agent that does not stop in time is killed. Registered shutdown hooks
+        (supervisors) run first. Idempotent."""
+        with self._lock:
+            hooks, self._shutdown_hooks = self._shutdown_hooks[::-1], []
+        for hook in hooks:
+            try:
+                hook()
+            except Exception as exc:  # noqa: BLE001 - one failing hook must not stop shutdown
+                logger.warning("gen_agent shutdown hook raised {}", type(exc).__name__)
         with self._lock:
             handles = list(self._agents.values())
         for handle in reversed(handles):

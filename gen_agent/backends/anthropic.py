@@ -1,0 +1,631 @@
+"""`AnthropicAPI`: the Anthropic Messages API backend, on the official `anthropic` SDK, streaming.
+
+Install with `pip install 'gen-agent[anthropic]'`; importing this module does not import the
+SDK (`start_session` does, and refuses the session with a clear error when it is missing).
+
+The conversation lives in the session: each turn sends the kept history plus the new user
+message (`messages.create(..., stream=True)`); after a successful turn `update_session`
+appends the assistant's text, or drops the unanswered user message when the reply is empty or
+a refusal. A user message left unanswered by a failed turn is dropped by the next turn. The
+history is bounded (`max_history_messages`, `max_history_bytes`, oldest pairs first) and
+`reset_session` clears it.
+
+Normalization (raw stream events, as dicts, to `Event`s; `AnthropicStreamTranslator`):
+
+- `message_start` → nothing (its id, model and input usage are remembered);
+- a text delta → `text` {text} (immediately, as it arrives);
+- a `tool_use` block, once complete → `tool_use` {id, name, input};
+- any other block type (e.g. `thinking`), once complete → `anthropic.<type>` with the block;
+- `message_delta` → remembered (stop reason; usage counts are cumulative: the last wins, they
+  are never summed);
+- `message_stop` → `usage` {input_tokens, output_tokens, cache_*} then the terminal `result`
+  {text (the joined text blocks), session_id, stop_reason, model, message_id, provider};
+  a refusal is a `result` with `stop_reason: "refusal"` (contract §7.6);
+- an HTTP error, a mid-stream `error` event, a connection failure, or a stream that ends
+  before `message_stop` → the terminal `error` whose reason is a `BackendError`
+  (`_error_from_sdk` is the one place SDK exceptions are translated).
+
+SDK retries are off by default (`max_retries=0`): the agent's retry policy owns retries.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Iterator, Mapping
+from typing import Any, Final
+
+import msgspec
+from loguru import logger
+
+from gen_agent.backend import Backend, BackendError, SessionStartError, TurnContext
+from gen_agent.backends._sdk import (
+    Transport,
+    load_sdk,
+    status_error,
+    transport_error,
+    trim_history,
+)
+from gen_agent.event import Event
+
+__all__ = [
+    "DEFAULT_MODEL",
+    "OPTIONS",
+    "AnthropicAPI",
+    "AnthropicOptions",
+    "AnthropicSession",
+    "AnthropicStreamTranslator",
+]
+
+PROVIDER: Final = "anthropic"
+
+DEFAULT_MODEL: Final = "claude-sonnet-4-5"
+"""The model used when the `model` option is not given."""
+
+# The HTTP status each Anthropic error type stands for: a mid-stream `error` event carries
+# only the type, and mapping it through the status gives the same kind and retryable flag as
+# the same error answered before the stream started.
+_ERROR_TYPE_STATUS: Final = {
+    "invalid_request_error": 400,
+    "authentication_error": 401,
+    "billing_error": 402,
+    "permission_error": 403,
+    "not_found_error": 404,
+    "request_too_large": 413,
+    "rate_limit_error": 429,
+    "api_error": 500,
+    "timeout_error": 504,
+    "overloaded_error": 529,
+}
+_USAGE_KEYS: Final = (
+    "input_tokens",
+    "output_tokens",
+    "cache_creation_input_tokens",
+    "cache_read_input_tokens",
+)
+
+
+# -- options -------------------------------------------------------------------------------
+
+
+class AnthropicOptions(msgspec.Struct, frozen=True, kw_only=True):
+    """The validated options of an `AnthropicAPI` session (see `OPTIONS` for the keys).
+
+    Fields:
+        api_key: the API key; None reads `ANTHROPIC_API_KEY` (missing → start error).
+        base_url: the API root (e.g. `"http://127.0.0.1:PORT"`); None: the SDK's default
+            (or `ANTHROPIC_BASE_URL`).
+        model: the model (default `DEFAULT_MODEL`).
+        max_tokens: the reply's token budget (tokens, >= 1; default 1024).
+        system: the system prompt, or None.
+        temperature: the sampling temperature, or None for the API default.
+        tools: tool definitions sent with every request (dicts, as the API takes them).
+        params: further `messages.create` arguments (e.g. `{"top_p": 0.9}`), as given.
+        timeout: the SDK timeout (seconds; also the longest wait between two stream events).
+        max_retries: the SDK's own retries (count; default 0: the agent owns retries).
+        default_headers: extra HTTP headers on every request.
+        max_history_messages: the most messages kept in the conversation (count).
+        max_history_bytes: the most `term_size` bytes the kept messages may take (bytes).
+        session_id: the session id reported in results; None mints `"anthropic-<hex>"`.
+    """
+
+    api_key: str | None = None
+    base_url: str | None = None
+    model: str = DEFAULT_MODEL
+    max_tokens: int = 1024
+    system: str | None = None
+    temperature: float | None = None
+    tools: tuple[dict[str, Any], ...] = ()
+    params: dict[str, Any] = msgspec.field(default_factory=dict)
+    timeout: float = 60.0
+    max_retries: int = 0
+    default_headers: dict[str, str] = msgspec.field(default_factory=dict)
+    max_history_messages: int = 200
+    max_history_bytes: int = 4 * 1024 * 1024
+    session_id: str | None = None
+
+
+OPTIONS: Final = frozenset(AnthropicOptions.__struct_fields__)
+"""The option keys `AnthropicAPI.start_session` accepts."""
+
+
+def _is_text(value: Any) -> bool:
+    return isinstance(value, str) and value != ""
+
+
+def _is_int(minimum: int) -> Any:
+    return lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= minimum
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _is_positive_number(value: Any) -> bool:
+    return _is_number(value) and value > 0
+
+
+def _is_str_map(value: Any) -> bool:
+    return isinstance(value, Mapping) and all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    )
+
+
+def _is_dict_seq(value: Any) -> bool:
+    return isinstance(value, list | tuple) and all(isinstance(item, Mapping) for item in value)
+
+
+def _is_params(value: Any) -> bool:
+    reserved = {"messages", "stream", "model", "max_tokens"}
+    return isinstance(value, Mapping) and all(
+        isinstance(k, str) and k not in reserved for k in value
+    )
+
+
+_CHECKS: Final = {
+    "api_key": (_is_text, "a non-empty str"),
+    "base_url": (_is_text, "a non-empty str (a URL)"),
+    "model": (_is_text, "a non-empty str"),
+    "max_tokens": (_is_int(1), "an int >= 1 (tokens)"),
+    "system": (lambda v: isinstance(v, str), "a str"),
+    "temperature": (_is_number, "a number"),
+    "tools": (_is_dict_seq, "a list of dicts"),
+    "params": (_is_params, "a dict of str keys other than messages/stream/model/max_tokens"),
+    "timeout": (_is_positive_number, "a number > 0 (seconds)"),
+    "max_retries": (_is_int(0), "an int >= 0"),
+    "default_headers": (_is_str_map, "a dict of str to str"),
+    "max_history_messages": (_is_int(1), "an int >= 1 (messages)"),
+    "max_history_bytes": (_is_int(1), "an int >= 1 (bytes)"),
+    "session_id": (_is_text, "a non-empty str"),
+}
+
+
+def _validate(opts: Any) -> AnthropicOptions:
+    if not isinstance(opts, Mapping):
+        raise SessionStartError(
+            ("invalid_options", type(opts).__name__),
+            f"AnthropicAPI options must be a dict, got {type(opts).__name__}",
+        )
+    for key, value in opts.items():
+        if key not in _CHECKS:
+            raise SessionStartError(
+                ("unknown_option", key),
+                f"unknown AnthropicAPI option {key!r}; valid options: {', '.join(sorted(OPTIONS))}",
+            )
+        check, expected = _CHECKS[key]
+        if value is not None and not check(value):
+            raise SessionStartError(
+                ("invalid_option", key, value),
+                f"AnthropicAPI option {key!r} must be {expected}, got {type(value).__name__}",
+            )
+    given = {k: v for k, v in opts.items() if v is not None}
+    if "tools" in given:
+        given["tools"] = tuple(dict(tool) for tool in given["tools"])
+    for key in ("params", "default_headers"):
+        if key in given:
+            given[key] = dict(given[key])
+    if "timeout" in given:
+        given["timeout"] = float(given["timeout"])
+    return AnthropicOptions(**given)
+
+
+# -- the pure translator ----------------------------------------------------------------
+
+
+class AnthropicStreamTranslator:
+    """Turns the raw stream events of one Messages API reply (as dicts) into `Event`s. Pure.
+
+    Feed every event, in order, to `translate(event)`; after the terminal event (on
+    `message_stop`) further events produce nothing. `truncated()` gives the terminal error
+    for a stream that ended before `message_stop`.
+
+    Args:
+        session_id: the session id put in the result.
+        model: the requested model (reported unless the reply names one).
+
+    Not thread-safe: one turn, one owner.
+    """
+
+    def __init__(self, session_id: str, model: str | None = None) -> None:
+        self.session_id = session_id
+        self.model = model
+        self.message_id: str | None = None
+        self.stop_reason: str | None = None
+        self.usage: dict[str, int] = {}
+        self.finished = False
+        self._texts: list[str] = []
+        self._blocks: dict[int, dict[str, Any]] = {}
+        self._json: dict[int, list[str]] = {}
+
+    def translate(self, event: Mapping[str, Any]) -> list[Event]:
+        """Translate one raw stream event (`{"type": ..., ...}`) into events.
+
+        Returns:
+            The events, in order (often none). Unknown event types produce nothing.
+        """
+        if self.finished:
+            return []
+        kind = event.get("type")
+        handler = _HANDLERS.get(kind) if isinstance(kind, str) else None
+        return handler(self, event) if handler is not None else []
+
+    def truncated(self) -> Event | None:
+        """The terminal error for a stream that ended before `message_stop` (None if done)."""
+        if self.finished:
+            return None
+        message = "the Anthropic stream ended before message_stop"
+        reason = BackendError.new(PROVIDER, "stream_truncated", None, retryable=True,
+                                  message=message)  # fmt: skip
+        return self.error(reason)
+
+    def error(self, reason: BackendError) -> Event:
+        """The terminal `error` event for `reason`; ends the turn."""
+        self.finished = True
+        data = {"reason": reason, "session_id": self.session_id, "model": self.model}
+        return Event.new("error", {**data, "provider": PROVIDER})
+
+    # -- per event type -------------------------------------------------------------
+
+    def _message_start(self, event: Mapping[str, Any]) -> list[Event]:
+        message = event.get("message")
+        if isinstance(message, Mapping):
+            if _is_text(message.get("id")):
+                self.message_id = message["id"]
+            if _is_text(message.get("model")):
+                self.model = message["model"]
+            self._note_usage(message.get("usage"))
+        return []
+
+    def _block_start(self, event: Mapping[str, Any]) -> list[Event]:
+        block = event.get("content_block")
+        index = event.get("index")
+        if not isinstance(block, Mapping) or not isinstance(index, int):
+            return []
+        self._blocks[index] = dict(block)
+        if block.get("type") == "text":
+            self._texts.append(block.get("text") or "")
+            if block.get("text"):
+                return [Event.new("text", {"text": block["text"]})]
+        return []
+
+    def _block_delta(self, event: Mapping[str, Any]) -> list[Event]:
+        delta = event.get("delta")
+        index = event.get("index")
+        if not isinstance(delta, Mapping) or not isinstance(index, int):
+            return []
+        kind = delta.get("type")
+        if kind == "text_delta" and isinstance(delta.get("text"), str) and delta["text"]:
+            if self._blocks.get(index, {}).get("type") == "text" and self._texts:
+                self._texts[-1] += delta["text"]
+            return [Event.new("text", {"text": delta["text"]})]
+        if kind == "input_json_delta" and isinstance(delta.get("partial_json"), str):
+            self._json.setdefault(index, []).append(delta["partial_json"])
+        elif index in self._blocks:
+            _merge_delta(self._blocks[index], delta)
+        return []
+
+    def _block_stop(self, event: Mapping[str, Any]) -> list[Event]:
+        index = event.get("index")
+        block = self._blocks.pop(index, None) if isinstance(index, int) else None
+        pieces = self._json.pop(index, []) if isinstance(index, int) else []
+        if block is None or block.get("type") == "text":
+            return []
+        if block.get("type") == "tool_use":
+            data = {"id": block.get("id"), "name": block.get("name"), "input": block.get("input")}
+            if pieces:
+                data["input"] = _decode_json("".join(pieces))
+            return [Event.new("tool_use", data)]
+        name = block.get("type") if _is_text(block.get("type")) else "content_block"
+        return [Event.new(f"anthropic.{name}", block)]
+
+    def _message_delta(self, event: Mapping[str, Any]) -> list[Event]:
+        delta = event.get("delta")
+        if isinstance(delta, Mapping) and _is_text(delta.get("stop_reason")):
+            self.stop_reason = delta["stop_reason"]
+        self._note_usage(event.get("usage"))
+        return []
+
+    def _message_stop(self, event: Mapping[str, Any]) -> list[Event]:
+        self.finished = True
+        events = [Event.new("usage", dict(self.usage))] if self.usage else []
+        data = {
+            "text": "".join(self._texts),
+            "session_id": self.session_id,
+            "stop_reason": self.stop_reason,
+            "model": self.model,
+            "message_id": self.message_id,
+            "provider": PROVIDER,
+        }
+        events.append(Event.new("result", data))
+        return events
+
+    def _note_usage(self, usage: Any) -> None:
+        # message_delta counts are cumulative for the whole message: the latest value wins.
+        if not isinstance(usage, Mapping):
+            return
+        for key in _USAGE_KEYS:
+            value = usage.get(key)
+            if isinstance(value, int) and not isinstance(value, bool):
+                self.usage[key] = value
+
+
+_HANDLERS: Final = {
+    "message_start": AnthropicStreamTranslator._message_start,
+    "content_block_start": AnthropicStreamTranslator._block_start,
+    "content_block_delta": AnthropicStreamTranslator._block_delta,
+    "content_block_stop": AnthropicStreamTranslator._block_stop,
+    "message_delta": AnthropicStreamTranslator._message_delta,
+    "message_stop": AnthropicStreamTranslator._message_stop,
+}
+
+
+def _merge_delta(block: dict[str, Any], delta: Mapping[str, Any]) -> None:
+    # Deltas of other block types (thinking, signature, citations) extend string fields.
+    for key, value in delta.items():
+        if key == "type":
+            continue
+        if isinstance(value, str) and isinstance(block.get(key), str):
+            block[key] += value
+        else:
+            block[key] = value
+
+
+def _decode_json(text: str) -> Any:
+    try:
+        return msgspec.json.decode(text)
+    except msgspec.DecodeError:
+        return {"_unparsed": text}
+
+
+# -- the SDK error boundary ---------------------------------------------------------------
+
+
+def _error_from_sdk(exc: BaseException, sdk: Any) -> BackendError | None:
+    """The one place an `anthropic` SDK exception becomes a `BackendError`.
+
+    - `APIStatusError` with an HTTP error status → `BackendError.http` (status, body,
+      `retry-after` header; 429 `rate_limited`, 401 `authentication`, 5xx/529
+      `server_error`...);
+    - `APIStatusError` raised by a mid-stream `error` event (the response itself was 200) →
+      the kind and retryable flag of the status its error type stands for, `status` None;
+    - `APITimeoutError` → `"timeout"`; `APIConnectionError` → `"transport"` (both
+      retryable).
+
+    Returns:
+        The `BackendError`, or None for an exception that is not the SDK's (a bug, which
+        the caller lets crash the turn).
+    """
+    if isinstance(exc, sdk.APITimeoutError):
+        return transport_error(PROVIDER, exc, timeout=True)
+    if isinstance(exc, sdk.APIConnectionError):
+        return transport_error(PROVIDER, exc, timeout=False)
+    if isinstance(exc, sdk.APIStatusError):
+        if exc.status_code >= 400:
+            return status_error(PROVIDER, exc)
+        return _stream_error(exc)
+    if isinstance(exc, sdk.APIError):
+        return BackendError.new(PROVIDER, "provider_error", exc, message=exc.message)
+    return None
+
+
+def _stream_error(exc: Any) -> BackendError:
+    body: Mapping[str, Any] = exc.body if isinstance(exc.body, Mapping) else {}
+    found = body.get("error")
+    error: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
+    error_type = error.get("type")
+    status = _ERROR_TYPE_STATUS.get(error_type, 500) if isinstance(error_type, str) else 500
+    like = BackendError.http(PROVIDER, status, body)
+    return BackendError(PROVIDER, like.kind, like.retryable, None, None, like.message, exc)
+
+
+# -- the session and the backend -------------------------------------------------------------
+
+
+class AnthropicSession(msgspec.Struct, frozen=True, kw_only=True):
+    """An `AnthropicAPI` session: options, the conversation, the SDK client. Immutable value.
+
+    Fields:
+        options: the validated `AnthropicOptions`.
+        session_id: the id reported in results (`"anthropic-<hex>"` unless given).
+        history: the kept messages, oldest first (`{"role", "content"}` dicts).
+        turns: successful turns so far (count).
+        transport: the SDK client and cancel support (shared by copies).
+
+    Thread-safety: immutable; the transport inside is thread-safe.
+    """
+
+    options: AnthropicOptions
+    session_id: str
+    history: tuple[dict[str, Any], ...] = ()
+    turns: int = 0
+    transport: Any = None
+
+
+class AnthropicAPI(Backend):
+    """The Anthropic Messages API backend; pass the class itself as the agent's backend.
+
+    Backend options (see `AnthropicOptions` for each one's meaning, default and unit):
+    `api_key`, `base_url`, `model`, `max_tokens`, `system`, `temperature`, `tools`, `params`,
+    `timeout`, `max_retries`, `default_headers`, `max_history_messages`,
+    `max_history_bytes`, `session_id`.
+
+    Errors (reasons are data): option errors at start are `SessionStartError` with
+    `("unknown_option", key)` or `("invalid_option", key, value)`; a missing SDK or API key
+    is a `SessionStartError` whose reason is a `BackendError` (`"missing_sdk"`,
+    `"missing_api_key"`); every failure of a turn is a terminal `error` event whose reason
+    is a `BackendError` with provider `"anthropic"`.
+
+    Thread-safety: every hook may run in any thread; `cancel` may run while `prompt`'s stream
+    is being read in another thread (it shuts the connection down).
+
+    Mirrors: `GenAgentAnthropic` (contract §7.6, third bullet), on the official SDK.
+    """
+
+    @classmethod
+    def start_session(cls, opts: Mapping[str, Any]) -> AnthropicSession:
+        """Validate `opts`, check for an API key and build the SDK client (no request).
+
+        Returns:
+            An `AnthropicSession` with an empty history.
+
+        Raises:
+            SessionStartError: `("unknown_option", key)`, `("invalid_option", key, value)`,
+                `("invalid_options", type_name)`, or a `BackendError` of kind
+                `"missing_sdk"` (the message says `pip install 'gen-agent[anthropic]'`) or
+                `"missing_api_key"`.
+
+        Mirrors: `start_session/1` (contract §7.1, §7.6).
+        """
+        options = _validate(opts)
+        sdk = load_sdk("anthropic", extra="anthropic", provider=PROVIDER)
+        api_key = options.api_key or os.environ.get("ANTHROPIC_API_KEY")
+        if not api_key:
+            message = "no Anthropic API key: give the `api_key` option or set ANTHROPIC_API_KEY"
+            reason = BackendError.new(PROVIDER, "missing_api_key", None, message=message)
+            raise SessionStartError(reason, message)
+
+        def make_client(http_client: Any) -> Any:
+            return sdk.Anthropic(
+                api_key=api_key,
+                base_url=options.base_url,
+                timeout=options.timeout,
+                max_retries=options.max_retries,
+                default_headers=options.default_headers or None,
+                http_client=http_client,
+            )
+
+        session_id = options.session_id or f"anthropic-{secrets.token_hex(8)}"
+        return AnthropicSession(
+            options=options, session_id=session_id, transport=Transport(sdk, make_client)
+        )
+
+    @classmethod
+    def prompt(
+        cls, session: AnthropicSession, prompt: str, context: TurnContext
+    ) -> tuple[Iterator[Event], AnthropicSession]:
+        """Append the user message and return the lazily streamed reply.
+
+        Runs in the turn task. The request is made when the stream is first read, so every
+        failure (HTTP status, mid-stream error, lost connection) is a terminal `error` event.
+
+        Args:
+            session: the `AnthropicSession`.
+            prompt: the user message (`str`).
+            context: the `TurnContext` (its cancel signal).
+
+        Returns:
+            `(events, session)`: a generator of `Event`s and the session whose history ends
+            with the new user message (a previous unanswered one dropped).
+
+        Raises:
+            TypeError: `prompt` is not a str.
+
+        Mirrors: `prompt/2` (contract §7.1, §7.6).
+        """
+        if not isinstance(prompt, str):
+            raise TypeError(f"prompt must be a str, got {type(prompt).__name__}")
+        history = _answered(session.history)
+        messages = (*history, {"role": "user", "content": prompt})
+        session = msgspec.structs.replace(session, history=messages)
+        return _turn_events(session, context), session
+
+    @classmethod
+    def update_session(
+        cls, session: AnthropicSession, result_data: Mapping[str, Any]
+    ) -> AnthropicSession:
+        """After a successful turn: append the reply's text to the history (bounded), or
+        drop the unanswered user message when the reply is empty or a refusal."""
+        text = result_data.get("text")
+        history = list(session.history)
+        if isinstance(text, str) and text and result_data.get("stop_reason") != "refusal":
+            history.append({"role": "assistant", "content": text})
+        elif history and history[-1].get("role") == "user":
+            history.pop()
+        o = session.options
+        kept = trim_history(
+            history, max_messages=o.max_history_messages, max_bytes=o.max_history_bytes
+        )
+        return msgspec.structs.replace(session, history=kept, turns=session.turns + 1)
+
+    @classmethod
+    def reset_session(cls, session: AnthropicSession) -> AnthropicSession:
+        """Forget the conversation (history and turn count); the client is kept.
+
+        Mirrors `reset_session/1` (contract §2.15).
+        """
+        return msgspec.structs.replace(session, history=(), turns=0)
+
+    @classmethod
+    def cancel(cls, session: AnthropicSession) -> None:
+        """End the current turn's request now (any thread; idempotent; quick)."""
+        session.transport.cancel()
+
+    @classmethod
+    def terminate_session(cls, session: AnthropicSession) -> None:
+        """Cancel any request and close the SDK client. Idempotent."""
+        session.transport.close()
+
+
+def _answered(history: tuple[dict[str, Any], ...]) -> tuple[dict[str, Any], ...]:
+    # A trailing user message is one a failed turn left unanswered: replace it.
+    if history and history[-1].get("role") == "user":
+        return history[:-1]
+    return history
+
+
+def _request(session: AnthropicSession) -> dict[str, Any]:
+    # Only the arguments every SDK version takes are keywords; the rest travel in the JSON
+    # body as given (`extra_body`), so a field the installed SDK does not know still works.
+    o = session.options
+    body: dict[str, Any] = dict(o.params)
+    if o.system is not None:
+        body["system"] = o.system
+    if o.temperature is not None:
+        body["temperature"] = o.temperature
+    if o.tools:
+        body["tools"] = [dict(tool) for tool in o.tools]
+    request: dict[str, Any] = {
+        "model": o.model,
+        "max_tokens": o.max_tokens,
+        "messages": [dict(message) for message in session.history],
+        "stream": True,
+    }
+    if body:
+        request["extra_body"] = body
+    return request
+
+
+def _turn_events(session: AnthropicSession, context: TurnContext) -> Iterator[Event]:
+    transport = session.transport
+    sdk = load_sdk("anthropic", extra="anthropic", provider=PROVIDER)
+    translator = AnthropicStreamTranslator(session.session_id, session.options.model)
+    token = transport.begin_turn()
+    stream = None
+    try:
+        stream = transport.client.messages.create(**_request(session))
+        for raw in stream:
+            yield from translator.translate(_as_dict(raw))
+            if translator.finished:
+                return
+        end = translator.truncated()
+        if end is not None:
+            yield end
+    except Exception as exc:  # SDK failures become the terminal error; others re-raise
+        if transport.cancelled(token) or context.cancelled:
+            reason = BackendError.new(PROVIDER, "cancelled", None, message="turn cancelled")
+            yield translator.error(reason)
+            return
+        mapped = _error_from_sdk(exc, sdk)
+        if mapped is None:
+            raise  # not an SDK failure: a bug, reported as a task crash
+        logger.debug("gen_agent anthropic turn failed with {}", type(exc).__name__)
+        yield translator.error(mapped)
+    finally:
+        if stream is not None:
+            stream.close()
+
+
+def _as_dict(event: Any) -> Mapping[str, Any]:
+    if isinstance(event, Mapping):
+        return event
+    return event.to_dict()

@@ -1,0 +1,708 @@
+"""`OpenAIResponses`: the OpenAI Responses API backend, on the official `openai` SDK, streaming.
+
+Install with `pip install 'gen-agent[openai]'`; importing this module does not import the SDK
+(`start_session` does, and refuses the session with a clear error when it is missing).
+
+Continuity between turns, two modes:
+
+- `store=True` (default): the provider keeps the conversation; each turn sends only the new
+  user message with `previous_response_id` = the last successful response's id.
+- `store=False` (stateless): nothing is kept by the provider; the session keeps the
+  conversation (bounded by `max_history_messages` / `max_history_bytes`) and resends it.
+
+`instructions` are sent with every turn (the API does not carry them over). `reset_session`
+starts a new conversation.
+
+Normalization (stream events, as dicts, to `Event`s; `OpenAIStreamTranslator`):
+
+- `response.created` → nothing (its id and model are remembered);
+- `response.output_text.delta` → `text` {text}, the first delta of each further message item
+  with `message_boundary: True`; `response.output_text.done` adds only text that no delta
+  carried (so a done event repeating the deltas never duplicates text);
+- a completed `function_call` item → `tool_use` {id (the call id), name, arguments, input,
+  item_id}; other completed items (reasoning, web search...) → `openai.<item type>`;
+- refusal deltas are collected, never shown as text;
+- `response.completed` → `usage` {input_tokens, output_tokens, total_tokens,
+  reasoning_tokens, cached_tokens} then the terminal `result` {text, session_id,
+  response_id, model, stop_reason, provider}; or, when the reply was a refusal, the terminal
+  `error` with a `BackendError` of kind `"refusal"`;
+- `response.failed` → terminal `error`, kind `"response_failed"`; `response.incomplete` →
+  kind `"response_incomplete"` (after its usage); an `error` event → kind `"stream_error"`;
+  a final response in another status → `"unexpected_response_status"`;
+- an HTTP error or a lost connection → terminal `error` (`_error_from_sdk` is the one place
+  SDK exceptions are translated); a stream that ends without an outcome →
+  `"stream_truncated"`.
+
+SDK retries are off by default (`max_retries=0`): the agent's retry policy owns retries.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Iterator, Mapping
+from typing import Any, Final
+
+import msgspec
+from loguru import logger
+
+from gen_agent.backend import Backend, BackendError, SessionStartError, TurnContext
+from gen_agent.backends._sdk import (
+    Transport,
+    load_sdk,
+    status_error,
+    transport_error,
+    trim_history,
+)
+from gen_agent.event import Event
+
+__all__ = [
+    "DEFAULT_MODEL",
+    "OPTIONS",
+    "OpenAIOptions",
+    "OpenAIResponses",
+    "OpenAISession",
+    "OpenAIStreamTranslator",
+]
+
+PROVIDER: Final = "openai"
+
+DEFAULT_MODEL: Final = "gpt-5"
+"""The model used when the `model` option is not given."""
+
+# Failure codes that say "try again": the same request may succeed later.
+_RETRYABLE_CODES: Final = frozenset(
+    {"server_error", "server_is_overloaded", "rate_limit_exceeded", "slow_down"}
+)
+
+
+# -- options -------------------------------------------------------------------------------
+
+
+class OpenAIOptions(msgspec.Struct, frozen=True, kw_only=True):
+    """The validated options of an `OpenAIResponses` session (see `OPTIONS` for the keys).
+
+    Fields:
+        api_key: the API key; None reads `OPENAI_API_KEY` (missing → start error).
+        base_url: the API root including `/v1` (e.g. `"http://127.0.0.1:PORT/v1"`); None:
+            the SDK's default (or `OPENAI_BASE_URL`).
+        model: the model (default `DEFAULT_MODEL`).
+        instructions: the system/developer instructions, resent every turn, or None.
+        store: True keeps the conversation at the provider (`previous_response_id`); False
+            is stateless (the session resends the kept conversation).
+        max_output_tokens: the reply's token budget (tokens, >= 1), or None.
+        reasoning: the `reasoning` request field (e.g. `{"effort": "low"}`), or None.
+        tools: tool definitions sent with every request (dicts, as the API takes them).
+        params: further `responses.create` arguments, as given.
+        timeout: the SDK timeout (seconds; also the longest wait between two stream events).
+        max_retries: the SDK's own retries (count; default 0: the agent owns retries).
+        default_headers: extra HTTP headers on every request.
+        max_history_messages: stateless mode: the most messages kept (count).
+        max_history_bytes: stateless mode: the most `term_size` bytes kept (bytes).
+        session_id: the session id reported in results; None mints `"openai-<hex>"`.
+        previous_response_id: a stored response to continue from on the first turn, or None.
+    """
+
+    api_key: str | None = None
+    base_url: str | None = None
+    model: str = DEFAULT_MODEL
+    instructions: str | None = None
+    store: bool = True
+    max_output_tokens: int | None = None
+    reasoning: dict[str, Any] | None = None
+    tools: tuple[dict[str, Any], ...] = ()
+    params: dict[str, Any] = msgspec.field(default_factory=dict)
+    timeout: float = 60.0
+    max_retries: int = 0
+    default_headers: dict[str, str] = msgspec.field(default_factory=dict)
+    max_history_messages: int = 200
+    max_history_bytes: int = 4 * 1024 * 1024
+    session_id: str | None = None
+    previous_response_id: str | None = None
+
+
+OPTIONS: Final = frozenset(OpenAIOptions.__struct_fields__)
+"""The option keys `OpenAIResponses.start_session` accepts."""
+
+
+def _is_text(value: Any) -> bool:
+    return isinstance(value, str) and value != ""
+
+
+def _is_int(minimum: int) -> Any:
+    return lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= minimum
+
+
+def _is_positive_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+
+
+def _is_str_map(value: Any) -> bool:
+    return isinstance(value, Mapping) and all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    )
+
+
+def _is_params(value: Any) -> bool:
+    reserved = {"input", "stream", "model", "previous_response_id", "store", "instructions"}
+    return isinstance(value, Mapping) and all(
+        isinstance(k, str) and k not in reserved for k in value
+    )
+
+
+_CHECKS: Final = {
+    "api_key": (_is_text, "a non-empty str"),
+    "base_url": (_is_text, "a non-empty str (a URL)"),
+    "model": (_is_text, "a non-empty str"),
+    "instructions": (lambda v: isinstance(v, str), "a str"),
+    "store": (lambda v: isinstance(v, bool), "a bool"),
+    "max_output_tokens": (_is_int(1), "an int >= 1 (tokens)"),
+    "reasoning": (lambda v: isinstance(v, Mapping), "a dict"),
+    "tools": (
+        lambda v: isinstance(v, list | tuple) and all(isinstance(t, Mapping) for t in v),
+        "a list of dicts",
+    ),
+    "params": (_is_params, "a dict of str keys other than the ones this backend sets"),
+    "timeout": (_is_positive_number, "a number > 0 (seconds)"),
+    "max_retries": (_is_int(0), "an int >= 0"),
+    "default_headers": (_is_str_map, "a dict of str to str"),
+    "max_history_messages": (_is_int(1), "an int >= 1 (messages)"),
+    "max_history_bytes": (_is_int(1), "an int >= 1 (bytes)"),
+    "session_id": (_is_text, "a non-empty str"),
+    "previous_response_id": (_is_text, "a non-empty str"),
+}
+
+
+def _validate(opts: Any) -> OpenAIOptions:
+    if not isinstance(opts, Mapping):
+        raise SessionStartError(
+            ("invalid_options", type(opts).__name__),
+            f"OpenAIResponses options must be a dict, got {type(opts).__name__}",
+        )
+    for key, value in opts.items():
+        if key not in _CHECKS:
+            raise SessionStartError(
+                ("unknown_option", key),
+                f"unknown OpenAIResponses option {key!r}; valid options: "
+                f"{', '.join(sorted(OPTIONS))}",
+            )
+        check, expected = _CHECKS[key]
+        if value is not None and not check(value):
+            raise SessionStartError(
+                ("invalid_option", key, value),
+                f"OpenAIResponses option {key!r} must be {expected}, got {type(value).__name__}",
+            )
+    given = {k: v for k, v in opts.items() if v is not None}
+    if "tools" in given:
+        given["tools"] = tuple(dict(tool) for tool in given["tools"])
+    for key in ("params", "default_headers", "reasoning"):
+        if key in given:
+            given[key] = dict(given[key])
+    if "timeout" in given:
+        given["timeout"] = float(given["timeout"])
+    return OpenAIOptions(**given)
+
+
+# -- the pure translator ----------------------------------------------------------------
+
+
+class OpenAIStreamTranslator:
+    """Turns the stream events of one Responses API reply (as dicts) into `Event`s. Pure.
+
+    Feed every event, in order, to `translate(event)`; after the terminal event further
+    events produce nothing. `truncated()` gives the terminal error for a stream that ended
+    without an outcome.
+
+    Args:
+        session_id: the session id put in the result.
+        model: the requested model (reported unless the reply names one).
+
+    Not thread-safe: one turn, one owner.
+    """
+
+    def __init__(self, session_id: str, model: str | None = None) -> None:
+        self.session_id = session_id
+        self.model = model
+        self.response_id: str | None = None
+        self.finished = False
+        self._streamed: dict[tuple[Any, Any], str] = {}
+        self._message_items: list[Any] = []
+        self._texts: list[str] = []
+        self._refusals: list[str] = []
+
+    def translate(self, event: Mapping[str, Any]) -> list[Event]:
+        """Translate one stream event (`{"type": ..., ...}`) into events.
+
+        Returns:
+            The events, in order (often none). Unknown event types produce nothing.
+        """
+        if self.finished:
+            return []
+        kind = event.get("type")
+        handler = _HANDLERS.get(kind) if isinstance(kind, str) else None
+        return handler(self, event) if handler is not None else []
+
+    def truncated(self) -> Event | None:
+        """The terminal error for a stream that ended without an outcome (None if done)."""
+        if self.finished:
+            return None
+        message = "the OpenAI stream ended before response.completed"
+        reason = BackendError.new(
+            PROVIDER, "stream_truncated", None, retryable=True, message=message
+        )
+        return self.error(reason)
+
+    def error(self, reason: BackendError) -> Event:
+        """The terminal `error` event for `reason`; ends the turn."""
+        self.finished = True
+        data = {
+            "reason": reason,
+            "session_id": self.session_id,
+            "response_id": self.response_id,
+            "model": self.model,
+        }
+        return Event.new("error", {**data, "provider": PROVIDER})
+
+    # -- per event type -------------------------------------------------------------
+
+    def _created(self, event: Mapping[str, Any]) -> list[Event]:
+        self._note_response(event.get("response"))
+        return []
+
+    def _text_delta(self, event: Mapping[str, Any]) -> list[Event]:
+        delta = event.get("delta")
+        if not isinstance(delta, str) or not delta:
+            return []
+        return [self._text(event, delta)]
+
+    def _text_done(self, event: Mapping[str, Any]) -> list[Event]:
+        text = event.get("text")
+        if not isinstance(text, str):
+            return []
+        streamed = self._streamed.get(_part_key(event), "")
+        if text.startswith(streamed) and len(text) > len(streamed):
+            return [self._text(event, text[len(streamed) :])]
+        return []
+
+    def _text(self, event: Mapping[str, Any], text: str) -> Event:
+        key = _part_key(event)
+        item = key[0]
+        data: dict[str, Any] = {"text": text}
+        if item not in self._message_items:
+            if self._message_items:
+                data["message_boundary"] = True
+            self._message_items.append(item)
+            self._texts.append("")
+        self._texts[-1] += text
+        self._streamed[key] = self._streamed.get(key, "") + text
+        return Event.new("text", data)
+
+    def _refusal(self, event: Mapping[str, Any]) -> list[Event]:
+        delta = event.get("delta")
+        if isinstance(delta, str):
+            self._refusals.append(delta)
+        return []
+
+    def _refusal_done(self, event: Mapping[str, Any]) -> list[Event]:
+        refusal = event.get("refusal")
+        if isinstance(refusal, str) and refusal.startswith("".join(self._refusals)):
+            self._refusals = [refusal]
+        return []
+
+    def _item_done(self, event: Mapping[str, Any]) -> list[Event]:
+        item = event.get("item")
+        if not isinstance(item, Mapping):
+            return []
+        item_type = item.get("type")
+        if item_type == "message":
+            return self._message_done(item)
+        if item_type == "function_call":
+            arguments = item.get("arguments")
+            data = {
+                "id": item.get("call_id"),
+                "name": item.get("name"),
+                "arguments": arguments,
+                "input": _decode_json(arguments) if isinstance(arguments, str) else None,
+                "item_id": item.get("id"),
+            }
+            return [Event.new("tool_use", data)]
+        name = item_type if _is_text(item_type) else "item"
+        return [Event.new(f"openai.{name}", dict(item))]
+
+    def _message_done(self, item: Mapping[str, Any]) -> list[Event]:
+        # A message whose parts never streamed (nor came as text.done) still counts.
+        events: list[Event] = []
+        content = item.get("content")
+        for index, part in enumerate(content if isinstance(content, list) else []):
+            if not isinstance(part, Mapping):
+                continue
+            if part.get("type") == "output_text" and isinstance(part.get("text"), str):
+                done = {"item_id": item.get("id"), "content_index": index, "text": part["text"]}
+                events += self._text_done(done)
+            elif (
+                part.get("type") == "refusal"
+                and isinstance(part.get("refusal"), str)
+                and not self._refusals
+            ):
+                self._refusals = [part["refusal"]]
+        return events
+
+    def _completed(self, event: Mapping[str, Any]) -> list[Event]:
+        response = event.get("response")
+        self._note_response(response)
+        response = response if isinstance(response, Mapping) else {}
+        events = self._usage_events(response)
+        status = response.get("status", "completed")
+        if status != "completed":
+            reason = BackendError.new(
+                PROVIDER, "unexpected_response_status", response,
+                message=f"response.completed with status {status!r}",
+            )  # fmt: skip
+            return [*events, self.error(reason)]
+        if self._refusals:
+            text = "".join(self._refusals)
+            reason = BackendError.new(PROVIDER, "refusal", response, message=text)
+            return [*events, self.error(reason)]
+        self.finished = True
+        data = {
+            "text": "\n\n".join(self._texts),
+            "session_id": self.session_id,
+            "response_id": self.response_id,
+            "model": self.model,
+            "stop_reason": status,
+            "provider": PROVIDER,
+        }
+        return [*events, Event.new("result", data)]
+
+    def _failed(self, event: Mapping[str, Any]) -> list[Event]:
+        response = event.get("response")
+        self._note_response(response)
+        response = response if isinstance(response, Mapping) else {}
+        found = response.get("error")
+        error: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
+        code = error.get("code")
+        reason = BackendError.new(
+            PROVIDER,
+            "response_failed",
+            response,
+            retryable=code in _RETRYABLE_CODES,
+            message=error.get("message") if isinstance(error.get("message"), str) else None,
+        )
+        return [self.error(reason)]
+
+    def _incomplete(self, event: Mapping[str, Any]) -> list[Event]:
+        response = event.get("response")
+        self._note_response(response)
+        response = response if isinstance(response, Mapping) else {}
+        details = response.get("incomplete_details")
+        why = details.get("reason") if isinstance(details, Mapping) else None
+        message = f"the response is incomplete: {why}" if why else "the response is incomplete"
+        reason = BackendError.new(PROVIDER, "response_incomplete", response, message=message)
+        return [*self._usage_events(response), self.error(reason)]
+
+    def _error_event(self, event: Mapping[str, Any]) -> list[Event]:
+        code = event.get("code")
+        message = event.get("message")
+        reason = BackendError.new(
+            PROVIDER,
+            "stream_error",
+            dict(event),
+            retryable=code in _RETRYABLE_CODES,
+            message=message if isinstance(message, str) else None,
+        )
+        return [self.error(reason)]
+
+    def _note_response(self, response: Any) -> None:
+        if not isinstance(response, Mapping):
+            return
+        if _is_text(response.get("id")):
+            self.response_id = response["id"]
+        if _is_text(response.get("model")):
+            self.model = response["model"]
+
+    def _usage_events(self, response: Mapping[str, Any]) -> list[Event]:
+        usage = _usage_data(response.get("usage"))
+        return [Event.new("usage", usage)] if usage else []
+
+
+_HANDLERS: Final = {
+    "response.created": OpenAIStreamTranslator._created,
+    "response.in_progress": OpenAIStreamTranslator._created,
+    "response.output_text.delta": OpenAIStreamTranslator._text_delta,
+    "response.output_text.done": OpenAIStreamTranslator._text_done,
+    "response.refusal.delta": OpenAIStreamTranslator._refusal,
+    "response.refusal.done": OpenAIStreamTranslator._refusal_done,
+    "response.output_item.done": OpenAIStreamTranslator._item_done,
+    "response.completed": OpenAIStreamTranslator._completed,
+    "response.failed": OpenAIStreamTranslator._failed,
+    "response.incomplete": OpenAIStreamTranslator._incomplete,
+    "error": OpenAIStreamTranslator._error_event,
+}
+
+
+def _part_key(event: Mapping[str, Any]) -> tuple[Any, Any]:
+    return event.get("item_id"), event.get("content_index", 0)
+
+
+def _usage_data(usage: Any) -> dict[str, int]:
+    if not isinstance(usage, Mapping):
+        return {}
+    data: dict[str, int] = {}
+    for key in ("input_tokens", "output_tokens", "total_tokens"):
+        if isinstance(usage.get(key), int):
+            data[key] = usage[key]
+    for details, key, name in (
+        ("output_tokens_details", "reasoning_tokens", "reasoning_tokens"),
+        ("input_tokens_details", "cached_tokens", "cached_tokens"),
+    ):
+        section = usage.get(details)
+        if isinstance(section, Mapping) and isinstance(section.get(key), int):
+            data[name] = section[key]
+    return data
+
+
+def _decode_json(text: str) -> Any:
+    try:
+        return msgspec.json.decode(text)
+    except msgspec.DecodeError:
+        return None
+
+
+# -- the SDK error boundary ---------------------------------------------------------------
+
+
+def _error_from_sdk(exc: BaseException, sdk: Any) -> BackendError | None:
+    """The one place an `openai` SDK exception becomes a `BackendError`.
+
+    - `APIStatusError` → `BackendError.http` (status, body, `retry-after` header);
+    - `APITimeoutError` → `"timeout"`; `APIConnectionError` → `"transport"` (retryable);
+    - any other `APIError` (the SDK raises one for a stream event carrying an `error`
+      object) → `"stream_error"`, retryable when its code says so.
+
+    Returns:
+        The `BackendError`, or None for an exception that is not the SDK's (a bug, which
+        the caller lets crash the turn).
+    """
+    if isinstance(exc, sdk.APITimeoutError):
+        return transport_error(PROVIDER, exc, timeout=True)
+    if isinstance(exc, sdk.APIConnectionError):
+        return transport_error(PROVIDER, exc, timeout=False)
+    if isinstance(exc, sdk.APIStatusError):
+        return status_error(PROVIDER, exc)
+    if isinstance(exc, sdk.APIError):
+        code = getattr(exc, "code", None)
+        return BackendError.new(
+            PROVIDER, "stream_error", exc, retryable=code in _RETRYABLE_CODES, message=exc.message
+        )
+    return None
+
+
+# -- the session and the backend -------------------------------------------------------------
+
+
+class OpenAISession(msgspec.Struct, frozen=True, kw_only=True):
+    """An `OpenAIResponses` session. Immutable value.
+
+    Fields:
+        options: the validated `OpenAIOptions`.
+        session_id: the id reported in results (`"openai-<hex>"` unless given).
+        previous_response_id: the response the next turn continues (`store=True`), or None.
+        history: stateless mode: the kept conversation (`{"role", "content"}` dicts).
+        turns: successful turns so far (count).
+        transport: the SDK client and cancel support (shared by copies).
+
+    Thread-safety: immutable; the transport inside is thread-safe.
+    """
+
+    options: OpenAIOptions
+    session_id: str
+    previous_response_id: str | None = None
+    history: tuple[dict[str, Any], ...] = ()
+    turns: int = 0
+    transport: Any = None
+
+
+class OpenAIResponses(Backend):
+    """The OpenAI Responses API backend; pass the class itself as the agent's backend.
+
+    Backend options (see `OpenAIOptions` for each one's meaning, default and unit):
+    `api_key`, `base_url`, `model`, `instructions`, `store`, `max_output_tokens`,
+    `reasoning`, `tools`, `params`, `timeout`, `max_retries`, `default_headers`,
+    `max_history_messages`, `max_history_bytes`, `session_id`, `previous_response_id`.
+
+    Errors (reasons are data): option errors at start are `SessionStartError` with
+    `("unknown_option", key)` or `("invalid_option", key, value)`; a missing SDK or API key
+    is a `SessionStartError` whose reason is a `BackendError` (`"missing_sdk"`,
+    `"missing_api_key"`); every failure of a turn is a terminal `error` event whose reason
+    is a `BackendError` with provider `"openai"`.
+
+    Thread-safety: every hook may run in any thread; `cancel` may run while `prompt`'s stream
+    is being read in another thread (it shuts the connection down).
+
+    Mirrors: `GenAgentOpenAI` (contract §7.6, fourth bullet), on the official SDK.
+    """
+
+    @classmethod
+    def start_session(cls, opts: Mapping[str, Any]) -> OpenAISession:
+        """Validate `opts`, check for an API key and build the SDK client (no request).
+
+        Raises:
+            SessionStartError: `("unknown_option", key)`, `("invalid_option", key, value)`,
+                `("invalid_options", type_name)`, or a `BackendError` of kind
+                `"missing_sdk"` (the message says `pip install 'gen-agent[openai]'`) or
+                `"missing_api_key"`.
+
+        Mirrors: `start_session/1` (contract §7.1, §7.6).
+        """
+        options = _validate(opts)
+        sdk = load_sdk("openai", extra="openai", provider=PROVIDER)
+        api_key = options.api_key or os.environ.get("OPENAI_API_KEY")
+        if not api_key:
+            message = "no OpenAI API key: give the `api_key` option or set OPENAI_API_KEY"
+            reason = BackendError.new(PROVIDER, "missing_api_key", None, message=message)
+            raise SessionStartError(reason, message)
+
+        def make_client(http_client: Any) -> Any:
+            return sdk.OpenAI(
+                api_key=api_key,
+                base_url=options.base_url,
+                timeout=options.timeout,
+                max_retries=options.max_retries,
+                default_headers=options.default_headers or None,
+                http_client=http_client,
+            )
+
+        return OpenAISession(
+            options=options,
+            session_id=options.session_id or f"openai-{secrets.token_hex(8)}",
+            previous_response_id=options.previous_response_id,
+            transport=Transport(sdk, make_client),
+        )
+
+    @classmethod
+    def prompt(
+        cls, session: OpenAISession, prompt: str, context: TurnContext
+    ) -> tuple[Iterator[Event], OpenAISession]:
+        """Return the lazily streamed reply to `prompt`.
+
+        Runs in the turn task. The request is made when the stream is first read, so every
+        failure is a terminal `error` event.
+
+        Returns:
+            `(events, session)`; in stateless mode the session's history ends with the new
+            user message (a previous unanswered one dropped).
+
+        Raises:
+            TypeError: `prompt` is not a str.
+
+        Mirrors: `prompt/2` (contract §7.1, §7.6).
+        """
+        if not isinstance(prompt, str):
+            raise TypeError(f"prompt must be a str, got {type(prompt).__name__}")
+        if not session.options.store:
+            history = session.history
+            if history and history[-1].get("role") == "user":
+                history = history[:-1]  # left unanswered by a failed turn: replace it
+            messages = (*history, {"role": "user", "content": prompt})
+            session = msgspec.structs.replace(session, history=messages)
+        return _turn_events(session, prompt, context), session
+
+    @classmethod
+    def update_session(
+        cls, session: OpenAISession, result_data: Mapping[str, Any]
+    ) -> OpenAISession:
+        """After a successful turn: continue from its response (`store=True`) or append its
+        text to the kept conversation (stateless; an empty reply drops the user message)."""
+        turns = session.turns + 1
+        if session.options.store:
+            response_id = result_data.get("response_id")
+            if not _is_text(response_id):
+                response_id = session.previous_response_id
+            return msgspec.structs.replace(session, previous_response_id=response_id, turns=turns)
+        history = list(session.history)
+        text = result_data.get("text")
+        if isinstance(text, str) and text:
+            history.append({"role": "assistant", "content": text})
+        elif history and history[-1].get("role") == "user":
+            history.pop()
+        o = session.options
+        kept = trim_history(
+            history, max_messages=o.max_history_messages, max_bytes=o.max_history_bytes
+        )
+        return msgspec.structs.replace(session, history=kept, turns=turns)
+
+    @classmethod
+    def reset_session(cls, session: OpenAISession) -> OpenAISession:
+        """Start a new conversation: forget the previous response id and the history.
+
+        Mirrors `reset_session/1` (contract §2.15).
+        """
+        return msgspec.structs.replace(session, previous_response_id=None, history=(), turns=0)
+
+    @classmethod
+    def cancel(cls, session: OpenAISession) -> None:
+        """End the current turn's request now (any thread; idempotent; quick)."""
+        session.transport.cancel()
+
+    @classmethod
+    def terminate_session(cls, session: OpenAISession) -> None:
+        """Cancel any request and close the SDK client. Idempotent."""
+        session.transport.close()
+
+
+def _request(session: OpenAISession, prompt: str) -> dict[str, Any]:
+    o = session.options
+    request: dict[str, Any] = {"model": o.model, "stream": True, "store": o.store}
+    if o.params:
+        request["extra_body"] = dict(o.params)  # fields the installed SDK may not know
+    if o.store:
+        request["input"] = prompt
+        if session.previous_response_id is not None:
+            request["previous_response_id"] = session.previous_response_id
+    else:
+        request["input"] = [dict(message) for message in session.history]
+    if o.instructions is not None:
+        request["instructions"] = o.instructions
+    if o.max_output_tokens is not None:
+        request["max_output_tokens"] = o.max_output_tokens
+    if o.reasoning is not None:
+        request["reasoning"] = dict(o.reasoning)
+    if o.tools:
+        request["tools"] = [dict(tool) for tool in o.tools]
+    return request
+
+
+def _turn_events(session: OpenAISession, prompt: str, context: TurnContext) -> Iterator[Event]:
+    transport = session.transport
+    sdk = load_sdk("openai", extra="openai", provider=PROVIDER)
+    translator = OpenAIStreamTranslator(session.session_id, session.options.model)
+    token = transport.begin_turn()
+    stream = None
+    try:
+        stream = transport.client.responses.create(**_request(session, prompt))
+        for raw in stream:
+            yield from translator.translate(_as_dict(raw))
+            if translator.finished:
+                return
+        end = translator.truncated()
+        if end is not None:
+            yield end
+    except Exception as exc:  # SDK failures become the terminal error; others re-raise
+        if transport.cancelled(token) or context.cancelled:
+            reason = BackendError.new(PROVIDER, "cancelled", None, message="turn cancelled")
+            yield translator.error(reason)
+            return
+        mapped = _error_from_sdk(exc, sdk)
+        if mapped is None:
+            raise  # not an SDK failure: a bug, reported as a task crash
+        logger.debug("gen_agent openai turn failed with {}", type(exc).__name__)
+        yield translator.error(mapped)
+    finally:
+        if stream is not None:
+            stream.close()
+
+
+def _as_dict(event: Any) -> Mapping[str, Any]:
+    if isinstance(event, Mapping):
+        return event
+    return event.to_dict()

@@ -1,0 +1,658 @@
+"""`Pool`: N supervised workers of one agent class serving a stream of independent prompts.
+
+The Elixir guides keep pools a recipe (contract §10, "Pool"): long-lived workers that never
+halt, a dispatcher that hands out tasks and surfaces overload per task, and quiescence read
+from `runtime_snapshot`. This module packages that recipe on top of `Supervisor`:
+
+- the workers are `permanent` children of a one_for_one `Supervisor` named `<prefix>-<i>`;
+- tasks wait in a pool-side queue and a worker is handed one only when it has capacity
+  (`max_in_flight`, default 1), through `tell_with_completion` bound to that incarnation; so
+  work not yet dispatched to a worker survives that worker's crash and goes to its
+  replacement (or, with least-loaded routing, to any worker);
+- a task in flight on a worker that dies fails with `("worker_down", exit_reason)`: it is
+  never silently retried, because the prompt may be what crashed the worker.
+
+One dispatcher thread owns the talking to workers; completions, worker starts and exits are
+messages in its inbox, so they are handled in order.
+"""
+
+from __future__ import annotations
+
+import itertools
+import queue
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Iterable
+from typing import Any, Literal
+
+import msgspec
+from loguru import logger
+
+from gen_agent import telemetry
+from gen_agent._messages import TellMsg
+from gen_agent.errors import AgentDown, CallTimeout, GenAgentError, RequestError, TurnError
+from gen_agent.response import Response
+from gen_agent.size import term_size
+from gen_agent.status import OverloadInfo
+from gen_agent.supervisor import ChildEvent, Supervisor, child_spec
+from gen_agent.system import AgentSystem, current_system
+
+__all__ = ["Pool", "PoolRef", "PoolStatus", "WorkerInfo"]
+
+Routing = Literal["least_loaded", "round_robin"]
+
+_pool_ids = itertools.count(1)
+_task_ids = itertools.count(1)
+# wait_idle wakes on worker state telemetry; this bounds a wait for changes that emit none.
+_IDLE_RECHECK_S = 0.1
+
+
+class PoolRef(msgspec.Struct, frozen=True):
+    """An opaque reference to one task submitted to a `Pool`. Hashable; never reused."""
+
+    id: int
+
+
+class WorkerInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """One worker as `Pool.status` reports it.
+
+    Fields:
+        name: the worker's registered name.
+        alive: whether an incarnation is running now.
+        retiring: whether it is being removed by `resize`.
+        in_flight: tasks handed to it and not finished (count).
+        queued: tasks waiting in the pool for this worker (round_robin routing; count).
+        dispatched: tasks handed to it so far, over all incarnations (count).
+        completed: outcomes it delivered so far (count).
+    """
+
+    name: Any
+    alive: bool
+    retiring: bool
+    in_flight: int
+    queued: int
+    dispatched: int
+    completed: int
+
+
+class PoolStatus(msgspec.Struct, frozen=True, kw_only=True):
+    """A point-in-time view of a `Pool`.
+
+    Fields:
+        size: workers not being removed (count).
+        queued: tasks waiting in the pool, not yet handed to a worker (count).
+        in_flight: tasks handed to workers and not finished (count).
+        workers: one `WorkerInfo` per worker, in start order.
+        stopped: whether the pool has stopped.
+    """
+
+    size: int
+    queued: int
+    in_flight: int
+    workers: tuple[WorkerInfo, ...]
+    stopped: bool
+
+
+class _Task:
+    __slots__ = ("done", "outcome", "prompt", "ref", "slot")
+
+    def __init__(self, ref: PoolRef, prompt: str) -> None:
+        self.ref = ref
+        self.prompt = prompt
+        self.slot: _Slot | None = None  # round_robin: the worker it is assigned to
+        self.done = threading.Event()
+        self.outcome: tuple[str, Any] | None = None
+
+
+class _Slot:
+    __slots__ = ("completed", "dispatched", "handle", "in_flight", "name", "queue", "retiring")
+
+    def __init__(self, name: Any) -> None:
+        self.name = name
+        self.handle: Any = None  # the AgentHandle of the running incarnation
+        self.in_flight: dict[int, _Task] = {}
+        self.queue: deque[_Task] = deque()
+        self.retiring = False
+        self.dispatched = 0
+        self.completed = 0
+
+    def info(self) -> WorkerInfo:
+        return WorkerInfo(name=self.name, alive=self.handle is not None,
+                          retiring=self.retiring, in_flight=len(self.in_flight),
+                          queued=len(self.queue), dispatched=self.dispatched,
+                          completed=self.completed)
+
+
+def _tell_incarnation(handle: Any, prompt: str, recipient: Any) -> tuple[str, Any]:
+    # `AgentRef.tell_with_completion` addresses the *name*, which after a restart is the new
+    # incarnation; a task must be counted against the incarnation that really got it.
+    return handle.call(lambda reply: TellMsg(prompt, reply, recipient, True, "fail", None),
+                       None)
+
+
+class Pool:
+    """A pool of `size` supervised workers of `module`, started on construction.
+
+    Args:
+        module: the `GenAgent` subclass every worker runs (it should not halt).
+        size: how many workers (>= 1).
+        backend: the workers' backend.
+        name_prefix: workers are named `f"{name_prefix}-{i}"`; default `"pool<N>"`.
+        routing: `"least_loaded"` (default: an idle worker, else the one with the fewest
+            tasks in flight) or `"round_robin"` (task k goes to worker k mod size, fixed at
+            submit time: deterministic shares, e.g. 400 tasks on 4 workers give 100 each).
+        max_in_flight: tasks handed to one worker at a time (>= 1, default 1); the others
+            wait in the pool.
+        max_queued_tasks: bound on tasks waiting in the pool (count); a task submitted
+            beyond it fails with `("overloaded", OverloadInfo)`. None (default) = unbounded.
+        max_restarts, max_seconds: the supervisor's restart intensity (default 3 in 5 s);
+            beyond it the pool stops and unfinished tasks fail with `("pool_down", reason)`.
+        shutdown_ms: each worker's graceful-stop window in milliseconds (default 5_000).
+        system: the `AgentSystem` the workers run in (default: the current one).
+        **opts: every other `start_agent` option, given to each worker (e.g. `watchdog_ms`,
+            and the options for `init_agent`).
+
+    Task outcomes: `result(ref)` returns the `Response`, or raises `TurnError` whose reason
+    is the turn's own reason, `("overloaded", info)`, `"halted"`, `("worker_down", reason)`
+    (its worker died while it was in flight), `("pool_down", reason)` (the supervisor gave
+    up) or `("agent_terminated", "shutdown")` (the pool was stopped first).
+
+    Thread-safety: every method may be called from any thread, except from a worker's own
+    callbacks (a worker waiting on its pool can deadlock).
+
+    Mirrors: the Pool pattern of contract §10 (recipe and `gen_agent_ensemble` Pool).
+    """
+
+    def __init__(self, module: type, *, size: int, backend: Any, name_prefix: str | None = None,
+                 routing: Routing = "least_loaded", max_in_flight: int = 1,
+                 max_queued_tasks: int | None = None, max_restarts: int = 3,
+                 max_seconds: float = 5.0, shutdown_ms: Any = 5_000,
+                 system: AgentSystem | None = None, **opts: Any) -> None:
+        _check_count("size", size, 1)
+        _check_count("max_in_flight", max_in_flight, 1)
+        if max_queued_tasks is not None:
+            _check_count("max_queued_tasks", max_queued_tasks, 0)
+        if routing not in ("least_loaded", "round_robin"):
+            raise ValueError(f"routing must be 'least_loaded' or 'round_robin', got {routing!r}")
+        self.name_prefix = name_prefix if name_prefix is not None else f"pool{next(_pool_ids)}"
+        self.routing = routing
+        self.max_in_flight = max_in_flight
+        self.max_queued_tasks = max_queued_tasks
+        self._module, self._backend = module, backend
+        self._worker_opts = {"shutdown_ms": shutdown_ms, **opts}
+        self._indices = itertools.count(0)
+        self._cond = threading.Condition()
+        self._resize_lock = threading.Lock()
+        self._slots: list[_Slot] = []
+        self._shared: deque[_Task] = deque()
+        self._tasks: dict[int, _Task] = {}
+        self._rr = 0
+        self._stopping = False
+        self._stopped = threading.Event()
+        self._down_reason: Any = None
+        self._inbox: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
+        specs = [self._spec(self._new_slot()) for _ in range(size)]
+        self._supervisor = Supervisor(
+            specs, strategy="one_for_one", max_restarts=max_restarts, max_seconds=max_seconds,
+            name=f"{self.name_prefix}-supervisor", listener=self._on_child_event,
+            system=system if system is not None else current_system())
+        self._supervisor.on_exit(lambda _s, reason: self._inbox.put(("supervisor_down", reason)))
+        self._thread = threading.Thread(target=self._run, name=f"gen_agent-{self.name_prefix}",
+                                        daemon=True)
+        self._thread.start()
+
+    def __repr__(self) -> str:
+        return f"<Pool {self.name_prefix!r} size={self.size} {self.routing}>"
+
+    def __enter__(self) -> Pool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------------ public API
+    @property
+    def size(self) -> int:
+        """Workers not being removed (count)."""
+        with self._cond:
+            return sum(1 for slot in self._slots if not slot.retiring)
+
+    @property
+    def supervisor(self) -> Supervisor:
+        """The `Supervisor` of the workers."""
+        return self._supervisor
+
+    def workers(self) -> list[Any]:
+        """The names of the workers not being removed, in start order."""
+        with self._cond:
+            return [slot.name for slot in self._slots if not slot.retiring]
+
+    def submit(self, prompt: str) -> PoolRef:
+        """Queue `prompt` as one task and return its `PoolRef` at once.
+
+        The task goes to a worker as soon as one has capacity (see `routing`). Read the
+        outcome with `result`.
+
+        Raises:
+            TypeError: `prompt` is not a `str`.
+            RequestError: `"pool_stopped"`, the pool no longer accepts tasks.
+        """
+        if type(prompt) is not str:
+            raise TypeError(f"submit: prompt must be a str, got {type(prompt).__name__}")
+        task = _Task(PoolRef(next(_task_ids)), prompt)
+        with self._cond:
+            if self._stopping or self._stopped.is_set():
+                raise RequestError("pool_stopped")
+            self._tasks[task.ref.id] = task
+            overload = self._overload(prompt)
+            if overload is not None:
+                self._resolve(task, ("error", overload))
+                return task.ref
+            if self.routing == "round_robin":
+                active = [slot for slot in self._slots if not slot.retiring]
+                task.slot = active[self._rr % len(active)]
+                self._rr += 1
+                task.slot.queue.append(task)
+            else:
+                self._shared.append(task)
+        self._inbox.put(("dispatch",))
+        return task.ref
+
+    def result(self, ref: PoolRef, timeout: float | None = None) -> Response:
+        """Wait for the task's outcome and return its `Response`. Each outcome is handed out
+        once: afterwards the ref is forgotten.
+
+        Args:
+            timeout: seconds to wait; None = forever.
+
+        Raises:
+            TurnError: the task failed (see the class docstring for the reasons).
+            CallTimeout: no outcome within `timeout` (the task goes on; ask again later).
+            LookupError: unknown ref, or its outcome was already collected.
+        """
+        with self._cond:
+            task = self._tasks.get(ref.id) if isinstance(ref, PoolRef) else None
+        if task is None:
+            raise LookupError("unknown PoolRef, or its result was already collected")
+        if not task.done.wait(timeout):
+            raise CallTimeout(timeout)
+        with self._cond:
+            if self._tasks.pop(ref.id, None) is None:
+                raise LookupError("unknown PoolRef, or its result was already collected")
+        assert task.outcome is not None
+        kind, value = task.outcome
+        if kind == "ok":
+            return value
+        raise TurnError(value)
+
+    def map(self, prompts: Iterable[str], timeout: float | None = None) -> list[Response]:
+        """Submit every prompt, then return their responses in the order of `prompts`.
+
+        Args:
+            timeout: seconds for the whole batch; None = forever.
+
+        Raises:
+            TurnError: the first failed task, in order (the others still run; their outcomes
+                are dropped). CallTimeout: the batch did not finish in time.
+        """
+        refs = [self.submit(prompt) for prompt in prompts]
+        deadline = None if timeout is None else time.monotonic() + timeout
+        responses = []
+        try:
+            for ref in refs:
+                remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+                responses.append(self.result(ref, remaining))
+        finally:
+            self._forget(refs)
+        return responses
+
+    def status(self) -> PoolStatus:
+        """A point-in-time `PoolStatus`."""
+        with self._cond:
+            workers = tuple(slot.info() for slot in self._slots)
+            return PoolStatus(size=sum(1 for s in self._slots if not s.retiring),
+                              queued=self._queued(),
+                              in_flight=sum(len(s.in_flight) for s in self._slots),
+                              workers=workers, stopped=self._stopped.is_set())
+
+    def wait_idle(self, timeout: float | None = None) -> None:
+        """Wait for quiescence: nothing queued or in flight in the pool, and every worker's
+        `runtime_snapshot` idle with no pending prompt, notification or self-chain.
+
+        Wakes on task completions and on worker state-change telemetry.
+
+        Raises:
+            CallTimeout: not quiescent within `timeout` seconds.
+            RequestError: `("pool_down", reason)` when the pool stopped meanwhile.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        handler_id = ("gen_agent.pool.wait_idle", uuid.uuid4().hex)
+        telemetry.attach(handler_id, telemetry.STATE_CHANGED, self._wake)
+        try:
+            while True:
+                if self._stopped.is_set():
+                    raise RequestError(("pool_down", self._down_reason))
+                if self._quiet() and self._workers_quiet():
+                    return
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise CallTimeout(timeout)
+                with self._cond:
+                    wait = _IDLE_RECHECK_S if remaining is None else min(remaining,
+                                                                         _IDLE_RECHECK_S)
+                    self._cond.wait(wait)
+        finally:
+            telemetry.detach(handler_id)
+
+    def resize(self, size: int, timeout: float | None = None) -> None:
+        """Grow or shrink the pool to `size` workers.
+
+        Growing starts new workers at once. Shrinking removes the newest workers: they take
+        no new task, their queued (round_robin) tasks move to the remaining workers, their
+        tasks in flight finish (the worker is drained), then they stop.
+
+        Args:
+            timeout: seconds each removed worker may take to drain; None = forever. After
+                it the worker is stopped (its unfinished task fails with "worker_down").
+
+        Raises:
+            ValueError: `size` < 1. RequestError: `"pool_stopped"`.
+            AgentStartError, AlreadyStarted: a new worker failed to start (it and the ones
+                after it are not added; those started before it stay).
+
+        Resizes are serialised: a second call waits for the first.
+        """
+        _check_count("size", size, 1)
+        with self._resize_lock:
+            with self._cond:
+                if self._stopping or self._stopped.is_set():
+                    raise RequestError("pool_stopped")
+                active = [slot for slot in self._slots if not slot.retiring]
+                grow = [self._new_slot() for _ in range(size - len(active))]
+                shrink = active[size:] if size < len(active) else []
+                for slot in shrink:
+                    slot.retiring = True
+                self._requeue_from(shrink)
+            try:
+                for index, slot in enumerate(grow):
+                    try:
+                        self._supervisor.start_child(self._spec(slot))
+                    except BaseException:
+                        self._abandon(grow[index:])
+                        raise
+                for slot in shrink:
+                    self._supervisor.terminate_child(slot.name, drain=True, timeout=timeout)
+                    self._supervisor.delete_child(slot.name)
+            finally:
+                if shrink:
+                    self._inbox.put(("forget", shrink))
+                self._inbox.put(("dispatch",))
+
+    def _abandon(self, slots: list[_Slot]) -> None:
+        """Drop slots whose worker could not be started; their queued tasks move on."""
+        with self._cond:
+            for slot in slots:
+                slot.retiring = True
+            self._requeue_from(slots)
+            self._slots = [s for s in self._slots if s not in slots]
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Stop the pool: tasks still queued fail with `("agent_terminated", "shutdown")`,
+        the workers stop (their tasks in flight fail the same way), then the dispatcher.
+        Idempotent.
+
+        Raises:
+            CallTimeout: not stopped within `timeout` seconds.
+        """
+        with self._cond:
+            self._stopping = True
+            for task in self._take_queued():
+                self._resolve(task, ("error", ("agent_terminated", "shutdown")))
+        if self._supervisor.is_alive():
+            self._supervisor.stop(timeout)
+        self._inbox.put(("stop",))
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                raise CallTimeout(timeout)
+
+    def wait_stopped(self, timeout: float | None = None) -> bool:
+        """Block until the pool stopped; False if `timeout` (s) expired first."""
+        return self._stopped.wait(timeout)
+
+    # ------------------------------------------------------------------ bookkeeping
+    def _spec(self, slot: _Slot) -> Any:
+        return child_spec(self._module, name=slot.name, backend=self._backend,
+                          restart="permanent", **self._worker_opts)
+
+    def _new_slot(self) -> _Slot:
+        slot = _Slot(f"{self.name_prefix}-{next(self._indices)}")
+        self._slots.append(slot)
+        return slot
+
+    def _queued(self) -> int:
+        return len(self._shared) + sum(len(slot.queue) for slot in self._slots)
+
+    def _overload(self, prompt: str) -> Any:
+        if self.max_queued_tasks is None:
+            return None
+        count = self._queued()
+        if count < self.max_queued_tasks:
+            return None
+        pending = [*self._shared, *(t for s in self._slots for t in s.queue)]
+        return ("overloaded", OverloadInfo(
+            queue="prompts", limit="count", pending_count=count,
+            pending_bytes=sum(term_size(t.prompt) for t in pending),
+            incoming_bytes=term_size(prompt), max_count=self.max_queued_tasks,
+            max_bytes=0))
+
+    def _resolve(self, task: _Task, outcome: tuple[str, Any]) -> None:
+        """Give `task` its one outcome (later ones are ignored). Caller holds the lock."""
+        if task.outcome is not None:
+            return
+        task.outcome = outcome
+        task.done.set()
+        self._cond.notify_all()
+
+    def _forget(self, refs: list[PoolRef]) -> None:
+        with self._cond:
+            for ref in refs:
+                self._tasks.pop(ref.id, None)
+
+    def _take_queued(self) -> list[_Task]:
+        tasks = list(self._shared)
+        self._shared.clear()
+        for slot in self._slots:
+            tasks.extend(slot.queue)
+            slot.queue.clear()
+        return tasks
+
+    def _requeue_from(self, leaving: list[_Slot]) -> None:
+        """Move the queued tasks of `leaving` slots to the remaining ones (round robin)."""
+        remaining = [slot for slot in self._slots if not slot.retiring]
+        for slot in leaving:
+            while slot.queue:
+                task = slot.queue.popleft()
+                task.slot = remaining[self._rr % len(remaining)]
+                self._rr += 1
+                task.slot.queue.append(task)
+
+    def _quiet(self) -> bool:
+        with self._cond:
+            return self._queued() == 0 and all(not s.in_flight for s in self._slots)
+
+    def _workers_quiet(self) -> bool:
+        with self._cond:
+            handles = [s.handle for s in self._slots if not s.retiring]
+        from gen_agent.client import AgentRef
+
+        for handle in handles:
+            if handle is None:
+                return False
+            try:
+                snap = AgentRef(handle).runtime_snapshot()
+            except (GenAgentError, LookupError):
+                return False
+            if (snap.phase != "idle" or snap.pending_prompts or snap.pending_notifications
+                    or snap.self_chain_pending):
+                return False
+        return True
+
+    def _wake(self, _name: Any, _measurements: Any, metadata: dict[str, Any], _config: Any) -> None:
+        # Runs in a worker's actor thread: only wake the waiter.
+        if metadata.get("to") == "idle":
+            with self._cond:
+                self._cond.notify_all()
+
+    # ------------------------------------------------------------------ dispatcher thread
+    def _on_child_event(self, event: ChildEvent) -> None:
+        self._inbox.put(("child", event))  # supervisor thread: post only
+
+    def _run(self) -> None:
+        try:
+            while True:
+                message = self._inbox.get()
+                if message[0] == "stop" or (message[0] == "supervisor_down"
+                                            and self._on_supervisor_down(message[1])):
+                    return
+                self._handle(message)
+                self._dispatch_ready()
+        except Exception as exc:  # noqa: BLE001 - fail every task rather than hang callers
+            logger.error("gen_agent pool dispatcher failed ({})", type(exc).__name__)
+            self._on_supervisor_down(("pool_failed", type(exc).__name__))
+            if self._supervisor.is_alive():
+                self._supervisor.stop(None)
+        finally:
+            self._stopped.set()
+            with self._cond:
+                self._cond.notify_all()
+
+    def _handle(self, message: tuple[Any, ...]) -> None:
+        kind = message[0]
+        if kind == "child":
+            self._on_child(message[1])
+        elif kind == "completion":
+            self._on_completion(message[1], message[2], message[3])
+        elif kind == "forget":
+            with self._cond:
+                self._slots = [s for s in self._slots if s not in message[1]]
+
+    def _on_supervisor_down(self, reason: Any) -> bool:
+        with self._cond:
+            self._down_reason = reason
+            failure = (("agent_terminated", "shutdown") if self._stopping
+                       else ("pool_down", reason))
+            for task in self._take_queued():
+                self._resolve(task, ("error", failure))
+            for slot in self._slots:
+                for task in slot.in_flight.values():
+                    self._resolve(task, ("error", failure))
+                slot.in_flight.clear()
+                slot.handle = None
+        return True
+
+    def _slot(self, name: Any) -> _Slot | None:
+        for slot in self._slots:
+            if slot.name == name:
+                return slot
+        return None
+
+    def _on_child(self, event: ChildEvent) -> None:
+        with self._cond:
+            slot = self._slot(event.id)
+            if slot is None:
+                return
+            handle = event.ref._handle
+            if event.kind == "started":
+                slot.handle = handle
+                return
+            if slot.handle is handle:
+                slot.handle = None
+            # The supervisor reports an incarnation's exit before starting the next one, and
+            # tasks go only to incarnations reported started: all in flight here were its.
+            reason = ("agent_terminated", "shutdown") if self._stopping else (
+                "worker_down", event.reason)
+            for task in [t for t in slot.in_flight.values()]:
+                self._resolve(task, ("error", reason))
+            slot.in_flight.clear()
+            self._cond.notify_all()
+
+    def _on_completion(self, task: _Task, handle: Any, message: Any) -> None:
+        outcome = message[4]
+        with self._cond:
+            slot = next((s for s in self._slots if s.in_flight.get(task.ref.id) is task), None)
+            if slot is None:
+                return  # already failed (its worker died) or unknown
+            del slot.in_flight[task.ref.id]
+            if outcome == ("error", "draining") and task.outcome is None:
+                self._requeue(task, front=True)  # never ran: a removed worker refused it
+                return
+            slot.completed += 1
+            self._resolve(task, outcome)
+
+    def _requeue(self, task: _Task, *, front: bool) -> None:
+        if self.routing == "round_robin" and task.slot is not None:
+            if task.slot.retiring:
+                remaining = [s for s in self._slots if not s.retiring]
+                task.slot = remaining[self._rr % len(remaining)]
+                self._rr += 1
+            target = task.slot.queue
+        else:
+            target = self._shared
+        if front:
+            target.appendleft(task)
+        else:
+            target.append(task)
+
+    def _next_assignment(self) -> tuple[_Slot, Any, _Task] | None:
+        """Pick a (slot, incarnation, task) to dispatch and reserve the slot's capacity."""
+        with self._cond:
+            if self._stopping:
+                return None
+            ready = [s for s in self._slots if s.handle is not None and not s.retiring
+                     and len(s.in_flight) < self.max_in_flight]
+            if self.routing == "round_robin":
+                slot = next((s for s in ready if s.queue), None)
+                task = slot.queue.popleft() if slot is not None else None
+            elif self._shared and ready:
+                slot = min(ready, key=lambda s: (len(s.in_flight), s.dispatched))
+                task = self._shared.popleft()
+            else:
+                slot = task = None
+            if slot is None or task is None:
+                return None
+            slot.in_flight[task.ref.id] = task
+            slot.dispatched += 1
+            return slot, slot.handle, task
+
+    def _dispatch_ready(self) -> None:
+        inbox = self._inbox
+        while (assignment := self._next_assignment()) is not None:
+            slot, handle, task = assignment
+
+            def recipient(message: Any, task: _Task = task, handle: Any = handle) -> None:
+                inbox.put(("completion", task, handle, message))  # a worker thread: post only
+
+            try:
+                outcome = _tell_incarnation(handle, task.prompt, recipient)
+            except AgentDown:
+                outcome = None  # the incarnation ended before taking it: not dispatched
+            with self._cond:
+                if outcome is not None and outcome[0] == "ok":
+                    continue
+                if slot.in_flight.pop(task.ref.id, None) is None:
+                    continue  # already failed by the worker's exit
+                slot.dispatched -= 1
+                if outcome is None or outcome == ("error", "draining"):
+                    if slot.handle is handle and outcome is None:
+                        slot.handle = None  # known dead; its "exited" event follows
+                    self._requeue(task, front=True)
+                else:
+                    self._resolve(task, outcome)
+
+
+def _check_count(name: str, value: Any, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")

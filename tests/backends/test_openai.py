@@ -1,0 +1,419 @@
+"""OpenAIResponses on the official `openai` SDK against ScriptedModelServer on 127.0.0.1:
+continuity (previous_response_id and stateless), errors at the one SDK boundary, cancel,
+options, and the pure stream translator."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from typing import Any
+
+import pytest
+
+import gen_agent
+from gen_agent.backend import BackendError, SessionStartError
+from gen_agent.backends.openai import (
+    DEFAULT_MODEL,
+    OPTIONS,
+    OpenAIOptions,
+    OpenAIResponses,
+    OpenAIStreamTranslator,
+    _error_from_sdk,
+)
+from gen_agent.errors import TurnError
+from gen_agent.event import Event
+from gen_agent.testing.model_server import Reply, ScriptedModelServer, TextBlock
+from gen_agent.testing.openai_protocol import ResponsesReply, openai_base_url
+
+from .conftest import TurnRecorder, run_turn
+
+openai = pytest.importorskip("openai")
+httpx2 = pytest.importorskip("httpx2")
+
+WAIT_S = 10.0
+
+
+class Agent(gen_agent.GenAgent):
+    def init_agent(self, opts: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+        return opts["backend_opts"], None
+
+    def handle_response(self, ref: Any, response: Any, state: Any) -> Any:
+        return gen_agent.NoReply(state)
+
+
+@pytest.fixture
+def server():
+    with ScriptedModelServer() as running:
+        yield running
+
+
+def options(server: ScriptedModelServer, **extra: Any) -> dict[str, Any]:
+    return {"api_key": "test-key", "base_url": openai_base_url(server), **extra}
+
+
+def start(server: ScriptedModelServer, name: str = "gpt", **extra: Any):
+    return gen_agent.start_agent(
+        Agent, name=name, backend=OpenAIResponses, backend_opts=options(server, **extra)
+    )
+
+
+def body_of(server: ScriptedModelServer, index: int) -> dict[str, Any]:
+    return server.model_requests()[index].body
+
+
+def reason_of(events: list[Event]) -> BackendError:
+    assert events[-1].kind == "error"
+    reason = events[-1].data["reason"]
+    assert isinstance(reason, BackendError)
+    return reason
+
+
+# -- turns through an agent ---------------------------------------------------------------
+
+
+def test_a_text_turn_field_by_field_and_a_continued_second_turn(
+    server: ScriptedModelServer,
+) -> None:
+    server.enqueue(
+        ResponsesReply.text(
+            "Hello there, friend.", reasoning_tokens=3, cached_input_tokens=2, input_tokens=11
+        ),
+        Reply.text("Second answer.", model="gpt-5-mini"),
+    )
+    agent = start(server, instructions="Be brief.", params={"top_p": 0.5}, max_output_tokens=50)
+
+    first = agent.ask("Say hello", timeout=WAIT_S)
+
+    # output_text.done repeats the three deltas: the text appears once.
+    assert first.text == "Hello there, friend."
+    assert first.final_message == "Hello there, friend."
+    assert [e.kind for e in first.events] == ["text", "text", "text", "usage", "result"]
+    assert first.usage == {
+        "input_tokens": 11,
+        "output_tokens": 5,
+        "total_tokens": 16,
+        "reasoning_tokens": 3,
+        "cached_tokens": 2,
+    }
+    assert first.session_id is not None and first.session_id.startswith("openai-")
+    assert (first.model, first.stop_reason, first.provider) == (
+        DEFAULT_MODEL,
+        "completed",
+        "openai",
+    )
+    first_id = first.extra["response_id"]
+    assert first_id.startswith("resp_")
+    body = body_of(server, 0)
+    assert body["input"] == "Say hello"
+    assert (body["model"], body["stream"], body["store"]) == (DEFAULT_MODEL, True, True)
+    assert (body["instructions"], body["top_p"], body["max_output_tokens"]) == (
+        "Be brief.",
+        0.5,
+        50,
+    )
+    assert "previous_response_id" not in body
+    assert server.model_requests()[0].headers["x-stainless-retry-count"] == "0"
+
+    second = agent.ask("And again", timeout=WAIT_S)
+
+    assert (second.text, second.model) == ("Second answer.", "gpt-5-mini")
+    assert second.session_id == first.session_id
+    body = body_of(server, 1)
+    assert (body["input"], body["previous_response_id"]) == ("And again", first_id)
+    assert body["instructions"] == "Be brief."  # resent every turn
+    gen_agent.stop("gpt")
+
+
+def test_stateless_mode_resends_the_kept_conversation(server: ScriptedModelServer) -> None:
+    server.enqueue(Reply.text("one"), Reply.http_error(500), Reply.text("three"))
+    agent = start(server, store=False)
+
+    agent.ask("first", timeout=WAIT_S)
+    with pytest.raises(TurnError):
+        agent.ask("second", timeout=WAIT_S)
+    agent.ask("third", timeout=WAIT_S)
+
+    body = body_of(server, 2)
+    assert body["store"] is False
+    assert "previous_response_id" not in body
+    assert body["input"] == [
+        {"role": "user", "content": "first"},
+        {"role": "assistant", "content": "one"},
+        {"role": "user", "content": "third"},
+    ]
+    gen_agent.stop("gpt")
+
+
+def test_a_function_call_is_a_tool_use_event(server: ScriptedModelServer) -> None:
+    server.enqueue(Reply.tool_use("get_weather", {"city": "Paris"}, id="call_9", text="Checking."))
+    agent = start(server, tools=[{"type": "function", "name": "get_weather", "parameters": {}}])
+
+    response = agent.ask("weather?", timeout=WAIT_S)
+
+    assert response.text == "Checking."
+    (call,) = response.tool_calls
+    assert {k: call.data[k] for k in ("id", "name", "arguments", "input")} == {
+        "id": "call_9",
+        "name": "get_weather",
+        "arguments": '{"city":"Paris"}',
+        "input": {"city": "Paris"},
+    }
+    assert body_of(server, 0)["tools"][0]["name"] == "get_weather"
+    gen_agent.stop("gpt")
+
+
+@pytest.mark.parametrize(
+    ("reply", "fields"),
+    [
+        (
+            Reply.http_error(429, "slow down", retry_after=12),
+            ("rate_limited", True, 429, "12", "slow down"),
+        ),
+        (Reply.http_error(401, "bad key"), ("authentication", False, 401, None, "bad key")),
+        (Reply.http_error(503, "busy"), ("server_error", True, 503, None, "busy")),
+        (
+            ResponsesReply.failed("boom", partial_text="partial "),
+            ("response_failed", True, None, None, "boom"),
+        ),
+        (
+            ResponsesReply.failed("no", code="invalid_prompt"),
+            ("response_failed", False, None, None, "no"),
+        ),
+        (
+            ResponsesReply.text("cut", stop_reason="max_tokens"),
+            ("response_incomplete", False, None, None,
+             "the response is incomplete: max_output_tokens"),
+        ),
+        (
+            Reply.text("I can't help with that.", stop_reason="refusal"),
+            ("refusal", False, None, None, "I can't help with that."),
+        ),
+        (
+            ResponsesReply.error_event("bad", code="server_error"),
+            ("stream_error", True, None, None, "bad"),
+        ),
+        (
+            ResponsesReply.disconnect("part"),
+            ("stream_truncated", True, None, None,
+             "the OpenAI stream ended before response.completed"),
+        ),
+    ],
+)  # fmt: skip
+def test_errors_fail_the_turn_with_a_backend_error(
+    server: ScriptedModelServer, reply: Reply, fields: tuple[Any, ...]
+) -> None:
+    server.enqueue(reply)
+    agent = start(server)
+
+    with pytest.raises(TurnError) as info:
+        agent.ask("x", timeout=WAIT_S)
+
+    reason = info.value.reason
+    assert isinstance(reason, BackendError)
+    assert reason.provider == "openai"
+    assert (reason.kind, reason.retryable, reason.status, reason.retry_after, reason.message) == (
+        fields
+    )
+    assert len(server.model_requests()) == 1  # no SDK retries
+    gen_agent.stop("gpt")
+
+
+def test_a_failed_turn_keeps_the_previous_response_for_the_next(
+    server: ScriptedModelServer,
+) -> None:
+    server.enqueue(Reply.text("one"), ResponsesReply.failed("boom"), Reply.text("three"))
+    agent = start(server)
+
+    first = agent.ask("first", timeout=WAIT_S)
+    with pytest.raises(TurnError):
+        agent.ask("second", timeout=WAIT_S)
+    agent.ask("third", timeout=WAIT_S)
+
+    assert body_of(server, 2)["previous_response_id"] == first.extra["response_id"]
+    gen_agent.stop("gpt")
+
+
+def test_reset_session_starts_a_new_conversation(server: ScriptedModelServer) -> None:
+    server.enqueue(Reply.text("one"), Reply.text("two"))
+    agent = start(server)
+    agent.ask("first", timeout=WAIT_S)
+
+    gen_agent.reset_session("gpt", timeout=WAIT_S)
+    agent.ask("fresh", timeout=WAIT_S)
+
+    assert "previous_response_id" not in body_of(server, 1)
+    gen_agent.stop("gpt")
+
+
+def test_an_interrupt_ends_a_slow_request_at_once(server: ScriptedModelServer) -> None:
+    server.enqueue(Reply.text("too late", delay=60.0), Reply.text("next"))
+    agent = start(server)
+
+    request = gen_agent.tell("gpt", "slow")
+    server.wait_requests(1, timeout=WAIT_S)
+    gen_agent.interrupt("gpt")
+
+    assert agent.ask("again", timeout=WAIT_S).text == "next"
+    assert gen_agent.poll("gpt", request).reason == "interrupted"
+    gen_agent.stop("gpt")
+
+
+# -- the backend hooks directly -------------------------------------------------------------
+
+
+def test_cancel_mid_stream_ends_a_blocked_read(server: ScriptedModelServer) -> None:
+    server.enqueue(Reply.text(["a ", "b ", "c"], chunk_delay=30.0))
+    session = OpenAIResponses.start_session(options(server))
+    recorder = TurnRecorder()
+    stream, session = OpenAIResponses.prompt(session, "x", recorder.context)
+    out: list[Event] = []
+    reader = threading.Thread(target=lambda: out.extend(stream))
+    reader.start()
+
+    server.wait_requests(1, timeout=WAIT_S)
+    recorder.cancel_event.set()
+    OpenAIResponses.cancel(session)
+    reader.join(WAIT_S)
+
+    assert not reader.is_alive()
+    assert reason_of(out).kind == "cancelled"
+    OpenAIResponses.terminate_session(session)
+    OpenAIResponses.terminate_session(session)  # idempotent
+
+
+def test_two_message_items_are_two_messages(server: ScriptedModelServer) -> None:
+    server.enqueue(Reply.message(TextBlock(("First ", "part.")), TextBlock(("Second.",))))
+    session = OpenAIResponses.start_session(options(server))
+
+    events, session, _ = run_turn(OpenAIResponses, session, "x")
+
+    texts = [e.data for e in events if e.kind == "text"]
+    assert texts == [
+        {"text": "First "},
+        {"text": "part."},
+        {"text": "Second.", "message_boundary": True},
+    ]
+    assert events[-1].data["text"] == "First part.\n\nSecond."
+    assert session.previous_response_id == events[-1].data["response_id"]
+    OpenAIResponses.terminate_session(session)
+
+
+def test_the_stateless_history_is_bounded(server: ScriptedModelServer) -> None:
+    server.enqueue(Reply.text("a1"), Reply.text("a2"), Reply.text(""))
+    session = OpenAIResponses.start_session(options(server, store=False, max_history_messages=2))
+
+    for prompt in ("u1", "u2"):
+        _, session, _ = run_turn(OpenAIResponses, session, prompt)
+    assert session.history == (
+        {"role": "user", "content": "u2"},
+        {"role": "assistant", "content": "a2"},
+    )
+    _, session, _ = run_turn(OpenAIResponses, session, "u3")  # an empty reply
+    assert session.history[-1] == {"role": "assistant", "content": "a2"}
+    OpenAIResponses.terminate_session(session)
+
+
+# -- options and the SDK ---------------------------------------------------------------------
+
+
+def test_options_are_the_struct_fields() -> None:
+    assert frozenset(OpenAIOptions.__struct_fields__) == OPTIONS
+    assert OpenAIOptions().model == DEFAULT_MODEL == "gpt-5"
+
+
+@pytest.mark.parametrize(
+    ("opts", "reason"),
+    [
+        ({"api_key": "k", "colour": 1}, ("unknown_option", "colour")),
+        ({"api_key": "k", "store": "yes"}, ("invalid_option", "store", "yes")),
+        ({"api_key": "k", "params": {"input": "x"}}, ("invalid_option", "params", {"input": "x"})),
+        ({"api_key": "k", "max_retries": -1}, ("invalid_option", "max_retries", -1)),
+        (["x"], ("invalid_options", "list")),
+    ],
+)
+def test_bad_options_are_refused(opts: Any, reason: tuple[Any, ...]) -> None:
+    with pytest.raises(SessionStartError) as info:
+        OpenAIResponses.start_session(opts)
+    assert info.value.reason == reason
+
+
+def test_a_missing_api_key_is_a_start_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with pytest.raises(SessionStartError) as info:
+        OpenAIResponses.start_session({})
+    assert (info.value.reason.provider, info.value.reason.kind) == ("openai", "missing_api_key")
+
+
+def test_a_missing_sdk_is_a_start_error_naming_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "openai", None)  # makes `import openai` fail
+    with pytest.raises(SessionStartError) as info:
+        OpenAIResponses.start_session({"api_key": "k"})
+    assert info.value.reason.kind == "missing_sdk"
+    assert "pip install 'gen-agent[openai]'" in info.value.reason.message
+
+
+def test_sdk_exceptions_at_the_boundary() -> None:
+    request = httpx2.Request("POST", "http://127.0.0.1/v1/responses")
+    response = httpx2.Response(429, request=request, headers={"Retry-After": "4"})
+    body = {"error": {"message": "slow", "type": "requests", "code": "rate_limit_exceeded"}}
+    limited = _error_from_sdk(
+        openai.RateLimitError("slow", response=response, body=body["error"]), openai
+    )
+    assert limited is not None
+    assert (limited.kind, limited.status, limited.retry_after, limited.retryable) == (
+        "rate_limited", 429, "4", True
+    )  # fmt: skip
+    timeout = _error_from_sdk(openai.APITimeoutError(request=request), openai)
+    assert timeout is not None and (timeout.kind, timeout.retryable) == ("timeout", True)
+    lost = _error_from_sdk(openai.APIConnectionError(request=request), openai)
+    assert lost is not None and lost.kind == "transport"
+    streamed = _error_from_sdk(
+        openai.APIError("oops", request, body={"code": "server_error", "message": "oops"}), openai
+    )
+    assert streamed is not None and (streamed.kind, streamed.retryable) == ("stream_error", True)
+    assert _error_from_sdk(KeyError("a bug"), openai) is None
+
+
+# -- the pure translator --------------------------------------------------------------------
+
+
+def test_translator_done_without_deltas_gives_the_text_once() -> None:
+    translator = OpenAIStreamTranslator("openai-1", "m")
+    reasoning = {"type": "reasoning", "id": "r1", "summary": []}
+    late = {"type": "message", "id": "i3", "content": [{"type": "output_text", "text": "Late"}]}
+    stream = [
+        {"type": "response.created", "response": {"id": "resp_1", "model": "m2"}},
+        {"type": "response.output_text.delta", "item_id": "i1", "content_index": 0, "delta": "He"},
+        {"type": "response.output_text.done", "item_id": "i1", "content_index": 0, "text": "Hello"},
+        {"type": "response.output_text.done", "item_id": "i2", "content_index": 0, "text": "Bye"},
+        {"type": "response.output_item.done", "item": reasoning},
+        {"type": "response.output_item.done", "item": late},
+        {"type": "response.completed", "response": {"id": "resp_1", "status": "completed"}},
+        {"type": "response.completed", "response": {"id": "resp_2", "status": "completed"}},
+    ]  # fmt: skip
+    events = [event for raw in stream for event in translator.translate(raw)]
+
+    assert [(e.kind, e.data.get("text")) for e in events] == [
+        ("text", "He"),
+        ("text", "llo"),
+        ("text", "Bye"),
+        ("openai.reasoning", None),
+        ("text", "Late"),
+        ("result", "Hello\n\nBye\n\nLate"),
+    ]
+    assert events[-1].data["response_id"] == "resp_1"
+    assert events[-1].data["model"] == "m2"
+
+
+def test_translator_unexpected_status_and_truncation() -> None:
+    translator = OpenAIStreamTranslator("openai-2")
+    events = translator.translate(
+        {"type": "response.completed", "response": {"id": "r", "status": "cancelled"}}
+    )
+    assert reason_of(events).kind == "unexpected_response_status"
+    assert translator.truncated() is None
+
+    fresh = OpenAIStreamTranslator("openai-3")
+    assert fresh.translate({"type": "response.mystery"}) == []
+    end = fresh.truncated()
+    assert end is not None and end.data["reason"].kind == "stream_truncated"
