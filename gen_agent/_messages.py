@@ -106,10 +106,10 @@ class CallMsg(Msg, frozen=True):
 
 
 # --- turn task → agent -----------------------------------------------------------------------
-class TurnEventMsg(Msg, frozen=True):
+class TurnWakeMsg(Msg, frozen=True):
+    """The turn task put items in its channel (see `_turn.TurnChannel`)."""
+
     task_id: int
-    event: Any
-    size: int
 
 
 class TurnDoneMsg(Msg, frozen=True):

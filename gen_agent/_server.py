@@ -43,14 +43,14 @@ from gen_agent._messages import (
     StopMsg,
     TellMsg,
     TurnDoneMsg,
-    TurnEventMsg,
+    TurnWakeMsg,
     WatchdogMsg,
 )
 from gen_agent._options import AgentOptions
 from gen_agent._pending import BoundedQueue, check_admission
 from gen_agent._results import ResultCache
 from gen_agent._timers import TIMERS
-from gen_agent._turn import TurnSpec, start_turn
+from gen_agent._turn import TurnChannel, TurnSpec, start_turn
 from gen_agent.agent import BASE_STREAM_EVENT, Halt, NoReply, Proceed, Prompt, Skip
 from gen_agent.backend import ResetError, SessionStartError, TurnContext
 from gen_agent.errors import (
@@ -131,12 +131,13 @@ class Turn:
     """The active turn (`current_request` of §4.1)."""
 
     __slots__ = (
-        "attempt", "cancel_event", "capture", "checkpoint_error", "checkpoint_id", "prompt",
-        "request", "started_at", "task_id", "thread_id", "watchdog",
+        "attempt", "cancel_event", "capture", "channel", "checkpoint_error", "checkpoint_id",
+        "prompt", "request", "started_at", "task_id", "thread_id", "watchdog",
     )
 
     def __init__(self, request: Request, attempt: int, task_id: int, prompt: str,
-                 capture: Capture) -> None:
+                 capture: Capture, channel: TurnChannel) -> None:
+        self.channel = channel
         self.request = request
         self.attempt = attempt
         self.task_id = task_id
@@ -323,10 +324,8 @@ class AgentActor(pykka.ThreadingActor):
 
     def _handle(self, msg: Any) -> None:
         match msg:
-            case TurnEventMsg():
-                self._on_turn_event(msg)
-            case TurnDoneMsg():
-                self._on_turn_done(msg)
+            case TurnWakeMsg():
+                self._drain_channel(msg.task_id)
             case AskMsg():
                 self._on_ask(msg)
             case TellMsg():
@@ -523,7 +522,8 @@ class AgentActor(pykka.ThreadingActor):
         final_prompt, self.state = accepted
         task_id = next(self._task_ids)
         turn = Turn(request, attempt, task_id, final_prompt,
-                    Capture(self.opts.max_events_per_turn, self.opts.max_event_bytes_per_turn))
+                    Capture(self.opts.max_events_per_turn, self.opts.max_event_bytes_per_turn),
+                    TurnChannel(self.handle, task_id))
         self.turn = turn
         self._emit(telemetry.PROMPT_START, self._now(), self._turn_meta(
             request, attempt, prompt=final_prompt, original_prompt=prompt,
@@ -540,7 +540,7 @@ class AgentActor(pykka.ThreadingActor):
         thread = start_turn(TurnSpec(
             handle=self.handle, task_id=task_id, backend=self.backend, session=self.session,
             prompt=final_prompt, context=context, stream_cb=self._stream_cb, state=self.state,
-            budget=budget, cancel_event=turn.cancel_event))
+            budget=budget, cancel_event=turn.cancel_event, channel=turn.channel))
         turn.thread_id = thread.ident
         if self.opts.watchdog_ms is not None:
             turn.watchdog = TIMERS.schedule(
@@ -629,6 +629,8 @@ class AgentActor(pykka.ThreadingActor):
         return checkpoint
 
     def _on_checkpoint(self, msg: CheckpointMsg) -> None:
+        if self.turn is not None and self.turn.task_id == msg.task_id:
+            self._drain_channel(msg.task_id)  # keep stream order: earlier events first
         turn = self.turn
         if (turn is None or turn.task_id != msg.task_id or turn.request.ref != msg.ref
                 or turn.thread_id != msg.thread_id):
@@ -663,14 +665,23 @@ class AgentActor(pykka.ThreadingActor):
             return session
         return self.backend.checkpoint_session(session, turn.checkpoint_id)
 
-    def _on_turn_event(self, msg: TurnEventMsg) -> None:
+    def _drain_channel(self, task_id: int) -> None:
+        """Take everything the current turn task queued, in order (see `_turn.TurnChannel`)."""
         turn = self.turn
-        if turn is None or turn.task_id != msg.task_id:
-            return  # a retired task's late event
-        turn.capture.add(msg.event, msg.size)
-        if turn.request.stream_to is not None:
-            deliver_to(turn.request.stream_to,
-                       ("gen_agent", "event", self.name, turn.request.ref, msg.event))
+        if turn is None or turn.task_id != task_id:
+            return  # a retired task's late wake-up: its channel is no longer read
+        channel = turn.channel
+        channel.scheduled = False
+        items, add = channel.items, turn.capture.add
+        stream_to, ref = turn.request.stream_to, turn.request.ref
+        while items:
+            item = items.popleft()
+            if type(item) is TurnDoneMsg:
+                self._on_turn_done(item)
+                return
+            add(item[0], item[1])
+            if stream_to is not None:
+                deliver_to(stream_to, ("gen_agent", "event", self.name, ref, item[0]))
 
     def _on_turn_done(self, msg: TurnDoneMsg) -> None:
         turn = self.turn

@@ -1,7 +1,10 @@
 """One shared timer thread for watchdogs and delayed messages.
 
 A per-turn `threading.Timer` would cost a thread per turn; a heap served by one daemon thread
-costs a push and, only when the new deadline is the earliest, a wake-up.
+costs a push and, only when the new deadline is the earliest, a wake-up. Cancelled entries are
+dropped lazily (and the heap is compacted once they dominate it), so cancelling a watchdog at
+the end of every turn never wakes the thread. The thread exits after `idle_s` seconds with
+nothing scheduled and is started again on demand.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ import time
 from collections.abc import Callable
 
 from loguru import logger
+
+THREAD_NAME = "gen_agent-timers"
 
 
 class TimerHandle:
@@ -36,54 +41,62 @@ class TimerHandle:
 class TimerService:
     """A heap of deadlines served by one daemon thread, started on first use."""
 
-    def __init__(self) -> None:
+    def __init__(self, idle_s: float = 30.0) -> None:
+        self.idle_s = idle_s
         self._cond = threading.Condition()
         self._heap: list[tuple[float, int, TimerHandle]] = []
         self._seq = itertools.count()
-        self._thread: threading.Thread | None = None
         self._cancelled = 0
+        self._thread: threading.Thread | None = None
 
     def schedule(self, delay_s: float, fn: Callable[[], None]) -> TimerHandle:
         """Run `fn()` in the timer thread after `delay_s` seconds (monotonic clock)."""
         handle = TimerHandle(self, time.monotonic() + max(0.0, delay_s), fn)
         with self._cond:
+            earliest = not self._heap or handle.deadline < self._heap[0][0]
             heapq.heappush(self._heap, (handle.deadline, next(self._seq), handle))
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(
-                    target=self._run, name="gen_agent-timers", daemon=True
-                )
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name=THREAD_NAME, daemon=True)
                 self._thread.start()
-            elif self._heap[0][2] is handle:
+            elif earliest:
                 self._cond.notify()
         return handle
 
+    @property
+    def thread(self) -> threading.Thread | None:
+        """The timer thread, if running."""
+        return self._thread
+
     def _note_cancel(self) -> None:
-        # Cancelled watchdogs sit far in the future; rebuild the heap once they dominate it so
-        # a long-lived process does not accumulate them, and let an idle timer thread exit.
         with self._cond:
             self._cancelled += 1
-            if self._cancelled * 2 > len(self._heap):
+            if self._cancelled > 64 and self._cancelled * 2 > len(self._heap):
                 self._heap = [entry for entry in self._heap if not entry[2].cancelled]
                 heapq.heapify(self._heap)
                 self._cancelled = 0
-                self._cond.notify()
+
+    def _next_due(self) -> TimerHandle | None:
+        """Wait (lock held) for the next due handle; None when idle for `idle_s`."""
+        while True:
+            while self._heap and self._heap[0][2].cancelled:
+                heapq.heappop(self._heap)
+                self._cancelled = max(0, self._cancelled - 1)
+            if not self._heap:
+                if not self._cond.wait(self.idle_s) and not self._heap:
+                    self._thread = None  # idle: exit; schedule() starts a new thread
+                    return None
+                continue
+            wait = self._heap[0][0] - time.monotonic()
+            if wait <= 0:
+                return heapq.heappop(self._heap)[2]
+            self._cond.wait(wait)
 
     def _run(self) -> None:
         while True:
             with self._cond:
-                while True:
-                    while self._heap and self._heap[0][2].cancelled:
-                        heapq.heappop(self._heap)
-                        self._cancelled = max(0, self._cancelled - 1)
-                    if not self._heap:
-                        # Nothing scheduled: exit; the next schedule() starts a new thread.
-                        self._thread = None
-                        return
-                    wait = self._heap[0][0] - time.monotonic()
-                    if wait <= 0:
-                        handle = heapq.heappop(self._heap)[2]
-                        break
-                    self._cond.wait(wait)
+                handle = self._next_due()
+            if handle is None:
+                return
             if handle.cancelled:
                 continue
             try:

@@ -1,40 +1,70 @@
-"""The turn task: one thread per dispatched prompt (contract §4.6, "Inside the task").
+"""The turn task: one per dispatched prompt (contract §4.6, "Inside the task").
 
-It calls `backend.prompt`, pulls the event stream, runs `handle_stream_event`, and sends each
-event and then its outcome into the agent's mailbox tagged with its task id. It never touches
-agent data: everything it needs is passed in, everything it learns is sent back. Python
-threads cannot be killed, so interrupt, watchdog and stop set `cancel_event` (and call the
-backend's `cancel`); the task then stops at the next event and its late messages are dropped
-by the agent.
+It calls `backend.prompt`, pulls the event stream, runs `handle_stream_event`, and hands each
+event and then its outcome to the agent, tagged with its task id. It never touches agent data:
+everything it needs is passed in, everything it learns is sent back. Python threads cannot be
+killed, so interrupt, watchdog and stop set `cancel_event` (and call the backend's `cancel`);
+the task then stops at the next event and its late messages are dropped by the agent.
+
+Events travel through a `TurnChannel`, not one mailbox message each: the task appends to the
+channel and sends a wake-up message only when none is pending, and the agent drains everything
+queued when it handles the wake-up. An idle agent therefore sees each event at once, a busy one
+takes them in batches, and order is kept (the outcome is the channel's last item).
 """
 
 from __future__ import annotations
 
 import threading
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 from gen_agent._capture import LosslessBudget
 from gen_agent._context import set_current
-from gen_agent._messages import TurnDoneMsg, TurnEventMsg
+from gen_agent._messages import TurnDoneMsg, TurnWakeMsg
 from gen_agent.backend import DispatchError, TurnContext
 from gen_agent.event import TERMINAL_KINDS, Event, monotonic_ms
 from gen_agent.size import term_size
+
+
+class TurnChannel:
+    """Single-producer (turn task) / single-consumer (agent) FIFO with coalesced wake-ups.
+
+    Correct under the GIL: the producer appends, then reads `scheduled`; the consumer clears
+    `scheduled`, then drains. A producer that reads True appended before the clear, so the
+    drain after that clear sees its item.
+    """
+
+    __slots__ = ("handle", "items", "scheduled", "task_id")
+
+    def __init__(self, handle: Any, task_id: int) -> None:
+        self.handle = handle
+        self.task_id = task_id
+        self.items: deque[Any] = deque()
+        self.scheduled = False
+
+    def push(self, item: Any) -> None:
+        """Queue `item` ((event, size) or a TurnDoneMsg) and wake the agent if needed."""
+        self.items.append(item)
+        if not self.scheduled:
+            self.scheduled = True
+            self.handle.tell_unchecked(TurnWakeMsg(self.task_id))
 
 
 class TurnSpec:
     """Everything one turn task needs; built by the agent at dispatch."""
 
     __slots__ = (
-        "backend", "budget", "cancel_event", "context", "handle", "prompt", "session",
-        "state", "stream_cb", "task_id",
+        "backend", "budget", "cancel_event", "channel", "context", "handle", "prompt",
+        "session", "state", "stream_cb", "task_id",
     )
 
     def __init__(
         self, *, handle: Any, task_id: int, backend: Any, session: Any, prompt: str,
         context: TurnContext, stream_cb: Callable[[Event, Any], Any] | None, state: Any,
-        budget: LosslessBudget | None, cancel_event: threading.Event,
+        budget: LosslessBudget | None, cancel_event: threading.Event, channel: TurnChannel,
     ) -> None:
+        self.channel = channel
         self.handle = handle
         self.task_id = task_id
         self.backend = backend
@@ -134,7 +164,7 @@ def _terminal_reason(event: Event) -> Any:
 def _run(spec: TurnSpec) -> None:
     handle = spec.handle
     set_current(handle.name, handle)
-    send = handle.tell_unchecked
+    push = spec.channel.push
     task_id = spec.task_id
     cancel = spec.cancel_event
     state = spec.state
@@ -142,7 +172,7 @@ def _run(spec: TurnSpec) -> None:
 
     def done(kind: str, reason: Any, session: Any) -> None:
         if not cancel.is_set():
-            send(TurnDoneMsg(task_id, kind, reason, session, state, monotonic_ms() - started))
+            push(TurnDoneMsg(task_id, kind, reason, session, state, monotonic_ms() - started))
 
     try:
         try:
@@ -166,7 +196,7 @@ def _run(spec: TurnSpec) -> None:
                         break
                 if stream_cb is not None:
                     state = stream_cb(event, state)
-                send(TurnEventMsg(task_id, event, size))
+                push((event, size))
                 if event.kind in TERMINAL_KINDS:
                     terminal = event
                     break

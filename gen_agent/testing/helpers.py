@@ -327,13 +327,15 @@ def find_leaks(threads_before: Iterable[threading.Thread], children_before: set[
                timeout: float = 10.0) -> LeakReport:
     """Wait (at most `timeout` seconds in total) for the threads and child processes started
     since the snapshots to end, and report those still running. Pooled turn threads
-    ("gen_agent-turn") count as ended once parked between turns.
+    ("gen_agent-turn") count as ended once parked between turns; the process-wide timer
+    thread ("gen_agent-timers") is a service, not a leak.
 
     Args:
         threads_before: `threading.enumerate()` taken before the test.
         children_before: `child_processes()` taken before the test (None = skip processes).
         timeout: seconds, shared by every join and process wait.
     """
+    from gen_agent._timers import THREAD_NAME as TIMER_THREAD
     from gen_agent._turn import WORKERS
 
     deadline = time.monotonic() + timeout
@@ -346,6 +348,8 @@ def find_leaks(threads_before: Iterable[threading.Thread], children_before: set[
             if not WORKERS.wait_parked(thread, remaining):
                 left.append(thread.name)
             continue
+        if thread.name == TIMER_THREAD:
+            continue  # the process-wide timer service, idle between deadlines
         thread.join(remaining)
         if thread.is_alive():
             left.append(thread.name)
