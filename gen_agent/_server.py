@@ -261,9 +261,10 @@ class AgentActor(pykka.ThreadingActor):
         return result
 
     def _fail_start(self, reason: Any) -> None:
+        # Free the name before the starter hears of the failure, so it can retry at once.
         self._terminated = True
-        self._init_reply.fail(AgentStartError(reason))
         self._exit(reason, unregister=True)
+        self._init_reply.fail(AgentStartError(reason))
 
     def _run_pre_run(self) -> None:
         fn = self._optional("pre_run")
@@ -488,6 +489,8 @@ class AgentActor(pykka.ThreadingActor):
 
     def _process_next(self) -> None:
         while self.turn is None:
+            if self.handle.closed:
+                return  # killed after its shutdown window: nothing more runs (§2.19)
             if self.draining:
                 raise _StopAgent("normal")
             if self.halted:

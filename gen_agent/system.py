@@ -11,14 +11,16 @@ are `gen_agent.Supervisor`).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import threading
 from typing import Any
 
+import pykka
 from loguru import logger
 
 from gen_agent._context import current_handle
 from gen_agent._handle import AgentHandle
-from gen_agent._messages import StopMsg
+from gen_agent._messages import InterruptMsg, StopMsg
 from gen_agent._options import build_options, split_options, validate_shutdown
 from gen_agent._reply import Reply
 from gen_agent._server import AgentActor
@@ -138,6 +140,11 @@ class AgentSystem:
             "gen_agent agent did not stop within its shutdown window; killed")
         self._unregister(handle)
         handle.close("killed")
+        # Wake the actor (past the closed handle) so its thread ends once the blocking
+        # callback returns, even if nothing else is ever sent to it.
+        if handle.actor_ref is not None:
+            with contextlib.suppress(pykka.ActorDeadError):
+                handle.actor_ref.tell(InterruptMsg())
 
     def shutdown(self) -> None:
         """Stop every agent of this system, newest first, each within its `shutdown_ms`

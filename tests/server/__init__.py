@@ -9,6 +9,8 @@ Helpers:
     ProbeWithInfo: `Probe` plus `handle_info` (whose mere presence changes buffering, §3.9).
     start(): start an agent on `MockBackend` with scripts.
     in_thread(): run a blocking call (an ask) in a thread; returns a `Future`.
+    failure(): the exception such a `Future` ended with (bounded wait).
+    text_events(): `text` events with no terminal event.
     Hold: a script that streams some events, then holds the turn mid-stream until released.
     log_telemetry(): put telemetry events of one agent into a `CallLog`, so the order of
         callbacks and telemetry can be asserted together (handlers run in the agent thread).
@@ -232,14 +234,7 @@ def text_events(*chunks: str) -> list[Event]:
     return [Event.new("text", {"text": chunk}) for chunk in chunks]
 
 
-def ok_events(text: str = "ok") -> list[Event]:
-    """A successful turn's events (re-exported from the mock for brevity)."""
-    from gen_agent.backends import mock
-
-    return mock.text_turn(text)
-
-
 __all__ = [
     "WAIT_S", "CallLog", "Hold", "Probe", "ProbeWithInfo", "failure", "in_thread",
-    "log_telemetry", "ok_events", "start", "text_events",
+    "log_telemetry", "start", "text_events",
 ]

@@ -146,6 +146,14 @@ def test_an_accepted_checkpoint_is_applied_at_once_and_reapplied_at_the_end() ->
     assert log == [("prompt", 0), ("checkpoint", "sid-1", 0), ("checkpoint", "sid-1", 1)]
 
 
+def test_checkpoints_do_not_count_against_the_capture_limits() -> None:
+    results: list[Any] = []
+    start([checkpoints_then_succeed(["one"], results)], event_retention="lossless",
+          max_events_per_turn=2)
+    assert gen_agent.ask(NAME, "p", timeout=T).text == "done"
+    assert results == ["ok"]
+
+
 # ---------------------------------------------------------------------- validation order
 @pytest.mark.parametrize(("backend", "ids", "expected"), [
     (NoCheckpointBackend, ["valid-id"], ["unsupported_checkpoint"]),

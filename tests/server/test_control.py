@@ -9,16 +9,26 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from typing import Any
 
 import pytest
 
 import gen_agent
-from gen_agent import NoReply, OverloadInfo, Prompt, RequestRef, TurnError, term_size
+from gen_agent import (
+    Event,
+    NoReply,
+    OverloadInfo,
+    Prompt,
+    RequestRef,
+    TurnError,
+    telemetry,
+    term_size,
+)
 from gen_agent.backends import mock
 from gen_agent.backends.mock import MockBackend
 from gen_agent.errors import AgentNotFound
-from gen_agent.telemetry import TURN_CANCELLED, TURN_START, TelemetryRecorder
+from gen_agent.telemetry import EVENT_RECEIVED, TURN_CANCELLED, TURN_START, TelemetryRecorder
 
 T = 5.0  # seconds: the bound of every wait in this file
 NAME = "controlled"
@@ -203,6 +213,76 @@ def test_interrupt_request_for_an_active_ask() -> None:
     assert gen_agent.interrupt_request(NAME, ask_ref, timeout=T) == "accepted"
     thread.join(T)
     assert outcome == ["interrupted"]
+
+
+class _Race:
+    """Lets an interrupt_request reach the agent just before the outcome of the turn it names.
+
+    A telemetry handler on EVENT_RECEIVED holds the agent thread (a `notify` triggers it)
+    while the interrupt_request is queued and then the turn finishes.
+    """
+
+    def __init__(self) -> None:
+        self.started, self.finish = threading.Event(), threading.Event()
+        self.entered, self.hold = threading.Event(), threading.Event()
+
+    def script(self, prompt: str) -> Any:
+        yield Event.new("text", {"text": prompt})
+        self.started.set()
+        self.finish.wait(T)
+        yield Event.new("result", {"text": prompt})
+
+    def block(self, *args: Any) -> None:
+        self.entered.set()
+        self.hold.wait(T)
+
+    def hold_agent(self) -> None:
+        telemetry.attach(("test_control", "race"), EVENT_RECEIVED, self.block)
+        try:
+            gen_agent.notify(NAME, "hold the agent thread")
+            assert self.entered.wait(T)
+        finally:
+            telemetry.detach(("test_control", "race"))
+
+
+def _wait_mailbox(agent: Any, at_least: int) -> None:
+    """Wait until the held agent has `at_least` messages waiting (bounded)."""
+    inbox = agent._handle.actor_ref.actor_inbox
+    deadline = time.monotonic() + T
+    while inbox.qsize() < at_least:
+        assert time.monotonic() < deadline, "no message reached the agent's mailbox"
+        threading.Event().wait(0.001)
+
+
+def test_an_interrupt_request_racing_the_turns_completion_hits_only_that_turn() -> None:
+    # The acknowledgement and the interruption are one step: a turn that finishes meanwhile
+    # cannot make an "accepted" interrupt fall on its successor (§2.11, §4.13).
+    race = _Race()
+    inbox: queue.Queue[Any] = queue.Queue()
+    successor = mock.gate(mock.text_turn("successor"))
+    agent = start([race.script, successor])
+    active = gen_agent.tell_with_completion(NAME, "active", inbox)
+    queued = gen_agent.tell_with_completion(NAME, "queued", inbox)
+    assert race.started.wait(T)
+    race.hold_agent()
+    answers: list[str] = []
+    asker = threading.Thread(target=lambda: answers.append(
+        gen_agent.interrupt_request(NAME, active, timeout=T)))
+    asker.start()
+    _wait_mailbox(agent, 1)  # the interrupt_request waits first in line
+    race.finish.set()
+    _wait_mailbox(agent, 2)  # then the finished turn's outcome
+    race.hold.set()
+    asker.join(T)
+    assert answers == ["accepted"]
+    assert inbox.get(timeout=T) == ("gen_agent", "completion", NAME, active,
+                                    ("error", "interrupted"))
+    successor.wait_blocked(T)
+    assert gen_agent.status(NAME).current_request == queued
+    successor.release()
+    assert inbox.get(timeout=T)[3:] == (queued, ("ok", gen_agent.poll(NAME, queued).response))
+    gen_agent.status(NAME)
+    assert inbox.empty()
 
 
 # ---------------------------------------------------------------------- cancel_request

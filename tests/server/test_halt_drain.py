@@ -26,7 +26,6 @@ from gen_agent.errors import AgentNotFound, CallTimeout
 from gen_agent.telemetry import (
     HALTED,
     INPUT_REJECTED,
-    STATE_CHANGED,
     TERMINATED,
     TURN_REJECTED,
     TURN_START,
@@ -118,14 +117,7 @@ def drain_admitted() -> Future[Any]:
 
 
 def post_runs(log: list[Any]) -> list[Any]:
-    return [entry for entry in log if entry[0] == "post_run"]
-
-
-def wait_idle(gate: Any) -> None:
-    """Release `gate` and wait until the agent went idle after that turn."""
-    with TelemetryRecorder([STATE_CHANGED]) as rec:
-        gate.release()
-        rec.wait_for(lambda r: r.metadata["to"] == "idle", T)
+    return [entry for entry in log if isinstance(entry, tuple) and entry[0] == "post_run"]
 
 
 # ---------------------------------------------------------------------- halt / resume
@@ -253,6 +245,23 @@ def test_drain_from_busy_rejects_queued_work_and_finishes_the_active_turn() -> N
         == ["draining", "draining"]
     assert [r.metadata["origin"] for r in rec.named(TURN_START)] == ["tell"]
     assert log == [("handle_response", "first"), "post_turn", ("terminate_agent", "normal")]
+
+
+def test_drain_of_a_halted_agent_discards_its_pending_self_chain() -> None:
+    log: list[Any] = []
+    gate = mock.gate(mock.text_turn("first"))
+    agent = start([gate, mock.text_turn("never")], log=log, chain=["follow-up"])
+    gen_agent.tell(NAME, "busy")
+    gate.wait_blocked(T)
+    with TelemetryRecorder([HALTED]) as rec:
+        gen_agent.halt(NAME)
+        gate.release()
+        rec.wait_for(HALTED, T)
+    assert gen_agent.runtime_snapshot(NAME).self_chain_pending is True
+    gen_agent.drain(NAME, timeout=T)
+    assert agent.exit_reason == "normal"
+    assert log[-1] == ("terminate_agent", "normal")
+    assert ("handle_response", "never") not in log
 
 
 def test_calls_while_draining_get_draining() -> None:
@@ -415,6 +424,27 @@ def test_runtime_snapshot_when_busy_has_metadata_and_no_payloads() -> None:
         "ref", "origin", "attempt", "elapsed_ms", "watchdog_ms"}
     assert SECRET not in repr(snapshot)
     assert SECRET not in str(msgspec.to_builtins(snapshot, enc_hook=repr))
+
+
+class HaltingWithInfo(Halting):
+    def handle_info(self, message: Any, state: Any) -> Any:
+        return NoReply((*state, message))
+
+
+def test_runtime_snapshot_counts_deferred_info_messages_as_pending_notifications() -> None:
+    gate = mock.gate(mock.text_turn("first"))
+    gen_agent.start_agent(HaltingWithInfo, name=NAME, backend=MockBackend, scripts=[gate])
+    gen_agent.tell(NAME, "busy")
+    gate.wait_blocked(T)
+    gen_agent.notify(NAME, "event")
+    gen_agent.send(NAME, "info")
+    assert gen_agent.runtime_snapshot(NAME).pending_notifications == 2
+    with TelemetryRecorder([("gen_agent", "state", "changed")]) as rec:
+        gate.release()
+        rec.wait_for(lambda r: r.metadata["to"] == "idle", T)
+    snapshot = gen_agent.runtime_snapshot(NAME)
+    assert snapshot.pending_notifications == 0
+    assert gen_agent.status(NAME).agent_state == ("event", "info")
 
 
 def test_runtime_snapshot_shows_a_pending_self_chain_while_halted() -> None:

@@ -461,19 +461,40 @@ def test_stop_answers_the_active_and_queued_asks_with_agent_terminated() -> None
     assert ref.exit_reason == "shutdown"
 
 
+def test_stop_answers_asks_queued_in_a_halted_agent() -> None:
+    ref = start(scripts=[mock.text_turn("never")])
+    ref.halt()
+    with TelemetryRecorder([gen_agent.telemetry.MAILBOX_QUEUED]) as rec:
+        queued = [in_thread(ref.ask, p, WAIT_S) for p in ("a", "b")]
+        rec.wait_for(lambda r: r.measurements["depth"] == 2)
+
+        ref.stop()
+
+    for future in queued:
+        exc = failure(future)
+        assert isinstance(exc, TurnError) and exc.reason == ("agent_terminated", "shutdown")
+
+
 def test_stop_runs_terminate_agent_then_terminate_session_then_telemetry(sessions: Any) -> None:
     log = CallLog()
     ref = gen_agent.start_agent(ExplodingSession, name="a", backend=sessions, log=log,
                                 state={"final": True},
                                 hooks={"terminate_agent": lambda reason, state: log.add(
                                     "terminate_state", state, list(sessions.terminated))})
-    with TelemetryRecorder([TERMINATED]) as rec:
-        gen_agent.stop("a")
-        terminated = rec.wait_for(TERMINATED)
+    sessions_at_event: list[int] = []
+    gen_agent.telemetry.attach("test-terminated-order", TERMINATED,
+                               lambda *a: sessions_at_event.append(len(sessions.terminated)))
+    try:
+        with TelemetryRecorder([TERMINATED]) as rec:
+            gen_agent.stop("a")
+            terminated = rec.wait_for(TERMINATED)
+    finally:
+        gen_agent.telemetry.detach("test-terminated-order")
 
     assert log.of("terminate_agent") == [("terminate_agent", "shutdown")]
     assert log.of("terminate_state") == [("terminate_state", {"final": True}, [])]
     assert sessions.terminated == sessions.started and sessions.started[0].terminated
+    assert sessions_at_event == [1]  # the session was terminated before the event
     assert terminated.metadata == {"agent": "a", "reason": "shutdown"}
     assert not ref.is_alive() and ref.wait_stopped(WAIT_S)
     assert gen_agent.whereis("a") is None and gen_agent.list_agents() == []
@@ -507,6 +528,11 @@ def _try_stop(log: CallLog, where: str) -> None:
         gen_agent.stop(gen_agent.current_name())
     except RequestError as exc:
         log.add("stop_refused", where, exc.reason)
+    own = gen_agent.whereis(gen_agent.current_name())
+    try:
+        own.stop()  # through the AgentRef too
+    except RequestError as exc:
+        log.add("ref_stop_refused", where, exc.reason)
 
 
 @pytest.mark.parametrize("where", ["pre_turn", "handle_stream_event", "handle_response",
@@ -532,6 +558,7 @@ def test_a_synchronous_self_stop_is_refused(where: str) -> None:
     ref.halt()
 
     assert log.wait_for(lambda e: e[0] == "stop_refused")[1:] == (where, "self_stop")
+    assert log.wait_for(lambda e: e[0] == "ref_stop_refused")[1:] == (where, "self_stop")
     assert ref.is_alive() and ref.status(timeout=WAIT_S).halted
 
 
@@ -564,3 +591,39 @@ def test_a_thread_spawned_by_a_callback_may_stop_its_agent() -> None:
     assert ref.wait_stopped(WAIT_S) and ref.exit_reason == "shutdown"
     stopper[0].join(WAIT_S)
     assert gen_agent.list_agents() == []
+
+
+def test_an_agent_that_outlives_its_shutdown_window_is_killed_without_cleanup() -> None:
+    log = CallLog()
+    g = mock.gate(mock.text_turn("one"))
+    entered, release = threading.Event(), threading.Event()
+    completions: queue.Queue[Any] = queue.Queue()
+
+    def handle_response(ref: Any, response: Any, state: Any) -> Any:
+        entered.set()
+        release.wait(WAIT_S)  # outlives the 50 ms shutdown window
+        return NoReply(state)
+
+    ref = start(log=log, shutdown_ms=50, hooks={"handle_response": handle_response},
+                scripts=[g, mock.text_turn("two")])
+    with TelemetryRecorder([gen_agent.telemetry.TURN_START, TERMINATED]) as rec:
+        asked = in_thread(ref.ask, "one", WAIT_S)
+        g.wait_blocked(WAIT_S)
+        ref.tell_with_completion("two", completions, timeout=WAIT_S)  # queued behind
+        g.release()
+        assert entered.wait(WAIT_S)
+
+        gen_agent.stop("a")  # returns once the window expired and the agent was killed
+
+        exc = failure(asked)
+        assert isinstance(exc, AgentDown) and exc.reason == "killed"
+        assert ref.exit_reason == "killed" and not ref.is_alive()
+        assert gen_agent.whereis("a") is None and gen_agent.list_agents() == []
+        release.set()
+        assert ref.wait_stopped(WAIT_S)
+        starts = rec.named(gen_agent.telemetry.TURN_START)
+        terminated = rec.named(TERMINATED)
+
+    assert log.of("terminate_agent") == [] and terminated == []  # no cleanup after a kill
+    assert len(starts) == 1  # nothing is dispatched once the agent was killed
+    assert completions.empty()

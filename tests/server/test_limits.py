@@ -30,12 +30,14 @@ DEFAULT_BYTES = 1_048_576
 
 
 class Bounded(gen_agent.GenAgent):
-    """Counts handled notifications; chains `chain` prompts from handle_response; logs
-    handle_error reasons into `log`."""
+    """Counts handled notifications (("prompt", text) asks for a turn); chains `chain`
+    prompts from handle_response; logs handle_error reasons into `log` and answers with
+    `Prompt(recovery)` when `recovery` is set."""
 
     def init_agent(self, opts: dict[str, Any]) -> tuple[dict[str, Any], Any]:
         self.log: list[Any] = opts.get("log", [])
         self.chain = list(opts.get("chain", []))
+        self.recovery = opts.get("recovery")
         return {"scripts": opts["scripts"]}, 0
 
     def handle_response(self, ref: Any, response: Any, state: Any) -> Any:
@@ -45,9 +47,13 @@ class Bounded(gen_agent.GenAgent):
 
     def handle_error(self, ref: Any, reason: Any, state: Any) -> Any:
         self.log.append((ref, reason))
+        if self.recovery is not None:
+            return Prompt(self.recovery, state)
         return NoReply(state)
 
     def handle_event(self, event: Any, state: Any) -> Any:
+        if isinstance(event, tuple) and event[0] == "prompt":
+            return Prompt(event[1], state + 1)
         return NoReply(state + 1)
 
 
@@ -166,6 +172,39 @@ def test_a_self_chain_over_the_byte_cap_calls_handle_error_with_the_slot_info() 
         == (ref, 1, expected)
     assert rec.named(TURN_REJECTED) == []  # a slot overload is not a turn rejection
     assert MockBackend.history(NAME) == ["p"]
+
+
+def test_a_recovery_prompt_that_does_not_fit_the_slot_is_dropped_silently() -> None:
+    log: list[Any] = []
+    big = "c" * 300
+    cap = term_size(big) - 1
+    with TelemetryRecorder([INPUT_REJECTED, TURN_START]) as rec:
+        start([mock.text_turn("first")], chain=[big], recovery=big, log=log,
+              max_pending_prompt_bytes=cap)
+        gen_agent.ask(NAME, "p", timeout=T)
+        gen_agent.status(NAME)
+    assert len(log) == 1  # handle_error is not called again for the dropped recovery
+    assert len(rec.named(INPUT_REJECTED)) == 2
+    assert len(rec.named(TURN_START)) == 1
+    assert gen_agent.runtime_snapshot(NAME).self_chain_pending is False
+
+
+def test_a_deferred_notification_prompt_that_does_not_fit_goes_to_handle_error() -> None:
+    log: list[Any] = []
+    gate = busy(log=log, max_pending_prompts=0)
+    gen_agent.notify_ack(NAME, ("prompt", "generated"), timeout=T)  # buffered: accepted
+    with TelemetryRecorder([PROMPT_ERROR, ("gen_agent", "state", "changed")]) as rec:
+        gate.release()
+        rec.wait_for(lambda r: r.event_name == ("gen_agent", "state", "changed")
+                     and r.metadata["to"] == "idle", T)
+    expected = overloaded(queue="prompts", limit="count", pending_count=0, pending_bytes=0,
+                          incoming_bytes=term_size("generated"), max_count=0,
+                          max_bytes=DEFAULT_BYTES)
+    ((ref, reason),) = log
+    assert reason == expected
+    assert rec.named(PROMPT_ERROR)[0].metadata["ref"] == ref
+    assert gen_agent.status(NAME).agent_state == 1  # the event itself was applied
+    assert MockBackend.history(NAME) == ["busy"]
 
 
 # ---------------------------------------------------------------------- notifications

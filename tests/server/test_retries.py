@@ -189,8 +189,8 @@ def test_watchdog_applies_to_each_attempt() -> None:
         with pytest.raises(TurnError) as info:
             gen_agent.ask("retrier", "p", timeout=T)
     assert info.value.reason == "timeout"
-    assert [(a, r.metadata["reason_kind"]) for r in rec.named(TURN_ERROR)
-            for a in [r.metadata["attempt"]]] == [(1, "timeout"), (2, "timeout")]
+    assert [(r.metadata["attempt"], r.metadata["reason_kind"]) for r in rec.named(TURN_ERROR)] \
+        == [(1, "timeout"), (2, "timeout")]
 
 
 def test_interrupt_ends_ownership_and_its_prompt_becomes_an_independent_self_chain() -> None:
@@ -401,3 +401,107 @@ def test_errors_of_generated_turns_give_independent_follow_ups() -> None:
         == [(1, "ask"), (1, "self_chain"), (1, "self_chain")]
     assert len({ref for ref, _, _ in starts}) == 3
     assert MockBackend.history("retrier") == ["p", "chained", "recover"]
+
+
+# ---------------------------------------------------------------------- pre_turn (§3.5)
+class Gatekeeper(gen_agent.GenAgent):
+    """pre_turn follows `verdicts` (a list of "skip", "raise", "invalid", "halt") for the
+    prompts it is given, then proceeds; handle_response chains "generated"; handle_error
+    logs its reason and asks for "generated" again while `again` lasts."""
+
+    def init_agent(self, opts: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+        self.verdicts = list(opts["verdicts"])
+        self.log: list[Any] = opts["log"]
+        self.again = opts.get("again", 0)
+        self.chained = False
+        return {"scripts": opts["scripts"]}, 0
+
+    def pre_turn(self, prompt: str, state: Any) -> Any:
+        if prompt == "external" and not self.verdicts:
+            return Proceed(prompt, state)
+        if prompt in ("external", "generated") and self.verdicts:
+            verdict = self.verdicts.pop(0)
+            if verdict == "raise":
+                raise ValueError("pre_turn failed")
+            if verdict == "invalid":
+                return Proceed(42, state)
+            if verdict == "halt":
+                return gen_agent.Halt(state)
+            return Skip(state)
+        return Proceed(prompt, state)
+
+    def handle_response(self, ref: Any, response: Any, state: Any) -> Any:
+        if not self.chained:
+            self.chained = True
+            return Prompt("generated", state)
+        return NoReply(state)
+
+    def handle_error(self, ref: Any, reason: Any, state: Any) -> Any:
+        self.log.append((ref, reason))
+        if self.again > 0:
+            self.again -= 1
+            return Prompt("generated", state)
+        return NoReply(state)
+
+
+@pytest.mark.parametrize(("verdict", "reason"), [
+    ("skip", "pre_turn_skipped"), ("raise", "pre_turn_skipped"),
+    ("invalid", "pre_turn_invalid"), ("halt", "pre_turn_halted"),
+])
+def test_pre_turn_rejections_of_an_ask_reach_the_caller_only(verdict: str, reason: str) -> None:
+    log: list[Any] = []
+    with TelemetryRecorder([TURN_REJECTED, TURN_START]) as rec:
+        gen_agent.start_agent(Gatekeeper, name="keeper", backend=MockBackend, scripts=[],
+                              verdicts=[verdict], log=log)
+        with pytest.raises(TurnError) as info:
+            gen_agent.ask("keeper", "external", timeout=T)
+    assert info.value.reason == reason
+    assert log == []  # handle_error is not called for external requests
+    assert [r.metadata["reason_kind"] for r in rec.named(TURN_REJECTED)] == [reason]
+    assert rec.named(TURN_START) == []
+    assert gen_agent.status("keeper").halted is (verdict == "halt")
+
+
+@pytest.mark.parametrize(("verdict", "reason"), [
+    ("skip", "pre_turn_skipped"), ("raise", ("pre_turn_crashed", "ValueError")),
+    ("invalid", "pre_turn_invalid"),
+])
+def test_pre_turn_rejections_of_a_generated_prompt_reach_handle_error(
+        verdict: str, reason: Any) -> None:
+    log: list[Any] = []
+    with TelemetryRecorder([TURN_REJECTED]) as rec:
+        gen_agent.start_agent(Gatekeeper, name="keeper", backend=MockBackend,
+                              scripts=[mock.text_turn("first")], verdicts=[verdict], log=log)
+        gen_agent.ask("keeper", "start", timeout=T)
+        gen_agent.status("keeper")
+    ((ref, got),) = log
+    assert got == reason
+    (rejected,) = rec.named(TURN_REJECTED)
+    assert (rejected.metadata["ref"], rejected.metadata["origin"],
+            rejected.metadata["reason_kind"]) == (ref, "self_chain", reason)
+
+
+def test_a_generated_prompt_halted_by_pre_turn_halts_without_handle_error() -> None:
+    log: list[Any] = []
+    gen_agent.start_agent(Gatekeeper, name="keeper", backend=MockBackend,
+                          scripts=[mock.text_turn("first")], verdicts=["halt"], log=log)
+    gen_agent.ask("keeper", "start", timeout=T)
+    assert gen_agent.status("keeper").halted is True
+    assert log == []
+
+
+def test_a_generated_prompt_rejected_again_and_again_is_retried_on_a_timer() -> None:
+    # pre_turn skips "generated" three times; each time handle_error asks for it again.
+    # The agent keeps answering calls meanwhile, and the fourth attempt runs.
+    log: list[Any] = []
+    with TelemetryRecorder([TURN_STOP, TURN_REJECTED]) as rec:
+        gen_agent.start_agent(Gatekeeper, name="keeper", backend=MockBackend,
+                              scripts=[mock.text_turn("first"), mock.text_turn("finally")],
+                              verdicts=["skip", "skip", "skip"], again=3, log=log)
+        gen_agent.ask("keeper", "start", timeout=T)
+        assert gen_agent.status("keeper", timeout=T).name == "keeper"
+        rec.wait_for(lambda r: r.event_name == TURN_STOP
+                     and r.metadata["origin"] == "self_chain", T)
+    assert [reason for _, reason in log] == ["pre_turn_skipped"] * 3
+    assert len({ref for ref, _ in log}) == 3  # each generated prompt has a fresh ref
+    assert MockBackend.history("keeper") == ["start", "generated"]

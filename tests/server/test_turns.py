@@ -13,6 +13,7 @@ import pytest
 
 import gen_agent
 from gen_agent import DispatchError, Event, NoReply, Proceed, Prompt, RequestRef, TurnError
+from gen_agent._turn import WORKERS
 from gen_agent.backends import mock
 from gen_agent.backends.mock import MockBackend, MockRaised
 from gen_agent.telemetry import (
@@ -115,6 +116,7 @@ def test_requests_queue_fifo_while_busy_whatever_their_kind() -> None:
     ref = start(log=log, scripts=[g, *(mock.text_turn(f"r{i}") for i in range(1, 6))])
     completions: queue.Queue[Any] = queue.Queue()
     asks = {}
+    tells: list[RequestRef] = []
     with TelemetryRecorder([MAILBOX_QUEUED]) as rec:
         first = ref.tell("p0", timeout=WAIT_S)
         g.wait_blocked(WAIT_S)
@@ -123,17 +125,19 @@ def test_requests_queue_fifo_while_busy_whatever_their_kind() -> None:
             if prompt in ("p2", "p4"):
                 asks[prompt] = in_thread(ref.ask, prompt, WAIT_S)
             elif prompt == "p3":
-                ref.tell_with_completion(prompt, completions, timeout=WAIT_S)
+                tells.append(ref.tell_with_completion(prompt, completions, timeout=WAIT_S))
             else:
-                ref.tell(prompt, timeout=WAIT_S)
+                tells.append(ref.tell(prompt, timeout=WAIT_S))
             rec.wait_for(lambda r, d=depth: r.measurements["depth"] == d)
         status, snapshot = ref.status(timeout=WAIT_S), ref.runtime_snapshot(timeout=WAIT_S)
+        queued_poll = [ref.poll(r, timeout=WAIT_S).status for r in tells]
         g.release()
 
         assert asks["p4"].result(WAIT_S).text == "r4"
-        log.wait_for(("post_turn", "ok")) and log.wait_for(("handle_response", "p5"))
+        log.wait_for(("handle_response", "p5"))
 
     assert (status.state, status.queued, status.current_request) == ("processing", 5, first)
+    assert queued_poll == ["pending"] * 3  # queued tells poll as pending
     assert snapshot.pending_prompts == 5 and snapshot.current_request is not None
     assert snapshot.current_request.origin == "tell"
     assert MockBackend.history("a") == ["p0", "p1", "p2", "p3", "p4", "p5"]
@@ -270,19 +274,25 @@ def test_stream_state_threads_through_events_into_the_decision_callback() -> Non
                                                       "decided"]
 
 
-def test_the_stream_state_reaches_handle_error_after_a_terminal_error_event() -> None:
+@pytest.mark.parametrize(("script", "threaded"), [
+    ([*text_events("x"), Event.new("error", {"reason": "r"})], ["text", "error"]),
+    (text_events("x", "y"), ["text", "text"]),
+])
+def test_the_stream_state_reaches_handle_error_after_a_normal_stream_end(
+        script: Any, threaded: list[str]) -> None:
     seen: list[Any] = []
 
     def handle_error(ref: Any, reason: Any, state: Any) -> Any:
         seen.append(state)
         return NoReply(state)
 
-    ref = start(scripts=[[*text_events("x"), Event.new("error", {"reason": "r"})]], state=[],
+    ref = start(scripts=[script], state=[],
                 hooks={"handle_stream_event": _append_kind, "handle_error": handle_error})
     with pytest.raises(TurnError):
         ref.ask("q", timeout=WAIT_S)
 
-    assert seen == [["text", "error"]]
+    assert seen == [threaded]
+    assert ref.status(timeout=WAIT_S).agent_state == threaded
 
 
 @pytest.mark.parametrize("script", [
@@ -307,6 +317,71 @@ def test_a_crash_discards_the_stream_state(script: Any) -> None:
         ref.ask("q", timeout=WAIT_S)
 
     assert seen == [("task_crashed", ["dispatch"])]
+
+
+# --- the stream: first terminal wins, compact capture (§4.6, §6.3) --------------------------
+
+
+def test_the_stream_is_read_up_to_its_first_terminal_event_then_closed() -> None:
+    log = CallLog()
+    closed = threading.Event()
+
+    def stream(prompt: str) -> Iterator[Event]:
+        try:
+            yield Event.new("text", {"text": "a"})
+            yield Event.new("result", {"text": "a"})
+            yield Event.new("text", {"text": "never read"})
+            yield Event.new("error", {"reason": "never read"})
+        finally:
+            closed.set()
+
+    ref = start(log=log, scripts=[stream])
+    response = ref.ask("q", timeout=WAIT_S)
+
+    assert [e.kind for e in response.events] == ["text", "result"] and response.text == "a"
+    assert [e[1] for e in log.of("stream")] == ["text", "result"]
+    assert closed.wait(WAIT_S)  # the generator's cleanup ran
+
+
+def test_compact_capture_retains_a_prefix_and_assembles_from_the_full_stream() -> None:
+    events = [*text_events(*["x"] * 1_500), Event.new("usage", {"output_tokens": 9}),
+              Event.new("result", {"session_id": "s-1"})]
+    ref = start(scripts=[events, list(events)], max_events_per_turn=3)
+
+    response = ref.ask("q", timeout=WAIT_S)
+    default = start(name="b", scripts=[events])
+    worked_example = default.ask("q", timeout=WAIT_S)
+
+    assert [e.kind for e in response.events] == ["text"] * 3
+    assert response.text == "x" * 1_500 and response.usage == {"output_tokens": 9}
+    assert response.terminal is not None and response.session_id == "s-1"
+    coverage = response.event_coverage
+    assert coverage is not None
+    assert (coverage.mode, coverage.observed_events, coverage.retained_events,
+            coverage.omitted_events) == ("compact", 1_502, 3, 1_499)
+    assert coverage.first_omission is not None
+    assert (coverage.first_omission.limit, coverage.first_omission.event_kind) == ("events",
+                                                                                  "text")
+    example = worked_example.event_coverage  # contract §6.3, default limits
+    assert example is not None
+    assert (example.observed_events, example.retained_events, example.omitted_events) == (
+        1_502, 1_000, 502)
+
+
+def test_lossless_overflow_fails_the_turn_with_its_diagnostic() -> None:
+    log = CallLog()
+    ref = start(log=log, scripts=[mock.text_turn(["a", "b", "c"])], event_retention="lossless",
+                max_events_per_turn=2)
+
+    with pytest.raises(TurnError) as info:
+        ref.ask("q", timeout=WAIT_S)
+
+    kind, diag = info.value.reason
+    assert kind == "event_capture_overflow" and isinstance(diag, gen_agent.CaptureOverflow)
+    assert (diag.limit, diag.max_events, diag.retained_events, diag.rejected_event_kind) == (
+        "events", 2, 2, "text")
+    assert log.of("handle_error") == [("handle_error", info.value.reason)]
+    assert [e[1] for e in log.of("stream")] == ["text", "text"]  # the overflowing one is not
 
 
 # --- self-chaining (§4.7, §4.9) --------------------------------------------------------------
@@ -546,7 +621,8 @@ def test_interrupt_when_idle_or_missing_is_a_no_op() -> None:
 
 def _wait_inbox(ref: gen_agent.AgentRef, size: int) -> None:
     # Reproducing a mailbox race needs to know what is queued in the actor's inbox; there is
-    # no public signal for "a call message is enqueued", so this bounded spin reads it.
+    # no public signal for "a call message is enqueued", so this bounded spin reads it (and
+    # the race test below waits for the turn task through the worker pool, as conftest does).
     inbox = ref._handle.actor_ref.actor_inbox  # type: ignore[union-attr]
     done = threading.Event()
     for _ in range(int(WAIT_S / 0.001)):
@@ -581,7 +657,8 @@ def test_an_accepted_interrupt_request_interrupts_that_turn_and_no_other() -> No
         accepted = in_thread(gen_agent.interrupt_request, "a", first_turn, WAIT_S)
         _wait_inbox(ref, 1)  # 1. interrupt_request(first turn)
         g.release()
-        _wait_inbox(ref, 4)  # 2. the first turn's two events and its outcome
+        assert g.thread is not None  # 2. the first turn's events and outcome, handed over:
+        assert WORKERS.wait_parked(g.thread, WAIT_S)  # its task has finished
     finally:
         unblock.set()
         gen_agent.telemetry.detach("test-block-agent")
