@@ -20,6 +20,7 @@ from loguru import logger
 from gen_agent import telemetry
 from gen_agent._capture import Capture, LosslessBudget
 from gen_agent._context import set_current
+from gen_agent._controls import ControlsMixin
 from gen_agent._handle import AgentHandle
 from gen_agent._messages import (
     AbandonAskMsg,
@@ -48,15 +49,26 @@ from gen_agent._messages import (
 )
 from gen_agent._options import AgentOptions
 from gen_agent._pending import BoundedQueue, check_admission
+from gen_agent._request import (
+    Request,
+    Retry,
+    StopAgent,
+    Turn,
+    caller_alive,
+    deliver_to,
+    reason_kind,
+    redacted,
+    type_name,
+    valid_decision,
+)
 from gen_agent._results import ResultCache
 from gen_agent._timers import TIMERS
 from gen_agent._turn import TurnChannel, TurnSpec, start_turn
 from gen_agent.agent import BASE_STREAM_EVENT, Halt, NoReply, Proceed, Prompt, Skip
-from gen_agent.backend import ResetError, SessionStartError, TurnContext
+from gen_agent.backend import SessionStartError, TurnContext
 from gen_agent.errors import (
     AgentDown,
     AgentStartError,
-    CheckpointError,
     InitAgentError,
     PreRunError,
     RequestError,
@@ -65,111 +77,12 @@ from gen_agent.errors import (
 from gen_agent.event import monotonic_ms
 from gen_agent.ref import RequestRef
 from gen_agent.size import term_size
-from gen_agent.status import CurrentTurn, PollResult, RuntimeSnapshot, Status
 
-_DECISIONS = (NoReply, Prompt, Halt)
 _GRACEFUL = ("normal", "shutdown")
 _RETRY_GENERATED_S = 0.010
 
 
-def _type_name(exc: BaseException) -> str:
-    return type(exc).__name__
-
-
-def _valid_decision(value: Any) -> bool:
-    return type(value) in _DECISIONS and (type(value) is not Prompt or type(value.text) is str)
-
-
-class _StopAgent(Exception):
-    """Unwinds the actor's handling of a message to stop the agent with `reason`."""
-
-    def __init__(self, reason: Any) -> None:
-        super().__init__()
-        self.reason = reason
-
-
-class Request:
-    """One logical request: an ask, a tell, or a generated prompt (event / self_chain)."""
-
-    __slots__ = (
-        "caller", "completion", "on_halt", "origin", "prompt", "recipient", "ref", "reply",
-        "stream_to",
-    )
-
-    def __init__(
-        self, origin: str, prompt: str, *, ref: RequestRef | None = None, reply: Any = None,
-        recipient: Any = None, completion: bool = False, on_halt: str = "queue",
-        stream_to: Any = None, caller: Any = None,
-    ) -> None:
-        self.ref = ref if ref is not None else RequestRef.new()
-        self.origin = origin
-        self.prompt = prompt
-        self.reply = reply
-        self.recipient = recipient
-        self.completion = completion
-        self.on_halt = on_halt
-        self.stream_to = stream_to
-        self.caller = caller
-
-    @property
-    def generated(self) -> bool:
-        return self.origin in ("event", "self_chain")
-
-
-class Retry:
-    """The self-chain slot holding a caller-owned retry (§4.8)."""
-
-    __slots__ = ("attempt", "prompt", "request")
-
-    def __init__(self, request: Request, prompt: str, attempt: int) -> None:
-        self.request = request
-        self.prompt = prompt
-        self.attempt = attempt
-
-
-class Turn:
-    """The active turn (`current_request` of §4.1)."""
-
-    __slots__ = (
-        "attempt", "cancel_event", "capture", "channel", "checkpoint_error", "checkpoint_id",
-        "prompt", "request", "started_at", "task_id", "thread_id", "watchdog",
-    )
-
-    def __init__(self, request: Request, attempt: int, task_id: int, prompt: str,
-                 capture: Capture, channel: TurnChannel) -> None:
-        self.channel = channel
-        self.request = request
-        self.attempt = attempt
-        self.task_id = task_id
-        self.prompt = prompt
-        self.capture = capture
-        self.started_at = monotonic_ms()
-        self.cancel_event = threading.Event()
-        self.checkpoint_id: str | None = None
-        self.checkpoint_error: Any = None
-        self.thread_id: int | None = None
-        self.watchdog: Any = None
-
-
-def deliver_to(recipient: Any, message: Any) -> None:
-    """Send `message` to a recipient: a pykka ActorRef, an AgentRef, a queue, or a callable.
-
-    A dead or failing recipient is ignored (logged by type), as a dead pid is (§2.6).
-    """
-    try:
-        if isinstance(recipient, pykka.ActorRef):
-            recipient.tell(message)
-        elif hasattr(recipient, "send_info"):
-            recipient.send_info(message)
-        elif hasattr(recipient, "put"):
-            recipient.put(message)
-        else:
-            recipient(message)
-    except Exception as exc:  # noqa: BLE001 - a dead recipient must not hurt the agent
-        logger.debug("gen_agent recipient ignored a message ({})", _type_name(exc))
-
-
-class AgentActor(pykka.ThreadingActor):
+class AgentActor(ControlsMixin, pykka.ThreadingActor):
     """The GenServer-like agent. Internal: users talk to it through `gen_agent.client`."""
 
     use_daemon_thread = True
@@ -229,8 +142,8 @@ class AgentActor(pykka.ThreadingActor):
             self._fail_start(exc.reason)
             return
         except Exception as exc:  # noqa: BLE001 - reported as ("init_failed", kind, type)
-            self.log.error("gen_agent initialization failed (error: {})", _type_name(exc))
-            self._fail_start(("init_failed", "error", _type_name(exc)))
+            self.log.error("gen_agent initialization failed (error: {})", type_name(exc))
+            self._fail_start(("init_failed", "error", type_name(exc)))
             return
         self._stream_cb = self._optional("handle_stream_event")
         if self._stream_cb is not None and getattr(
@@ -275,8 +188,8 @@ class AgentActor(pykka.ThreadingActor):
         except PreRunError as exc:
             self._terminate(("pre_run_failed", exc.reason))
         except Exception as exc:  # noqa: BLE001 - stops the agent with the crash type
-            self.log.error("gen_agent pre_run/1 crashed ({})", _type_name(exc))
-            self._terminate(("pre_run_crashed", _type_name(exc)))
+            self.log.error("gen_agent pre_run/1 crashed ({})", type_name(exc))
+            self._terminate(("pre_run_crashed", type_name(exc)))
 
     def _optional(self, name: str) -> Any:
         return getattr(self.impl, name, None)
@@ -291,11 +204,11 @@ class AgentActor(pykka.ThreadingActor):
         try:
             self._handle(message)
             self._flush_replies()
-        except _StopAgent as stop:
+        except StopAgent as stop:
             self._terminate(stop.reason)
         except Exception as exc:  # noqa: BLE001 - a bug in message handling stops the agent
-            self.log.error("gen_agent state callback failed (error: {})", _type_name(exc))
-            self._terminate(("callback_failed", "error", _type_name(exc)))
+            self.log.error("gen_agent state callback failed (error: {})", type_name(exc))
+            self._terminate(("callback_failed", "error", type_name(exc)))
         return None
 
     def _flush_replies(self) -> None:
@@ -373,7 +286,7 @@ class AgentActor(pykka.ThreadingActor):
                 self._on_drain(msg.reply)
             case StopMsg():
                 msg.reply.resolve(None)
-                raise _StopAgent(msg.reason)
+                raise StopAgent(msg.reason)
             case CallMsg():
                 msg.reply.fail(RequestError("unknown_request"))
             case _:
@@ -422,7 +335,7 @@ class AgentActor(pykka.ThreadingActor):
     def _drop_dead_callers(self) -> bool:
         """Remove queued asks whose caller thread ended (§4.14); True if any were."""
         dead = self.mailbox.remove_where(
-            lambda r: r.origin == "ask" and not _caller_alive(r.caller))
+            lambda r: r.origin == "ask" and not caller_alive(r.caller))
         for request in dead:
             self._emit(telemetry.TURN_CANCELLED, self._now(),
                        self._turn_meta(request, 1, reason_kind="caller_down"))
@@ -492,7 +405,7 @@ class AgentActor(pykka.ThreadingActor):
             if self.handle.closed:
                 return  # killed after its shutdown window: nothing more runs (§2.19)
             if self.draining:
-                raise _StopAgent("normal")
+                raise StopAgent("normal")
             if self.halted:
                 return
             slot = self.self_chain
@@ -505,7 +418,7 @@ class AgentActor(pykka.ThreadingActor):
                 outcome = self._dispatch(request, slot, 1)
             elif len(self.mailbox):
                 request = self.mailbox.pop()
-                if request.origin == "ask" and not _caller_alive(request.caller):
+                if request.origin == "ask" and not caller_alive(request.caller):
                     self._emit(telemetry.TURN_CANCELLED, self._now(),
                                self._turn_meta(request, 1, reason_kind="caller_down"))
                     continue
@@ -559,10 +472,10 @@ class AgentActor(pykka.ThreadingActor):
         try:
             result = fn(prompt, self.state)
         except Exception as exc:  # noqa: BLE001 - protected callback (§3.5)
-            self.log.warning("gen_agent pre_turn/2 raised {}", _type_name(exc))
+            self.log.warning("gen_agent pre_turn/2 raised {}", type_name(exc))
             if request.generated:
                 return self._reject_generated(request, attempt, ("pre_turn_crashed",
-                                                                 _type_name(exc)))
+                                                                 type_name(exc)))
             return self._reject_external(request, attempt, "pre_turn_skipped")
         if type(result) is Proceed and type(result.prompt) is str:
             return result.prompt, result.state
@@ -620,54 +533,6 @@ class AgentActor(pykka.ThreadingActor):
         return False
 
     # ------------------------------------------------------------------ the running turn
-    def _checkpoint_fn(self, turn: Turn) -> Any:
-        handle, task_id, ref = self.handle, turn.task_id, turn.request.ref
-
-        def checkpoint(session_id: str) -> None:
-            result = handle.call(lambda reply: CheckpointMsg(
-                task_id, ref, session_id, threading.get_ident(), reply), None)
-            if result != "ok":
-                raise CheckpointError(result)
-
-        return checkpoint
-
-    def _on_checkpoint(self, msg: CheckpointMsg) -> None:
-        if self.turn is not None and self.turn.task_id == msg.task_id:
-            self._drain_channel(msg.task_id)  # keep stream order: earlier events first
-        turn = self.turn
-        if (turn is None or turn.task_id != msg.task_id or turn.request.ref != msg.ref
-                or turn.thread_id != msg.thread_id):
-            msg.reply.resolve("not_current")
-            return
-        msg.reply.resolve(self._accept_checkpoint(turn, msg.session_id))
-
-    def _accept_checkpoint(self, turn: Turn, session_id: Any) -> str:
-        """Validate and apply a checkpoint in the order of §7.3."""
-        apply = getattr(self.backend, "checkpoint_session", None)
-        if apply is None:
-            return self._record_checkpoint_error(turn, "unsupported_checkpoint")
-        if not _valid_session_id(session_id):
-            return self._record_checkpoint_error(turn, "invalid_session_id")
-        if turn.checkpoint_id == session_id:
-            return "ok"
-        if turn.checkpoint_id is not None:
-            return self._record_checkpoint_error(turn, "conflicting_session_id")
-        self.session = apply(self.session, session_id)
-        turn.checkpoint_id = session_id
-        self.handle.session_id = session_id
-        return "ok"
-
-    @staticmethod
-    def _record_checkpoint_error(turn: Turn, reason: str) -> str:
-        if turn.checkpoint_error is None:
-            turn.checkpoint_error = reason
-        return reason
-
-    def _reapply_checkpoint(self, turn: Turn, session: Any) -> Any:
-        if turn.checkpoint_id is None:
-            return session
-        return self.backend.checkpoint_session(session, turn.checkpoint_id)
-
     def _drain_channel(self, task_id: int) -> None:
         """Take everything the current turn task queued, in order (see `_turn.TurnChannel`)."""
         turn = self.turn
@@ -728,7 +593,7 @@ class AgentActor(pykka.ThreadingActor):
             try:
                 cancel(self.session)
             except Exception as exc:  # noqa: BLE001 - cancellation is best effort; logged
-                self.log.warning("gen_agent backend cancel raised {}", _type_name(exc))
+                self.log.warning("gen_agent backend cancel raised {}", type_name(exc))
         self._retire(turn)
 
     def _interrupt(self) -> None:
@@ -752,11 +617,11 @@ class AgentActor(pykka.ThreadingActor):
         try:
             decision = self.impl.handle_response(request.ref, response, stream_state)
         except Exception as exc:  # noqa: BLE001 - not protected: the agent stops (§3.7)
-            self.log.error("gen_agent state callback failed (error: {})", _type_name(exc))
-            raise _StopAgent(("callback_failed", "error", _type_name(exc))) from None
-        if not _valid_decision(decision):
+            self.log.error("gen_agent state callback failed (error: {})", type_name(exc))
+            raise StopAgent(("callback_failed", "error", type_name(exc))) from None
+        if not valid_decision(decision):
             self.log.error("gen_agent state callback failed (error: other)")
-            raise _StopAgent(("callback_failed", "error", "other"))
+            raise StopAgent(("callback_failed", "error", "other"))
         self.session = session
         if isinstance(response.session_id, str) and response.session_id:
             self.handle.session_id = response.session_id
@@ -772,7 +637,7 @@ class AgentActor(pykka.ThreadingActor):
                                             "duration": elapsed},
                    self._turn_meta(request, attempt, reason=reason, agent_state=state))
         self._emit(telemetry.TURN_ERROR, {"duration_ms": elapsed},
-                   self._turn_meta(request, attempt, reason_kind=_reason_kind(reason)))
+                   self._turn_meta(request, attempt, reason_kind=reason_kind(reason)))
         decision = self._call_handle_error(request.ref, reason)
         self.state = self._post_turn(("error", reason), request.ref, decision.state)
         if (type(decision) is Prompt and not self.draining and reason != "interrupted"
@@ -818,7 +683,7 @@ class AgentActor(pykka.ThreadingActor):
         try:
             return fn(outcome, ref, state)
         except Exception as exc:  # noqa: BLE001 - protected (§3.10)
-            self.log.warning("gen_agent post_turn/3 raised {}", _type_name(exc))
+            self.log.warning("gen_agent post_turn/3 raised {}", type_name(exc))
             return state
 
     def _call_handle_error(self, ref: RequestRef, reason: Any) -> Any:
@@ -828,9 +693,9 @@ class AgentActor(pykka.ThreadingActor):
         try:
             decision = fn(ref, reason, self.state)
         except Exception as exc:  # noqa: BLE001 - protected (§3.8)
-            self.log.error("gen_agent handle_error/3 failed (error: {})", _type_name(exc))
+            self.log.error("gen_agent handle_error/3 failed (error: {})", type_name(exc))
             return NoReply(self.state)
-        if not _valid_decision(decision):
+        if not valid_decision(decision):
             self.log.error("gen_agent handle_error/3 returned unexpected shape")
             return NoReply(self.state)
         return decision
@@ -903,9 +768,9 @@ class AgentActor(pykka.ThreadingActor):
         try:
             decision = fn(payload, self.state)
         except Exception as exc:  # noqa: BLE001 - protected (§3.9)
-            self.log.error("gen_agent {} failed (error: {})", label, _type_name(exc))
+            self.log.error("gen_agent {} failed (error: {})", label, type_name(exc))
             return NoReply(self.state)
-        if not _valid_decision(decision):
+        if not valid_decision(decision):
             self.log.error("gen_agent {} returned unexpected shape", label)
             return NoReply(self.state)
         return decision
@@ -930,143 +795,6 @@ class AgentActor(pykka.ThreadingActor):
             return False
         return type(decision) is Halt
 
-    # ------------------------------------------------------------------ halt / resume (§4.11)
-    def _enter_halted(self) -> None:
-        if self.halted:
-            self._drain_pending()
-            return
-        self.halted = True
-        self.halt_pending = False
-        self._fail_halt_aware()
-        self._drain_pending()
-        fn = self._optional("post_run")
-        if fn is not None:
-            try:
-                fn(self.state)
-            except Exception as exc:  # noqa: BLE001 - protected (§3.11)
-                self.log.warning("gen_agent post_run/1 raised {}", _type_name(exc))
-        self._emit(telemetry.HALTED, self._now(), {"agent_state": self.state})
-
-    def _fail_halt_aware(self) -> None:
-        slot = self.self_chain
-        if isinstance(slot, Retry) and slot.request.on_halt == "fail":
-            self.self_chain = None
-            self._rejected(slot.request, slot.attempt, "halted")
-            self._deliver(slot.request, ("error", "halted"))
-        for request in self.mailbox.remove_where(lambda r: r.on_halt == "fail"):
-            self._rejected(request, 1, "halted")
-            self._deliver(request, ("error", "halted"))
-
-    def _on_halt(self) -> None:
-        if self.draining:
-            return
-        if self.turn is None:
-            self._enter_halted()
-        else:
-            self.halt_pending = True
-
-    def _on_resume(self) -> None:
-        if self.turn is None and self.halted:
-            self.halted = False
-            self._process_next()
-        elif self.turn is not None and self.halt_pending:
-            self.halt_pending = False
-
-    # ------------------------------------------------------------------ queries (§2.7, §2.16)
-    def _poll(self, ref: Any) -> PollResult:
-        if self.turn is not None and self.turn.request.ref == ref:
-            return PollResult(status="pending")
-        slot = self.self_chain
-        if isinstance(slot, Retry) and slot.request.ref == ref:
-            return PollResult(status="pending")
-        if self.mailbox.find(lambda r: r.ref == ref and r.origin == "tell") is not None:
-            return PollResult(status="pending")
-        outcome = self.results.get(ref)
-        if outcome is None:
-            return PollResult(status="failed", reason="not_found")
-        if outcome[0] == "ok":
-            return PollResult(status="completed", response=outcome[1])
-        return PollResult(status="failed", reason=outcome[1])
-
-    def _status(self) -> Status:
-        return Status(
-            state="processing" if self.turn is not None else "idle", name=self.name,
-            queued=len(self.mailbox),
-            current_request=self.turn.request.ref if self.turn is not None else None,
-            halted=self.halted, halt_pending=self.halt_pending, draining=self.draining,
-            agent_state=self.state)
-
-    def _snapshot(self) -> RuntimeSnapshot:
-        turn = self.turn
-        current = None
-        if turn is not None:
-            current = CurrentTurn(
-                ref=turn.request.ref, origin=turn.request.origin, attempt=turn.attempt,
-                elapsed_ms=self._elapsed(turn), watchdog_ms=self.opts.watchdog_ms)
-        return RuntimeSnapshot(
-            phase="processing" if turn is not None else "idle", halted=self.halted,
-            halt_pending=self.halt_pending, draining=self.draining,
-            pending_prompts=len(self.mailbox), pending_notifications=len(self.pending),
-            self_chain_pending=self.self_chain is not None, current_request=current)
-
-    # ------------------------------------------------------------------ cancel (§2.12)
-    def _cancel_request(self, ref: Any) -> str:
-        if self.turn is not None and self.turn.request.ref == ref:
-            return "current" if self.turn.request.origin == "tell" else "not_found"
-        slot = self.self_chain
-        if isinstance(slot, Retry) and slot.request.ref == ref and slot.request.origin == "tell":
-            self.self_chain = None
-            self._cancelled(slot.request, slot.attempt)
-            return "cancelled"
-        removed = self.mailbox.remove_where(lambda r: r.ref == ref and r.origin == "tell")
-        if removed:
-            self._cancelled(removed[0], 1)
-            return "cancelled"
-        outcome = self.results.get(ref)
-        if outcome is None:
-            return "not_found"
-        return "cancelled" if outcome == ("error", "cancelled") else "already_finished"
-
-    def _cancelled(self, request: Request, attempt: int) -> None:
-        self._emit(telemetry.TURN_CANCELLED, self._now(),
-                   self._turn_meta(request, attempt, reason_kind="caller_cancelled"))
-        self._deliver(request, ("error", "cancelled"))
-
-    # ------------------------------------------------------------------ reset / drain
-    def _on_reset_session(self, reply: Any) -> None:
-        if self.draining:
-            reply.resolve(("error", "draining"))
-        elif self.turn is not None:
-            reply.resolve(("error", "busy"))
-        elif (reset := getattr(self.backend, "reset_session", None)) is None:
-            reply.resolve(("error", "unsupported"))
-        else:
-            try:
-                self.session = reset(self.session)
-                reply.resolve(("ok", None))
-            except ResetError as exc:
-                reply.resolve(("error", exc.reason))
-            except Exception as exc:  # noqa: BLE001 - reported as a reason, agent survives
-                reply.resolve(("error", ("backend_reset_failed", _type_name(exc))))
-
-    def _on_drain(self, reply: Any) -> None:
-        if self.draining:
-            reply.resolve(("ok", None))
-            return
-        self.draining = True
-        slot = self.self_chain
-        self.self_chain = None
-        if isinstance(slot, Retry):
-            self._rejected(slot.request, slot.attempt, "draining")
-            self._deliver(slot.request, ("error", "draining"))
-        for request in self.mailbox.clear():
-            self._rejected(request, 1, "draining")
-            self._deliver(request, ("error", "draining"))
-        self.pending.clear()
-        reply.resolve(("ok", None))
-        if self.turn is None:
-            raise _StopAgent("normal")
-
     # ------------------------------------------------------------------ termination (§4.19)
     def _terminate(self, reason: Any, *, stop_actor: bool = True) -> None:
         self._terminated = True
@@ -1090,14 +818,14 @@ class AgentActor(pykka.ThreadingActor):
             try:
                 fn(reason, self.state)
             except Exception as exc:  # noqa: BLE001 - protected (§3.12)
-                self.log.error("gen_agent terminate_agent/2 failed (error: {})", _type_name(exc))
+                self.log.error("gen_agent terminate_agent/2 failed (error: {})", type_name(exc))
         try:
             self.backend.terminate_session(self.session)
         except Exception as exc:  # noqa: BLE001 - protected (§4.19)
-            self.log.error("gen_agent terminate_session failed (error: {})", _type_name(exc))
+            self.log.error("gen_agent terminate_session failed (error: {})", type_name(exc))
         self._emit(telemetry.TERMINATED, self._now(), {"reason": reason})
         if reason not in _GRACEFUL:
-            self.log.error("gen_agent agent stopped ({})", _redacted(reason))
+            self.log.error("gen_agent agent stopped ({})", redacted(reason))
         self._exit(reason, unregister=True, stop_actor=stop_actor)
 
     def _exit(self, reason: Any, *, unregister: bool, stop_actor: bool = True) -> None:
@@ -1106,37 +834,6 @@ class AgentActor(pykka.ThreadingActor):
         self.handle.close(reason)
         if stop_actor:
             self.stop()  # on_stop, run next in this thread, marks the handle exited
-
-
-def _caller_alive(caller: Any) -> bool:
-    return caller is None or caller.is_alive()
-
-
-def _valid_session_id(value: Any) -> bool:
-    if type(value) is not str:
-        return False
-    try:
-        size = len(value.encode("utf-8"))
-    except UnicodeEncodeError:
-        return False
-    return 1 <= size <= 1024 and not any(ord(c) < 0x20 or ord(c) == 0x7F for c in value)
-
-
-def _reason_kind(reason: Any) -> str:
-    if reason in ("timeout", "interrupted"):
-        return reason
-    if isinstance(reason, tuple) and reason and reason[0] == "task_crashed":
-        return "task_crashed"
-    return "backend_or_callback_error"
-
-
-def _redacted(reason: Any) -> Any:
-    """Show a stop reason only by its head (§3.14)."""
-    if isinstance(reason, str):
-        return reason
-    if isinstance(reason, tuple) and reason and isinstance(reason[0], str):
-        return f"{reason[0]}:redacted"
-    return "redacted"
 
 
 __all__ = ["AgentActor", "TurnError", "deliver_to"]

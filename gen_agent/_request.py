@@ -1,0 +1,147 @@
+"""The agent's bookkeeping records: requests, the self-chain retry slot, the active turn,
+and small pure helpers of the state machine (contract §4.1)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pykka
+from loguru import logger
+
+from gen_agent._capture import Capture
+from gen_agent._turn import TurnChannel
+from gen_agent.agent import Halt, NoReply, Prompt
+from gen_agent.event import monotonic_ms
+from gen_agent.ref import RequestRef
+
+_DECISIONS = (NoReply, Prompt, Halt)
+
+
+def type_name(exc: BaseException) -> str:
+    return type(exc).__name__
+
+
+def valid_decision(value: Any) -> bool:
+    return type(value) in _DECISIONS and (type(value) is not Prompt or type(value.text) is str)
+
+
+class StopAgent(Exception):
+    """Unwinds the actor's handling of a message to stop the agent with `reason`."""
+
+    def __init__(self, reason: Any) -> None:
+        super().__init__()
+        self.reason = reason
+
+
+class Request:
+    """One logical request: an ask, a tell, or a generated prompt (event / self_chain)."""
+
+    __slots__ = (
+        "caller", "completion", "on_halt", "origin", "prompt", "recipient", "ref", "reply",
+        "stream_to",
+    )
+
+    def __init__(
+        self, origin: str, prompt: str, *, ref: RequestRef | None = None, reply: Any = None,
+        recipient: Any = None, completion: bool = False, on_halt: str = "queue",
+        stream_to: Any = None, caller: Any = None,
+    ) -> None:
+        self.ref = ref if ref is not None else RequestRef.new()
+        self.origin = origin
+        self.prompt = prompt
+        self.reply = reply
+        self.recipient = recipient
+        self.completion = completion
+        self.on_halt = on_halt
+        self.stream_to = stream_to
+        self.caller = caller
+
+    @property
+    def generated(self) -> bool:
+        return self.origin in ("event", "self_chain")
+
+
+class Retry:
+    """The self-chain slot holding a caller-owned retry (§4.8)."""
+
+    __slots__ = ("attempt", "prompt", "request")
+
+    def __init__(self, request: Request, prompt: str, attempt: int) -> None:
+        self.request = request
+        self.prompt = prompt
+        self.attempt = attempt
+
+
+class Turn:
+    """The active turn (`current_request` of §4.1)."""
+
+    __slots__ = (
+        "attempt", "cancel_event", "capture", "channel", "checkpoint_error", "checkpoint_id",
+        "prompt", "request", "started_at", "task_id", "thread_id", "watchdog",
+    )
+
+    def __init__(self, request: Request, attempt: int, task_id: int, prompt: str,
+                 capture: Capture, channel: TurnChannel) -> None:
+        self.channel = channel
+        self.request = request
+        self.attempt = attempt
+        self.task_id = task_id
+        self.prompt = prompt
+        self.capture = capture
+        self.started_at = monotonic_ms()
+        self.cancel_event = threading.Event()
+        self.checkpoint_id: str | None = None
+        self.checkpoint_error: Any = None
+        self.thread_id: int | None = None
+        self.watchdog: Any = None
+
+
+def deliver_to(recipient: Any, message: Any) -> None:
+    """Send `message` to a recipient: a pykka ActorRef, an AgentRef, a queue, or a callable.
+
+    A dead or failing recipient is ignored (logged by type), as a dead pid is (§2.6).
+    """
+    try:
+        if isinstance(recipient, pykka.ActorRef):
+            recipient.tell(message)
+        elif hasattr(recipient, "send_info"):
+            recipient.send_info(message)
+        elif hasattr(recipient, "put"):
+            recipient.put(message)
+        else:
+            recipient(message)
+    except Exception as exc:  # noqa: BLE001 - a dead recipient must not hurt the agent
+        logger.debug("gen_agent recipient ignored a message ({})", type_name(exc))
+
+
+
+def caller_alive(caller: Any) -> bool:
+    return caller is None or caller.is_alive()
+
+
+def valid_session_id(value: Any) -> bool:
+    if type(value) is not str:
+        return False
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError:
+        return False
+    return 1 <= size <= 1024 and not any(ord(c) < 0x20 or ord(c) == 0x7F for c in value)
+
+
+def reason_kind(reason: Any) -> str:
+    if reason in ("timeout", "interrupted"):
+        return reason
+    if isinstance(reason, tuple) and reason and reason[0] == "task_crashed":
+        return "task_crashed"
+    return "backend_or_callback_error"
+
+
+def redacted(reason: Any) -> Any:
+    """Show a stop reason only by its head (§3.14)."""
+    if isinstance(reason, str):
+        return reason
+    if isinstance(reason, tuple) and reason and isinstance(reason[0], str):
+        return f"{reason[0]}:redacted"
+    return "redacted"
