@@ -48,11 +48,33 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check gen_agent tests || true
 	$(BIN)/mypy gen_agent
 
-demo: $(STAMP)
-	$(BIN)/python -m gen_agent demo
+# `make demo` runs the demo on the official Anthropic SDK; `make demo DEMO_BACKEND=claude` on
+# the real Claude Code CLI, installed from npm into the venv first (only then). Extra options
+# go in DEMO_ARGS, e.g. DEMO_ARGS=--fast.
+DEMO_BACKEND ?= anthropic
+DEMO_ARGS ?=
+DEMO_CLAUDE := $(filter claude,$(DEMO_BACKEND))
+DEMO_CLI_ARGS := $(if $(DEMO_CLAUDE),--cli-path $(NPM_PREFIX)/node_modules/.bin/claude)
 
+demo: $(STAMP) $(if $(DEMO_CLAUDE),$(CLAUDE_STAMP))
+	$(BIN)/python -m gen_agent demo --backend $(DEMO_BACKEND) $(DEMO_CLI_ARGS) $(DEMO_ARGS)
+
+# Bench-only packages, never runtime deps: the claude-agent-sdk parser that stream decoding is
+# compared with (pinned, so figures stay comparable) and pyinstrument for `--profiler
+# pyinstrument`. Without them the SDK row says n/a. Options: `make bench BENCH_ARGS="--only
+# scale"`, `BENCH_ARGS="--profile event_throughput"` (see tests/benchmarks/run.py --help).
 bench: $(STAMP)
-	$(BIN)/python tests/benchmarks/run.py
+	@$(BIN)/python -c "import importlib.metadata as m, sys; \
+		sys.exit(m.version('claude-agent-sdk') != '0.2.189')" 2>/dev/null \
+		|| $(BIN)/python -m pip install --quiet "claude-agent-sdk==0.2.189" "pyinstrument>=5" \
+		|| echo "WARNING: claude-agent-sdk not installed: the SDK comparison is skipped"
+	$(BIN)/python tests/benchmarks/run.py $(BENCH_ARGS)
+
+# The documentation site, built strictly (any warning fails) into docs/site/ (git-ignored).
+# mkdocs-material and mkdocstrings come with the test extra, so CI builds the site too
+# (tests/test_docs.py).
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict -f docs/mkdocs.yml
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info benchmarks.json

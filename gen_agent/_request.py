@@ -4,7 +4,7 @@ and small pure helpers of the state machine (contract §4.1)."""
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, Literal
 
 import pykka
 from loguru import logger
@@ -16,6 +16,8 @@ from gen_agent.event import monotonic_ms
 from gen_agent.ref import RequestRef
 
 _DECISIONS = (NoReply, Prompt, Halt)
+
+Origin = Literal["ask", "tell", "event", "self_chain"]
 
 
 def type_name(exc: BaseException) -> str:
@@ -43,7 +45,7 @@ class Request:
     )
 
     def __init__(
-        self, origin: str, prompt: str, *, ref: RequestRef | None = None, reply: Any = None,
+        self, origin: Origin, prompt: str, *, ref: RequestRef | None = None, reply: Any = None,
         recipient: Any = None, completion: bool = False, on_halt: str = "queue",
         stream_to: Any = None, caller: Any = None,
     ) -> None:

@@ -1,71 +1,455 @@
-"""The `gen-agent` command line (typer + rich).
+"""The `gen-agent` command line (typer + rich). See `docs/cli.md`.
 
-`gen-agent demo` runs the embedded default: supervised agents taking turns on the scripted
-backend, with a summary table. (The demo on real clients lands with the demo issue.)
+Commands:
+
+- `gen-agent run --backend B PROMPT...`: one agent, the prompts as successive turns of one
+  conversation, text and tool calls shown live, then each turn's summary (`--json`: one JSON
+  object per turn).
+- `gen-agent chat --backend B`: an interactive session with one long-lived agent; Ctrl-C
+  interrupts the turn, not the program; `/status`, `/reset`, `/quit`.
+- `gen-agent pool --backend B --workers N FILE`: one prompt per line through a supervised
+  `Pool`, with a progress bar, then a results table (`--json`: JSON lines).
+- `gen-agent demo`: the embedded demo (see `gen_agent._demo`).
+
+Exit codes: 0 all turns succeeded; 1 a turn failed; 2 bad input or set-up (unknown backend,
+missing CLI / SDK / API key, unreadable file); 130 Ctrl-C ended `run`. Errors are one line
+on stderr, `error: ...`, never a traceback.
 """
 
 from __future__ import annotations
 
-import time
-from typing import Any
+import functools
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.live import Live
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 import gen_agent
-from gen_agent.backends import mock
-from gen_agent.backends.mock import MockBackend
+from gen_agent._cli_support import (
+    BACKENDS,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    CliAgent,
+    CliError,
+    TurnResult,
+    backend_setup,
+    describe_reason,
+    failure_record,
+    response_record,
+    run_turn,
+    start_error_message,
+)
+from gen_agent.errors import AgentStartError, CallTimeout, GenAgentError, TurnError
+from gen_agent.event import Event
+from gen_agent.response import Response
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+__all__ = ["app", "main"]
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Run long-lived LLM agents as supervised actors.")
-console = Console()
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+BackendOpt = Annotated[str | None, typer.Option(
+    "--backend", "-b", envvar="GEN_AGENT_BACKEND", show_default=False,
+    help=f"The backend: {', '.join(BACKENDS)}.")]
+ModelOpt = Annotated[str | None, typer.Option("--model", "-m", help="The model to ask for.")]
+CwdOpt = Annotated[str | None, typer.Option(
+    "--cwd", help="Working directory of the claude / codex CLI (its tools act there).")]
+BaseUrlOpt = Annotated[str | None, typer.Option(
+    "--base-url", help="API root of a compatible server, e.g. http://127.0.0.1:8080 "
+                       "(anthropic, openai, claude); no API key is then required.")]
+CliPathOpt = Annotated[str | None, typer.Option(
+    "--cli-path", help="The claude / codex executable (default: looked up on PATH).")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON lines instead of text.")]
+TimeoutOpt = Annotated[float, typer.Option(
+    "--timeout", min=1, help="Seconds one turn may take (the agent's watchdog).")]
 
 
-class DemoAgent(gen_agent.GenAgent):
-    """Counts its turns; the demo's agent."""
-
-    def init_agent(self, opts: dict[str, Any]) -> tuple[dict[str, Any], Any]:
-        return {"scripts": opts["scripts"], "session_id": opts["session_id"]}, {"turns": 0}
-
-    def handle_response(self, ref: Any, response: Any, state: Any) -> gen_agent.NoReply:
-        return gen_agent.NoReply({"turns": state["turns"] + 1})
+def _out() -> Console:
+    # Made per command so that output follows sys.stdout (as replaced by tests' runners).
+    return Console(highlight=False)
 
 
-_PROMPTS = ("Summarise the release notes.", "List three risks.", "Draft the announcement.")
+def _err() -> Console:
+    return Console(stderr=True, highlight=False)
+
+
+def _guarded(command: _F) -> _F:
+    """Turn every expected failure of a command into `error: ...` and an exit code."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except CliError as exc:
+            _fail(exc.message, exc.exit_code)
+        except AgentStartError as exc:
+            _fail(start_error_message(exc), 2)
+        except GenAgentError as exc:
+            _fail(f"{type(exc).__name__}: {describe_reason(exc.reason)}", EXIT_FAILED)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _fail(message: str, code: int) -> None:
+    _err().print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def _require_backend(backend: str | None) -> str:
+    if backend is None:
+        raise CliError(f"choose a backend with --backend ({', '.join(BACKENDS)})")
+    if backend not in BACKENDS:
+        raise CliError(f"unknown backend {backend!r}; choose one of: {', '.join(BACKENDS)}")
+    return backend
+
+
+@contextmanager
+def _agent(setup: Any, name: str, timeout: float) -> Iterator[Any]:
+    """Start one `CliAgent` in its own `AgentSystem`; stop everything on exit."""
+    with gen_agent.AgentSystem():
+        ref = gen_agent.start_agent(CliAgent, name=name, backend=setup.backend,
+                                    backend_opts=setup.backend_opts,
+                                    watchdog_ms=int(timeout * 1000))
+        yield ref
+
+
+def _emit_json(record: dict[str, Any]) -> None:
+    typer.echo(json.dumps(record, ensure_ascii=False, default=repr))
+
+
+# -- live turn output -------------------------------------------------------------------------
+
+
+class _TurnPrinter:
+    """Prints a turn's text deltas and tool calls as they arrive."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.printed_text = False
+        self._line_open = False
+
+    def __call__(self, event: Event) -> None:
+        if event.kind == "text":
+            text = str(event.data.get("text") or "")
+            if event.data.get("message_boundary") and self.printed_text:
+                text = "\n\n" + text
+            self.console.print(text, end="", markup=False, soft_wrap=True)
+            self.printed_text = self.printed_text or bool(text)
+            self._line_open = bool(text) or self._line_open
+        elif event.kind == "tool_use":
+            self._close_line()
+            data = event.data
+            shown = json.dumps(data.get("input"), ensure_ascii=False, default=repr)
+            self.console.print(f"[cyan]→ tool[/] {escape(str(data.get('name')))} "
+                               f"{escape(_clip(shown, 120))}", soft_wrap=True)
+        elif event.kind == "tool_result":
+            self._close_line()
+            content = event.data.get("content")
+            shown = content if isinstance(content, str) else json.dumps(content, default=repr)
+            self.console.print(f"[cyan]← result[/] {escape(_clip(shown, 120))}", soft_wrap=True)
+
+    def _close_line(self) -> None:
+        if self._line_open:
+            self.console.print()
+            self._line_open = False
+
+    def finish(self, response: Response | None) -> None:
+        """End the turn's output; print the text if nothing was streamed."""
+        if response is not None and not self.printed_text and response.text:
+            self.console.print(response.text, markup=False, soft_wrap=True)
+            self._line_open = False
+        self._close_line()
+
+
+def _clip(text: str, limit: int) -> str:
+    text = text.replace("\n", " ")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _summary_line(response: Response) -> str:
+    usage = response.usage or {}
+    parts = [f"tokens {usage.get('input_tokens', '?')} in / {usage.get('output_tokens', '?')} out"]
+    if response.cost_usd is not None:
+        parts.append(f"cost ${response.cost_usd:.4f}")
+    parts.append(f"{response.duration_ms} ms")
+    if response.session_id is not None:
+        parts.append(f"session {response.session_id}")
+    if response.stop_reason:
+        parts.append(f"stop {response.stop_reason}")
+    if isinstance(response.model, str):
+        parts.append(f"model {response.model}")
+    return " · ".join(parts)
+
+
+def _show_turn(console: Console, prompt: str, agent: Any) -> TurnResult:
+    printer = _TurnPrinter(console)
+    result = run_turn(agent, prompt, on_event=printer)
+    printer.finish(result.response)
+    if result.response is not None:
+        console.print(f"[dim]{escape(_summary_line(result.response))}[/]", soft_wrap=True)
+    elif result.interrupted:
+        console.print("[yellow]interrupted[/]")
+    else:
+        console.print(f"[red]turn failed:[/] {escape(describe_reason(result.reason))}",
+                      soft_wrap=True)
+    return result
+
+
+# -- run --------------------------------------------------------------------------------------
 
 
 @app.command()
-def demo(agents: int = typer.Option(3, min=1, max=50, help="How many agents to run.")) -> None:
-    """Run agents on the embedded scripted backend and print every turn."""
-    table = Table(title="gen_agent demo (scripted backend)")
-    for column in ("agent", "turn", "text", "tokens", "ms"):
-        table.add_column(column)
+@_guarded
+def run(
+    prompts: Annotated[list[str], typer.Argument(help="Prompts, sent as successive turns.")],
+    backend: BackendOpt = None, model: ModelOpt = None, cwd: CwdOpt = None,
+    base_url: BaseUrlOpt = None, cli_path: CliPathOpt = None, json_out: JsonOpt = False,
+    timeout: TimeoutOpt = 600.0,
+) -> None:
+    """Send PROMPTS as successive turns of one conversation with one agent."""
+    setup = backend_setup(_require_backend(backend), model=model, cwd=cwd, base_url=base_url,
+                          cli_path=cli_path, mock_turns=len(prompts))
+    console = _out()
+    code = EXIT_OK
+    with _agent(setup, "gen-agent-run", timeout) as agent:
+        for prompt in prompts:
+            if json_out:
+                result = run_turn(agent, prompt)
+                _emit_json(response_record(prompt, result.response) if result.response
+                           else failure_record(prompt, result.reason))
+            else:
+                console.print(f"[bold]> {escape(_clip(prompt, 200))}[/]", soft_wrap=True)
+                result = _show_turn(console, prompt, agent)
+            if result.interrupted:
+                raise typer.Exit(EXIT_INTERRUPTED)
+            if not result.ok:
+                code = EXIT_FAILED
+                break
+    raise typer.Exit(code)
+
+
+# -- chat -------------------------------------------------------------------------------------
+
+_CHAT_HELP = ("Type a prompt and press Enter. Ctrl-C interrupts a turn. Commands: /status, "
+              "/reset (new conversation), /quit (or Ctrl-D), /help.")
+
+
+@app.command()
+@_guarded
+def chat(
+    backend: BackendOpt = None, model: ModelOpt = None, cwd: CwdOpt = None,
+    base_url: BaseUrlOpt = None, cli_path: CliPathOpt = None, timeout: TimeoutOpt = 600.0,
+) -> None:
+    """Talk with one long-lived agent (Ctrl-C interrupts a turn; /status, /reset, /quit)."""
+    name = _require_backend(backend)
+    setup = backend_setup(name, model=model, cwd=cwd, base_url=base_url, cli_path=cli_path,
+                          mock_turns=10_000)
+    console = _out()
+    with _agent(setup, "gen-agent-chat", timeout) as agent:
+        console.print(f"[bold]gen-agent chat[/] ({name} backend). {_CHAT_HELP}", soft_wrap=True)
+        session: list[Any] = [None]
+        while True:
+            try:
+                line = console.input("[bold green]you>[/] ").strip()
+            except EOFError:
+                console.print()
+                break
+            except KeyboardInterrupt:
+                console.print("\n[dim](no turn is running: /quit or Ctrl-D leaves)[/]")
+                continue
+            if not line:
+                continue
+            if line.startswith("/"):
+                if not _chat_command(console, agent, line, name, session):
+                    break
+                continue
+            result = _show_turn(console, line, agent)
+            if result.response is not None:
+                session[0] = result.response.session_id
+    raise typer.Exit(EXIT_OK)
+
+
+def _chat_command(console: Console, agent: Any, line: str, backend: str,
+                  session: list[Any]) -> bool:
+    """Run a /command; False means leave the chat."""
+    command = line.split()[0].lower()
+    if command in ("/quit", "/exit"):
+        return False
+    if command == "/status":
+        status = agent.status(timeout=10)
+        turns = (status.agent_state or {}).get("turns", 0)
+        console.print(f"agent {status.name} · {status.state} · {turns} turns · "
+                      f"session {session[0] or '-'} · backend {backend}", markup=False,
+                      soft_wrap=True)
+    elif command == "/reset":
+        try:
+            agent.reset_session(timeout=10)
+        except GenAgentError as exc:
+            console.print(f"[red]reset refused:[/] {escape(describe_reason(exc.reason))}")
+        else:
+            session[0] = None
+            console.print("conversation reset: the next prompt starts a new session")
+    elif command == "/help":
+        console.print(_CHAT_HELP, soft_wrap=True)
+    else:
+        console.print(f"unknown command {command}; {_CHAT_HELP}", markup=False, soft_wrap=True)
+    return True
+
+
+# -- pool -------------------------------------------------------------------------------------
+
+
+def _read_prompts(file: str) -> list[str]:
+    try:
+        if file == "-":
+            text = sys.stdin.read()
+        else:
+            with open(file, encoding="utf-8") as handle:
+                text = handle.read()
+    except OSError as exc:
+        raise CliError(f"cannot read prompt file {file!r}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise CliError(f"cannot read prompt file {file!r}: it is not UTF-8 text") from None
+    prompts = [line.strip() for line in text.splitlines() if line.strip()]
+    if not prompts:
+        raise CliError(f"prompt file {file!r} has no prompts (one prompt per line)")
+    return prompts
+
+
+@app.command()
+@_guarded
+def pool(
+    file: Annotated[str, typer.Argument(help="A text file with one prompt per line ('-': stdin).")],
+    backend: BackendOpt = None,
+    workers: Annotated[int, typer.Option("--workers", "-w", min=1, max=64,
+                                         help="Pool size.")] = 4,
+    model: ModelOpt = None, cwd: CwdOpt = None, base_url: BaseUrlOpt = None,
+    cli_path: CliPathOpt = None, json_out: JsonOpt = False, timeout: TimeoutOpt = 600.0,
+) -> None:
+    """Run every line of FILE as a prompt through a supervised pool of WORKERS agents."""
+    name = _require_backend(backend)
+    prompts = _read_prompts(file)
+    setup = backend_setup(name, model=model, cwd=cwd, base_url=base_url, cli_path=cli_path,
+                          streaming=False, mock_turns=len(prompts))
     with gen_agent.AgentSystem():
-        refs = []
-        for i in range(agents):
-            scripts = [mock.text_turn(f"agent {i} answers: {p.lower()}",
-                                      usage={"input_tokens": 12 + i, "output_tokens": 7})
-                       for p in _PROMPTS]
-            refs.append(gen_agent.start_agent(
-                DemoAgent, name=f"agent-{i}", backend=MockBackend, scripts=scripts,
-                session_id=f"demo-{i}"))
-        for ref in refs:
-            for turn, prompt in enumerate(_PROMPTS, 1):
-                started = time.perf_counter()
-                response = ref.ask(prompt, timeout=30)
-                elapsed_ms = (time.perf_counter() - started) * 1000
-                usage = response.usage or {}
-                tokens = usage.get("input_tokens", 0) + usage.get("output_tokens", 0)
-                table.add_row(str(ref.name), str(turn), response.text, str(tokens),
-                              f"{elapsed_ms:.2f}")
-    console.print(table)
+        workers_pool = gen_agent.Pool(CliAgent, size=workers, backend=setup.backend,
+                                      name_prefix="gen-agent-pool",
+                                      backend_opts=setup.backend_opts,
+                                      watchdog_ms=int(timeout * 1000))
+        try:
+            outcomes = _pool_outcomes(workers_pool, prompts)
+        finally:
+            workers_pool.stop(30)
+    failed = sum(1 for outcome in outcomes if outcome[0] != "ok")
+    if json_out:
+        for index, (prompt, (kind, value)) in enumerate(zip(prompts, outcomes, strict=True), 1):
+            record = response_record(prompt, value) if kind == "ok" else failure_record(
+                prompt, value)
+            _emit_json({"index": index, **record})
+    else:
+        _out().print(_pool_table(prompts, outcomes))
+        summary = f"{len(prompts) - failed} of {len(prompts)} prompts succeeded"
+        _err().print(summary if not failed else f"[red]{summary}; {failed} failed[/]")
+    raise typer.Exit(EXIT_FAILED if failed else EXIT_OK)
+
+
+def _pool_outcomes(workers_pool: gen_agent.Pool, prompts: list[str]) -> list[tuple[str, Any]]:
+    """Submit every prompt, show a progress bar (stderr), return outcomes in input order."""
+    refs = [workers_pool.submit(prompt) for prompt in prompts]
+    outcomes: dict[int, tuple[str, Any]] = {}
+    columns = (TextColumn("prompts"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=_err()) as progress:
+        bar = progress.add_task("prompts", total=len(refs))
+        while len(outcomes) < len(refs):
+            waited = False
+            for index, ref in enumerate(refs):
+                if index in outcomes:
+                    continue
+                try:
+                    # Block briefly on the first unfinished task only; sweep the others.
+                    outcomes[index] = ("ok", workers_pool.result(ref, 0 if waited else 0.1))
+                except CallTimeout:
+                    waited = True
+                    continue
+                except TurnError as exc:
+                    outcomes[index] = ("error", exc.reason)
+                progress.advance(bar)
+    return [outcomes[index] for index in range(len(refs))]
+
+
+def _pool_table(prompts: list[str], outcomes: list[tuple[str, Any]]) -> Table:
+    table = Table(title="gen-agent pool: results", header_style="bold")
+    for column, justify in (("#", "right"), ("prompt", "left"), ("result", "left"),
+                            ("in tok", "right"), ("out tok", "right"), ("ms", "right")):
+        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+    for index, (prompt, (kind, value)) in enumerate(zip(prompts, outcomes, strict=True), 1):
+        if kind == "ok":
+            usage = value.usage or {}
+            table.add_row(str(index), Text(_clip(prompt, 50)), Text(_clip(value.text, 70)),
+                          str(usage.get("input_tokens", "-")),
+                          str(usage.get("output_tokens", "-")), str(value.duration_ms))
+        else:
+            error = Text(f"error: {_clip(describe_reason(value), 70)}", style="red")
+            table.add_row(str(index), Text(_clip(prompt, 50)), error, "-", "-", "-")
+    return table
+
+
+# -- demo -------------------------------------------------------------------------------------
+
+
+@app.command()
+@_guarded
+def demo(
+    backend: Annotated[str, typer.Option(
+        "--backend", "-b", help="The real client: anthropic (the official SDK) or claude "
+                                "(the Claude Code CLI).")] = "anthropic",
+    fast: Annotated[bool, typer.Option("--fast", help="No artificial model delays.")] = False,
+    cli_path: CliPathOpt = None, json_out: JsonOpt = False,
+    timeout: Annotated[float, typer.Option("--timeout", min=1,
+                                           help="Seconds the demo may take.")] = 180.0,
+) -> None:
+    """Supervised agents on a real client against a scripted model on 127.0.0.1."""
+    from gen_agent._demo import DEMO_BACKENDS, DemoOptions, run_demo
+    from gen_agent._demo_view import live_view, report_json, summary_notes, summary_table
+
+    if backend not in DEMO_BACKENDS:
+        raise CliError(f"the demo runs on {' or '.join(DEMO_BACKENDS)}, not {backend!r}")
+    options = DemoOptions(backend=backend, fast=fast, cli_path=cli_path, timeout=timeout)
+    console = _out()
+    if json_out:
+        report = run_demo(options)
+        for record in report_json(report):
+            _emit_json(record)
+    else:
+        console.print(f"[bold]gen-agent demo[/]: 3 supervised workers on the {backend} "
+                      "client, a scripted model on 127.0.0.1")
+        with Live(console=console, refresh_per_second=10, transient=True) as live:
+            report = run_demo(options, on_progress=lambda p: live.update(live_view(p)))
+        console.print(summary_table(report))
+        for note in summary_notes(report):
+            console.print(f"• {note}", markup=False)
+    problems = report.problems()
+    if problems:
+        _fail("the demo did not go as scripted: " + "; ".join(problems), EXIT_FAILED)
+    raise typer.Exit(EXIT_OK)
 
 
 @app.command()
 def version() -> None:
     """Print the gen_agent version."""
-    console.print(gen_agent.__version__)
+    typer.echo(gen_agent.__version__)
 
 
 def main() -> None:

@@ -572,7 +572,8 @@ class Supervisor:
         proc.on_exit(lambda p, reason: self._post(("exited", child_id, p, reason)))
         self._emit("started", child_id, ref, None)
 
-    def _emit(self, kind: str, child_id: Any, ref: Any, reason: Any) -> None:
+    def _emit(self, kind: Literal["started", "exited"], child_id: Any, ref: Any,
+              reason: Any) -> None:
         if self._listener is None:
             return
         try:

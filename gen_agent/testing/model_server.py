@@ -26,6 +26,7 @@ import contextlib
 import itertools
 import re
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -564,6 +565,11 @@ class _HTTPServer(ThreadingHTTPServer):
         self._connections: set[socket.socket] = set()
         self._connections_lock = threading.Lock()
         super().__init__((_HOST, 0), _Handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return  # the client went away (e.g. an SDK closing its keep-alive pool): normal
+        super().handle_error(request, client_address)
 
     def process_request(self, request: Any, client_address: Any) -> None:
         request.settimeout(self.handler_timeout)
