@@ -1,36 +1,21 @@
-"""`make bench`: benchmarks, kept out of `make test` (placeholder until the benchmark issue)."""
+"""`make bench`: run the benchmarks of issue 9 (see `benchmarks.runner` for the options).
+
+    .venv/bin/python tests/benchmarks/run.py [--only NAME ...] [--size smoke] [--profile NAME]
+"""
 
 from __future__ import annotations
 
-import statistics
-import time
-
-import gen_agent
-from gen_agent.backends import mock
-from gen_agent.backends.mock import MockBackend
+import sys
+from pathlib import Path
 
 
-class _Agent(gen_agent.GenAgent):
-    def init_agent(self, opts):
-        return {"scripts": [mock.text_turn("ok") for _ in range(opts["turns"])]}, None
+def _main() -> int:
+    # Run as a script: make the `benchmarks` package (this folder) importable from tests/.
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from benchmarks.runner import main
 
-    def handle_response(self, ref, response, state):
-        return gen_agent.NoReply(state)
-
-
-def main() -> None:
-    turns = 2_000
-    with gen_agent.AgentSystem():
-        agent = gen_agent.start_agent(_Agent, name="bench", backend=MockBackend, turns=turns)
-        samples = []
-        for _ in range(turns):
-            started = time.perf_counter()
-            agent.ask("x", timeout=30)
-            samples.append((time.perf_counter() - started) * 1e6)
-    samples.sort()
-    print(f"ask round trip on the mock backend: median {statistics.median(samples):.0f} us, "
-          f"p99 {samples[int(len(samples) * 0.99)]:.0f} us over {turns} turns")
+    return main()
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(_main())
