@@ -84,7 +84,8 @@ class Turn:
     )
 
     def __init__(self, request: Request, attempt: int, task_id: int, prompt: str,
-                 capture: Capture, channel: TurnChannel) -> None:
+                 capture: Capture, channel: TurnChannel,
+                 cancel_event: threading.Event) -> None:
         self.channel = channel
         self.request = request
         self.attempt = attempt
@@ -92,7 +93,7 @@ class Turn:
         self.prompt = prompt
         self.capture = capture
         self.started_at = monotonic_ms()
-        self.cancel_event = threading.Event()
+        self.cancel_event = cancel_event
         self.checkpoint_id: str | None = None
         self.checkpoint_error: Any = None
         self.thread_id: int | None = None

@@ -77,6 +77,7 @@ from gen_agent.errors import (
 from gen_agent.event import monotonic_ms
 from gen_agent.ref import RequestRef
 from gen_agent.size import term_size
+from gen_agent.telemetry import attached
 
 _GRACEFUL = ("normal", "shutdown")
 _RETRY_GENERATED_S = 0.010
@@ -304,7 +305,8 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
     def _set_phase(self, phase: str) -> None:
         if self.phase != phase:
             previous, self.phase = self.phase, phase
-            self._emit(telemetry.STATE_CHANGED, self._now(), {"from": previous, "to": phase})
+            if attached(telemetry.STATE_CHANGED):
+                self._emit(telemetry.STATE_CHANGED, self._now(), {"from": previous, "to": phase})
 
     def _turn_meta(self, request: Request, attempt: int, **extra: Any) -> dict[str, Any]:
         origin = "tell" if request.origin == "tell" else request.origin
@@ -437,14 +439,18 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
             return accepted
         final_prompt, self.state = accepted
         task_id = next(self._task_ids)
+        cancel_event = threading.Event()
         turn = Turn(request, attempt, task_id, final_prompt,
                     Capture(self.opts.max_events_per_turn, self.opts.max_event_bytes_per_turn),
-                    TurnChannel(self.handle, task_id))
+                    TurnChannel(self.handle, task_id, self.opts.max_event_bytes_per_turn,
+                                cancel_event), cancel_event)
         self.turn = turn
-        self._emit(telemetry.PROMPT_START, self._now(), self._turn_meta(
-            request, attempt, prompt=final_prompt, original_prompt=prompt,
-            rewritten=final_prompt != prompt, agent_state=self.state))
-        self._emit(telemetry.TURN_START, self._now(), self._turn_meta(request, attempt))
+        if attached(telemetry.PROMPT_START):
+            self._emit(telemetry.PROMPT_START, self._now(), self._turn_meta(
+                request, attempt, prompt=final_prompt, original_prompt=prompt,
+                rewritten=final_prompt != prompt, agent_state=self.state))
+        if attached(telemetry.TURN_START):
+            self._emit(telemetry.TURN_START, self._now(), self._turn_meta(request, attempt))
         budget = None
         if self.opts.event_retention == "lossless":
             budget = LosslessBudget(self.opts.max_events_per_turn,
@@ -542,14 +548,17 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
         channel.scheduled = False
         items, add = channel.items, turn.capture.add
         stream_to, ref = turn.request.stream_to, turn.request.ref
+        taken = 0
         while items:
             item = items.popleft()
             if type(item) is TurnDoneMsg:
                 self._on_turn_done(item)
                 return
             add(item[0], item[1])
+            taken += item[1]
             if stream_to is not None:
                 deliver_to(stream_to, ("gen_agent", "event", self.name, ref, item[0]))
+        channel.taken(taken)
 
     def _on_turn_done(self, msg: TurnDoneMsg) -> None:
         turn = self.turn
@@ -562,10 +571,13 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
                 self._finish_error(turn.checkpoint_error, msg.stream_state, self.session, turn)
                 return
             session = self._reapply_checkpoint(turn, msg.session)
-            self._emit(telemetry.PROMPT_STOP, {"duration": msg.duration_ms},
-                       self._turn_meta(turn.request, turn.attempt, agent_state=msg.stream_state))
-            self._emit(telemetry.TURN_STOP, {"duration_ms": self._elapsed(turn)},
-                       self._turn_meta(turn.request, turn.attempt))
+            if attached(telemetry.PROMPT_STOP):
+                self._emit(telemetry.PROMPT_STOP, {"duration": msg.duration_ms},
+                           self._turn_meta(turn.request, turn.attempt,
+                                           agent_state=msg.stream_state))
+            if attached(telemetry.TURN_STOP):
+                self._emit(telemetry.TURN_STOP, {"duration_ms": self._elapsed(turn)},
+                           self._turn_meta(turn.request, turn.attempt))
             self._retire(turn)
             self._finish_turn(turn, response, session, msg.stream_state)
         elif msg.kind == "crashed":
@@ -588,6 +600,7 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
 
     def _cancel_task(self, turn: Turn) -> None:
         turn.cancel_event.set()
+        turn.channel.wake()  # a task waiting for channel room sees the cancellation
         cancel = getattr(self.backend, "cancel", None)
         if cancel is not None:
             try:

@@ -28,27 +28,77 @@ from gen_agent.size import term_size
 
 
 class TurnChannel:
-    """Single-producer (turn task) / single-consumer (agent) FIFO with coalesced wake-ups.
+    """Single-producer (turn task) / single-consumer (agent) FIFO with coalesced wake-ups
+    and a byte bound.
 
     Correct under the GIL: the producer appends, then reads `scheduled`; the consumer clears
     `scheduled`, then drains. A producer that reads True appended before the clear, so the
     drain after that clear sees its item.
+
+    Backpressure: when more than `max_bytes` of events (term_size bytes) are queued and not
+    yet taken by the agent, the producer waits until the agent catches up or the turn is
+    cancelled, so a fast stream of large events never piles up in memory (each counter is
+    written by one side only, so no lock is needed to count).
     """
 
-    __slots__ = ("handle", "items", "scheduled", "task_id")
+    __slots__ = (
+        "cancel_event",
+        "cond",
+        "handle",
+        "items",
+        "max_bytes",
+        "pushed_bytes",
+        "scheduled",
+        "taken_bytes",
+        "task_id",
+        "waiting",
+    )
 
-    def __init__(self, handle: Any, task_id: int) -> None:
+    def __init__(self, handle: Any, task_id: int, max_bytes: int,
+                 cancel_event: threading.Event) -> None:
         self.handle = handle
         self.task_id = task_id
         self.items: deque[Any] = deque()
         self.scheduled = False
+        self.max_bytes = max_bytes
+        self.pushed_bytes = 0  # written by the producer only
+        self.taken_bytes = 0  # written by the consumer only
+        self.waiting = False
+        self.cond = threading.Condition(threading.Lock())
+        self.cancel_event = cancel_event
 
-    def push(self, item: Any) -> None:
-        """Queue `item` ((event, size) or a TurnDoneMsg) and wake the agent if needed."""
+    def push(self, item: Any, size: int = 0) -> None:
+        """Queue `item` ((event, size) or a TurnDoneMsg) and wake the agent if needed; wait
+        while more than `max_bytes` are queued."""
         self.items.append(item)
         if not self.scheduled:
             self.scheduled = True
             self.handle.tell_unchecked(TurnWakeMsg(self.task_id))
+        if size:
+            self.pushed_bytes += size
+            if self.pushed_bytes - self.taken_bytes > self.max_bytes:
+                self._wait_for_room()
+
+    def _wait_for_room(self) -> None:
+        with self.cond:
+            self.waiting = True
+            self.cond.notify_all()  # observers (tests, debuggers) may wait for this state
+            while (self.pushed_bytes - self.taken_bytes > self.max_bytes
+                   and not self.cancel_event.is_set() and not self.handle.closed):
+                self.cond.wait()
+            self.waiting = False
+
+    def taken(self, size: int) -> None:
+        """The consumer took items of `size` bytes in total: let a waiting producer go on."""
+        self.taken_bytes += size
+        if self.waiting:
+            with self.cond:
+                self.cond.notify()
+
+    def wake(self) -> None:
+        """Release a waiting producer (the turn was cancelled or the agent closed)."""
+        with self.cond:
+            self.cond.notify()
 
 
 class TurnSpec:
@@ -196,7 +246,7 @@ def _run(spec: TurnSpec) -> None:
                         break
                 if stream_cb is not None:
                     state = stream_cb(event, state)
-                push((event, size))
+                push((event, size), size)
                 if event.kind in TERMINAL_KINDS:
                     terminal = event
                     break

@@ -49,6 +49,7 @@ __all__ = [
     "TelemetryRecorder",
     "attach",
     "attach_many",
+    "attached",
     "detach",
     "execute",
     "list_handlers",
@@ -230,6 +231,14 @@ def _detach_locked(handler_id: Any, only: Handler | None) -> bool:
             table.pop(entry.event_name, None)
     _table = table
     return True
+
+
+def attached(event_name: EventName) -> bool:
+    """True if at least one handler is attached to `event_name` (a tuple of str).
+
+    Lets an emitter skip building measurements and metadata nobody will read; lock-free.
+    """
+    return bool(_table.get(event_name))
 
 
 def execute(event_name: EventName, measurements: dict[str, Any], metadata: dict[str, Any]) -> None:
