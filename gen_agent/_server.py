@@ -204,7 +204,8 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
             return None
         try:
             self._handle(message)
-            self._flush_replies()
+            if self._replies:
+                self._flush_replies()
         except StopAgent as stop:
             self._terminate(stop.reason)
         except Exception as exc:  # noqa: BLE001 - a bug in message handling stops the agent

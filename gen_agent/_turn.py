@@ -64,7 +64,7 @@ class TurnChannel:
         self.pushed_bytes = 0  # written by the producer only
         self.taken_bytes = 0  # written by the consumer only
         self.waiting = False
-        self.cond = threading.Condition(threading.Lock())
+        self.cond: threading.Condition | None = None  # made when the producer first waits
         self.cancel_event = cancel_event
 
     def push(self, item: Any, size: int = 0) -> None:
@@ -80,6 +80,8 @@ class TurnChannel:
                 self._wait_for_room()
 
     def _wait_for_room(self) -> None:
+        if self.cond is None:
+            self.cond = threading.Condition(threading.Lock())
         with self.cond:
             self.waiting = True
             self.cond.notify_all()  # observers (tests, debuggers) may wait for this state
@@ -91,14 +93,16 @@ class TurnChannel:
     def taken(self, size: int) -> None:
         """The consumer took items of `size` bytes in total: let a waiting producer go on."""
         self.taken_bytes += size
-        if self.waiting:
+        if self.waiting and self.cond is not None:
             with self.cond:
                 self.cond.notify()
 
     def wake(self) -> None:
         """Release a waiting producer (the turn was cancelled or the agent closed)."""
-        with self.cond:
-            self.cond.notify()
+        cond = self.cond
+        if cond is not None:
+            with cond:
+                cond.notify()
 
 
 class TurnSpec:
