@@ -3,8 +3,8 @@
 A port of the Elixir library GenAgent ("a GenServer, but every call is a prompt"). An agent
 is an actor that owns its state and a backend session; every `ask`, `tell` and `notify`
 becomes a turn, each turn runs in its own task, and your `GenAgent` subclass decides what
-happens after each one. See `docs/index.md` for the guide; the behavioural contract is the
-Elixir original's, mapped to Python as documented in `docs/elixir-mapping.md`.
+happens after each one. See `docs/pages/index.md` for the guide; the behavioural contract is the
+Elixir original's, mapped to Python as documented in `docs/pages/elixir-mapping.md`.
 
 Logging goes through loguru and is disabled for "gen_agent" here; an application enables it
 with `logger.enable("gen_agent")`.

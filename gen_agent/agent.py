@@ -108,7 +108,8 @@ class GenAgent:
         Raises:
             InitAgentError: refuse the start; `start_agent` raises
                 `AgentStartError(("init_agent_failed", reason))`.
-            Any other exception fails the start with `("init_failed", "error", "TypeName")`.
+            Exception: any other exception fails the start with
+                `("init_failed", "error", "TypeName")`.
 
         Mirrors: `init_agent/1`.
         """
@@ -125,9 +126,9 @@ class GenAgent:
             or `Halt(s)`.
 
         Raises:
-            Not protected: an exception or a malformed return stops the agent with
-            `("callback_failed", "error", "TypeName")` (`"other"` for a malformed return); the
-            waiting caller gets `AgentDown` (contract §3.7).
+            Exception: not protected: an exception or a malformed return stops the agent
+                with `("callback_failed", "error", "TypeName")` (`"other"` for a malformed
+                return); the waiting caller gets `AgentDown` (contract §3.7).
 
         Mirrors: `handle_response/3`.
         """
@@ -145,8 +146,9 @@ class GenAgent:
             waiting, §4.8); otherwise an independent follow-up. `Halt(s)`: deliver and halt.
 
         Raises:
-            Protected: an exception or malformed return is logged (type only) and treated as
-            `NoReply(previous_state)`; the original error still reaches the caller.
+            Exception: protected: an exception or malformed return is logged (type only)
+                and treated as `NoReply(previous_state)`; the original error still reaches
+                the caller.
 
         Mirrors: `handle_error/3`.
         """
@@ -163,7 +165,7 @@ class GenAgent:
             else queued in the mailbox with origin "event"), or `Halt(s)`.
 
         Raises:
-            Protected: logged (type only), treated as `NoReply(previous_state)`.
+            Exception: protected: logged (type only), treated as `NoReply(previous_state)`.
 
         Mirrors: `handle_event/2`.
         """
@@ -183,7 +185,7 @@ class GenAgent:
         interrupt or watchdog the threaded state is discarded.
 
         Raises:
-            An exception crashes the turn task: the turn fails with `("task_crashed", exc)`.
+            Exception: crashes the turn task: the turn fails with `("task_crashed", exc)`.
 
         Mirrors: `handle_stream_event/2`. The default is never called (no per-event cost).
         """
@@ -197,7 +199,7 @@ class GenAgent:
 
         Raises:
             PreRunError: stop the agent with `("pre_run_failed", reason)`.
-            Any other exception stops it with `("pre_run_crashed", "TypeName")`.
+            Exception: any other exception stops it with `("pre_run_crashed", "TypeName")`.
 
         Mirrors: `pre_run/1`.
         """
@@ -213,9 +215,9 @@ class GenAgent:
             `"pre_turn_skipped"`), or `Halt(s)` (fails with `"pre_turn_halted"`, then halts).
 
         Raises:
-            Protected: for ask/tell the request fails with `"pre_turn_skipped"`; for generated
-            prompts `handle_error` gets `("pre_turn_crashed", "TypeName")`. A malformed return
-            gives `"pre_turn_invalid"`. See contract §3.5.
+            Exception: protected: for ask/tell the request fails with `"pre_turn_skipped"`;
+                for generated prompts `handle_error` gets `("pre_turn_crashed", "TypeName")`.
+                A malformed return gives `"pre_turn_invalid"` (contract §3.5).
 
         Mirrors: `pre_turn/2`.
         """
@@ -228,7 +230,7 @@ class GenAgent:
         and the post-decision state. It cannot change the transition.
 
         Raises:
-            Protected: logged (type only); the post-decision state is kept.
+            Exception: protected: logged (type only); the post-decision state is kept.
 
         Mirrors: `post_turn/3`.
         """
@@ -240,7 +242,7 @@ class GenAgent:
         Runs in the agent thread. The return value is ignored.
 
         Raises:
-            Protected: logged (type only); the halt completes anyway.
+            Exception: protected: logged (type only); the halt completes anyway.
 
         Mirrors: `post_run/1`.
         """
@@ -253,7 +255,7 @@ class GenAgent:
         ignored.
 
         Raises:
-            Protected: logged (type only) and ignored.
+            Exception: protected: logged (type only) and ignored.
 
         Mirrors: `terminate_agent/2`.
         """

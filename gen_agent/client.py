@@ -156,6 +156,15 @@ class AgentRef:
         """Block until this incarnation's thread finished; False if `timeout` (s) expired."""
         return self._handle.exited.wait(timeout)
 
+    def on_exit(self, callback: Any) -> None:
+        """Call `callback(ref, reason)` once when this incarnation stops, for any reason
+        including a kill (at once if it already has). It runs in the thread that ends the
+        agent and must be quick: hand the news to your own thread or queue. A raising
+        callback is logged (type only) and ignored. Mirrors `Process.monitor/1` on the
+        agent's pid.
+        """
+        self._handle.on_exit(lambda _handle, reason: callback(self, reason))
+
     @property
     def exit_reason(self) -> Any:
         """The reason this incarnation stopped (None while it runs)."""
@@ -313,7 +322,9 @@ def tell(name: Any, prompt: str, timeout: float | None = None) -> RequestRef:
     Raises:
         TypeError: `prompt` is not a `str`.
         TurnError: ("overloaded", OverloadInfo) (no ref issued) or "draining".
-        AgentNotFound, AgentDown, CallTimeout.
+        AgentNotFound: no agent has that name.
+        AgentDown: the agent stopped while the call waited.
+        CallTimeout: no answer within `timeout` seconds.
 
     Mirrors: `GenAgent.tell/3` (contract §2.5).
     """
@@ -466,7 +477,9 @@ def drain(name: Any, timeout: float | None = None) -> None:
 
     Raises:
         RequestError: ("agent_down", reason) when it stopped for another reason.
-        AgentNotFound, AgentDown, CallTimeout.
+        AgentNotFound: no agent has that name.
+        AgentDown: the agent stopped while the admission call waited.
+        CallTimeout: the deadline expired (the drain goes on).
 
     Mirrors: `GenAgent.drain/2` (contract §2.18).
     """

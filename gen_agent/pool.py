@@ -147,8 +147,10 @@ class Pool:
             wait in the pool.
         max_queued_tasks: bound on tasks waiting in the pool (count); a task submitted
             beyond it fails with `("overloaded", OverloadInfo)`. None (default) = unbounded.
-        max_restarts, max_seconds: the supervisor's restart intensity (default 3 in 5 s);
-            beyond it the pool stops and unfinished tasks fail with `("pool_down", reason)`.
+        max_restarts: restarts allowed within `max_seconds` (the supervisor's restart
+            intensity, default 3); beyond it the pool stops and unfinished tasks fail with
+            `("pool_down", reason)`.
+        max_seconds: the restart-intensity window in seconds (default 5).
         shutdown_ms: each worker's graceful-stop window in milliseconds (default 5_000).
         system: the `AgentSystem` the workers run in (default: the current one).
         **opts: every other `start_agent` option, given to each worker (e.g. `watchdog_ms`,

@@ -255,8 +255,7 @@ class Response(msgspec.Struct, frozen=True, kw_only=True):
             omitted, `retained_bytes` = Σ `term_size(event)`) unless `event_coverage` is given.
             `prompt` is None and `metadata` is `{}`.
 
-        Raises:
-            Nothing for well-formed events.
+        Never raises for well-formed events.
 
         Mirrors: `GenAgent.Response.from_events/2` (contract §6.3).
         """

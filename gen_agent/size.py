@@ -44,9 +44,8 @@ def term_size(value: Any) -> int:
         The length in bytes of its msgspec MessagePack encoding (see the module docstring for
         the fallback for values MessagePack cannot hold). Always >= 1.
 
-    Raises:
-        Nothing for ordinary values; a value whose `__reduce__` misbehaves in a way other than
-        raising an `Exception` may propagate that error.
+    Never raises for ordinary values; a value whose `__reduce__` misbehaves in a way other
+    than raising an `Exception` may propagate that error.
 
     Mirrors: `:erlang.external_size/1` as used by GenAgent's limits (contract §1.4).
     """

@@ -4,7 +4,7 @@ The Elixir original gives every agent `restart: temporary` and leaves restarting
 to the caller's own OTP tree (contract §2.3, §9). Python has no OTP, so this module is that
 tree: child specs (`child_spec`, `supervisor_spec`), the three restart types, the strategies
 one_for_one / one_for_all / rest_for_one, restart intensity, ordered start, reverse-order
-shutdown with per-child windows, and nesting. See `docs/supervision.md`.
+shutdown with per-child windows, and nesting. See `docs/pages/supervision.md`.
 
 Design: a supervisor is one worker thread with an inbox. Every change to its children happens
 in that thread, one at a time: public methods post a call and wait for it; a child's exit

@@ -352,3 +352,21 @@ def test_turn_errors_carry_their_reason_as_data() -> None:
         ref.ask("q", timeout=T)
 
     assert info.value.reason == {"code": 429}
+
+
+def test_on_exit_reports_the_incarnation_and_its_reason_once() -> None:
+    class _Quiet(gen_agent.GenAgent):
+        def init_agent(self, opts: Any) -> Any:
+            return {}, None
+
+        def handle_response(self, ref: Any, response: Any, state: Any) -> Any:
+            return gen_agent.NoReply(state)
+
+    exits: queue.Queue[Any] = queue.Queue()
+    agent = gen_agent.start_agent(_Quiet, name="watched", backend=MockBackend)
+    agent.on_exit(lambda ref, reason: exits.put((ref, reason)))
+    agent.stop()
+    assert exits.get(timeout=10) == (agent, "shutdown")
+    agent.on_exit(lambda ref, reason: exits.put(("late", reason)))  # already stopped: at once
+    assert exits.get(timeout=10) == ("late", "shutdown")
+    assert exits.empty()

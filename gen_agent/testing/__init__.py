@@ -1,4 +1,4 @@
-"""Public helpers for testing code built on gen_agent (see `docs/testing.md`)."""
+"""Public helpers for testing code built on gen_agent (see `docs/pages/testing.md`)."""
 
 # -- helpers for actor-based tests (gen_agent.testing.helpers; the pytest plugin's fixtures
 # live in gen_agent.testing.pytest_plugin, loaded through the `pytest11` entry point)

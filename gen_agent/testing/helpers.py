@@ -5,7 +5,7 @@ The waits are event-driven: they attach a telemetry handler for the agent, wake 
 events and then read `status` / `runtime_snapshot` to decide; a bounded re-check every
 `RECHECK_S` seconds covers changes that emit no telemetry (e.g. a `handle_info` updating the
 agent state). Every wait has a timeout. The pytest fixtures built on these live in
-`gen_agent.testing.pytest_plugin`; see `docs/testing.md`.
+`gen_agent.testing.pytest_plugin`; see `docs/pages/testing.md`.
 """
 
 from __future__ import annotations

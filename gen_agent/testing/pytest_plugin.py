@@ -18,7 +18,7 @@ Fixtures:
 ini options: `gen_agent_leak_timeout` (seconds, default 10), `gen_agent_leak_check`
 (bool, default true).
 
-See `docs/testing.md`.
+See `docs/pages/testing.md`.
 """
 
 from __future__ import annotations

@@ -1,0 +1,7 @@
+"""`make bench`: the benchmark runner and one module per measurement (issue 9).
+
+Run `python tests/benchmarks/run.py --help`. Kept out of `make test` (`--ignore=tests/benchmarks`
+in pyproject); `tests/test_benchmarks_smoke.py` runs every measurement at a tiny size so the
+harness cannot rot. The measurements use only gen_agent's public API (and the Claude CLI
+backend's public translator), so they keep working while the core changes.
+"""
