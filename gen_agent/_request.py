@@ -3,12 +3,12 @@ and small pure helpers of the state machine (contract §4.1)."""
 
 from __future__ import annotations
 
-import threading
 from typing import Any, Literal
 
 import pykka
 from loguru import logger
 
+from gen_agent._cancel import CancelSignal
 from gen_agent._capture import Capture
 from gen_agent._turn import TurnChannel
 from gen_agent.agent import Halt, NoReply, Prompt
@@ -85,7 +85,7 @@ class Turn:
 
     def __init__(self, request: Request, attempt: int, task_id: int, prompt: str,
                  capture: Capture, channel: TurnChannel,
-                 cancel_event: threading.Event) -> None:
+                 cancel_event: CancelSignal) -> None:
         self.channel = channel
         self.request = request
         self.attempt = attempt

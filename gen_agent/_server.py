@@ -18,6 +18,7 @@ import pykka
 from loguru import logger
 
 from gen_agent import telemetry
+from gen_agent._cancel import CancelSignal
 from gen_agent._capture import Capture, LosslessBudget
 from gen_agent._context import set_current
 from gen_agent._controls import ControlsMixin
@@ -440,7 +441,7 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
             return accepted
         final_prompt, self.state = accepted
         task_id = next(self._task_ids)
-        cancel_event = threading.Event()
+        cancel_event = CancelSignal()
         turn = Turn(request, attempt, task_id, final_prompt,
                     Capture(self.opts.max_events_per_turn, self.opts.max_event_bytes_per_turn),
                     TurnChannel(self.handle, task_id, self.opts.max_event_bytes_per_turn,

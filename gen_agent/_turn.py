@@ -19,6 +19,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from gen_agent._cancel import CancelSignal
 from gen_agent._capture import LosslessBudget
 from gen_agent._context import set_current
 from gen_agent._messages import TurnDoneMsg, TurnWakeMsg
@@ -55,7 +56,7 @@ class TurnChannel:
     )
 
     def __init__(self, handle: Any, task_id: int, max_bytes: int,
-                 cancel_event: threading.Event) -> None:
+                 cancel_event: CancelSignal) -> None:
         self.handle = handle
         self.task_id = task_id
         self.items: deque[Any] = deque()
@@ -116,7 +117,7 @@ class TurnSpec:
     def __init__(
         self, *, handle: Any, task_id: int, backend: Any, session: Any, prompt: str,
         context: TurnContext, stream_cb: Callable[[Event, Any], Any] | None, state: Any,
-        budget: LosslessBudget | None, cancel_event: threading.Event, channel: TurnChannel,
+        budget: LosslessBudget | None, cancel_event: CancelSignal, channel: TurnChannel,
     ) -> None:
         self.channel = channel
         self.handle = handle

@@ -27,6 +27,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, Protocol, runtime_checkable
 
+from gen_agent._cancel import CancelSignal
 from gen_agent.errors import GenAgentError
 from gen_agent.event import Event
 
@@ -111,7 +112,7 @@ class TurnContext:
         agent: Any,
         ref: Any,
         attempt: int,
-        cancel_event: threading.Event,
+        cancel_event: threading.Event | CancelSignal,
         checkpoint: Callable[[str], None],
     ) -> None:
         self._agent = agent
@@ -138,7 +139,8 @@ class TurnContext:
     @property
     def cancel_event(self) -> threading.Event:
         """The turn's cancel signal (a `threading.Event`, set once, never cleared)."""
-        return self._cancel_event
+        signal = self._cancel_event
+        return signal.event if isinstance(signal, CancelSignal) else signal
 
     @property
     def cancelled(self) -> bool:
