@@ -13,9 +13,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any, Final
 
-import msgspec
-
 from gen_agent.backend import BackendError
+from gen_agent.backends._jsonl import (
+    LineTranslator,
+    decode_line,
+    feed_lines,
+    no_result_error,
+    without_type,
+)
+from gen_agent.backends._option_checks import is_arg
 from gen_agent.event import Event
 
 __all__ = ["PROVIDER", "ClaudeStreamTranslator", "decode_line", "translate_lines"]
@@ -23,20 +29,14 @@ __all__ = ["PROVIDER", "ClaudeStreamTranslator", "decode_line", "translate_lines
 PROVIDER: Final = "claude"
 """The `provider` of every `BackendError` and result this backend makes."""
 
-_UNPARSED_PREFIX_BYTES: Final = 1024
-_json_decoder = msgspec.json.Decoder()
 
-
-def _is_text(value: Any) -> bool:
-    return isinstance(value, str) and value != "" and "\x00" not in value
-
-
-class ClaudeStreamTranslator:
+class ClaudeStreamTranslator(LineTranslator):
     """Turns decoded stream-json lines of one CLI turn into `Event`s. Pure: no I/O.
 
     Feed every line, in order, to `translate(line)`; it returns the events that line produces
     (possibly none). After the first terminal event (`result` / `error`) every further line
     produces nothing. `take_session_id()` returns a session id not yet reported, once.
+    `end_of_stream()` gives the terminal event for a stream that ended without a result line.
 
     State kept per turn: tool ids seen (dedup), streamed text not yet matched by a completed
     assistant message, the current model, the session id.
@@ -44,64 +44,46 @@ class ClaudeStreamTranslator:
     Not thread-safe: one turn, one owner.
     """
 
+    _PREFIX = PROVIDER
+
     def __init__(self) -> None:
+        super().__init__()
         self.session_id: str | None = None
         self.model: str | None = None
-        self.finished = False
-        self._reported_session_id: str | None = None
         self._tool_ids: set[str] = set()
         self._result_ids: set[str] = set()
         self._streamed: dict[str, str] = {}
         self._stream_message: str | None = None
         self._block_starts = False
 
-    def translate(self, line: Any) -> list[Event]:
-        """Translate one decoded line (normally a `dict`) into events.
+    def end_of_stream(self, exit_code: int | None = None, stderr_tail: str = "") -> Event | None:
+        """The terminal event for stdout ending before a `result` line.
 
         Args:
-            line: the decoded JSON value of one stdout line.
+            exit_code: the CLI's exit status, if known.
+            stderr_tail: the end of the CLI's stderr (text).
 
         Returns:
-            The events, in order; empty for lines that produce none. Never raises for
-            unexpected shapes: unknown types become `claude.<type>` events.
+            None if the turn already ended; else a terminal `error` {reason, session_id} whose
+            reason is a `BackendError` of kind `"no_result"` with the exit status and the
+            stderr tail.
         """
         if self.finished:
-            return []
-        if not isinstance(line, dict):
-            return [Event.new("claude.unknown", {"value": line})]
-        self._note_session(line)
-        kind = line.get("type")
-        handler = _HANDLERS.get(kind) if isinstance(kind, str) else None
-        if handler is None:
-            name = kind if isinstance(kind, str) and kind else "unknown"
-            return [Event.new(f"claude.{name}", _without_type(line))]
-        events = handler(self, line)
-        if any(event.is_terminal for event in events):
-            self.finished = True
-        return events
-
-    def unparsed(self, raw: bytes) -> Event:
-        """The event for a stdout line that is not JSON (non-terminal).
-
-        Args:
-            raw: the line's bytes.
-
-        Returns:
-            `claude.unparsed` with `size_bytes` and the first 1 KiB as text (`line`).
-        """
-        prefix = raw[:_UNPARSED_PREFIX_BYTES].decode("utf-8", errors="replace")
-        return Event.new("claude.unparsed", {"size_bytes": len(raw), "line": prefix})
-
-    def take_session_id(self) -> str | None:
-        """A session id seen since the last call (the first one, or a changed one), or None."""
-        if self.session_id is None or self.session_id == self._reported_session_id:
             return None
-        self._reported_session_id = self.session_id
+        raw = {"exit_code": exit_code, "stderr_tail": stderr_tail}
+        return self.error(
+            no_result_error(PROVIDER, exit_code, stderr_tail, awaited="its result line", raw=raw)
+        )
+
+    def _current_session_id(self) -> str | None:
         return self.session_id
+
+    def _error_event(self, reason: BackendError) -> Event:
+        return Event.new("error", {"reason": reason, "session_id": self.session_id})
 
     # -- per line type ----------------------------------------------------------------
 
-    def _note_session(self, line: dict[str, Any]) -> None:
+    def _note(self, line: dict[str, Any]) -> None:
         session_id = line.get("session_id")
         if isinstance(session_id, str) and session_id:
             self.session_id = session_id
@@ -113,12 +95,12 @@ class ClaudeStreamTranslator:
                 self.model = line["model"]
             return [Event.new("session", _session_data(line))]
         name = subtype if isinstance(subtype, str) and subtype else "system"
-        return [Event.new(f"claude.{name}", _without_type(line))]
+        return [Event.new(f"claude.{name}", without_type(line))]
 
     def _assistant(self, line: dict[str, Any]) -> list[Event]:
         message = line.get("message")
         if not isinstance(message, dict):
-            return [Event.new("claude.assistant", _without_type(line))]
+            return [Event.new("claude.assistant", without_type(line))]
         model = message.get("model")
         if isinstance(model, str) and model and not model.startswith("<"):
             self.model = model
@@ -195,7 +177,7 @@ class ClaudeStreamTranslator:
 
     def _top_level_tool(self, line: dict[str, Any]) -> list[Event]:
         # Older CLI versions and wrappers emit tool events as lines of their own.
-        block = _without_type(line)
+        block = without_type(line)
         if line.get("type") == "tool_use":
             return self._tool_use({"type": "tool_use", **block}, None)
         return self._tool_result({"type": "tool_result", **block}, {})
@@ -261,7 +243,7 @@ class ClaudeStreamTranslator:
         error = line.get("error")
         source = error if isinstance(error, dict) else line
         named = error.get("type") if isinstance(error, dict) else error
-        kind: str = named if isinstance(named, str) and _is_text(named) else "cli_error"
+        kind: str = named if isinstance(named, str) and is_arg(named) else "cli_error"
         text = source.get("message")
         message: str | None = text if isinstance(text, str) else None
         if message is None and isinstance(error, str):
@@ -309,10 +291,7 @@ _HANDLERS: Final = {
     "result": ClaudeStreamTranslator._result,
     "error": ClaudeStreamTranslator._error,
 }
-
-
-def _without_type(line: dict[str, Any]) -> dict[str, Any]:
-    return {key: value for key, value in line.items() if key != "type"}
+ClaudeStreamTranslator._HANDLERS = _HANDLERS
 
 
 def _blocks(message: dict[str, Any]) -> Iterator[dict[str, Any]]:
@@ -378,11 +357,6 @@ def _result_message(line: dict[str, Any]) -> str:
     return f"claude result {line.get('subtype')!s} (is_error={line.get('is_error')!s})"
 
 
-def decode_line(raw: bytes) -> Any:
-    """Decode one stdout line with msgspec; raises `msgspec.DecodeError` if it is not JSON."""
-    return _json_decoder.decode(raw)
-
-
 def translate_lines(lines: Iterable[bytes | str | Any]) -> list[Event]:
     """Translate a whole recorded turn (JSONL lines or decoded dicts) into its events.
 
@@ -393,22 +367,4 @@ def translate_lines(lines: Iterable[bytes | str | Any]) -> list[Event]:
     Returns:
         The events up to and including the first terminal event (like a live turn).
     """
-    translator = ClaudeStreamTranslator()
-    events: list[Event] = []
-    for line in lines:
-        if isinstance(line, str):
-            line = line.encode()
-        if isinstance(line, bytes):
-            if not line.strip():
-                continue
-            try:
-                value = decode_line(line)
-            except msgspec.DecodeError:
-                events.append(translator.unparsed(line))
-                continue
-        else:
-            value = line
-        events.extend(translator.translate(value))
-        if translator.finished:
-            break
-    return events
+    return feed_lines(ClaudeStreamTranslator(), lines)

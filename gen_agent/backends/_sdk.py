@@ -1,40 +1,67 @@
 """What the two SDK-based HTTP backends (Anthropic, OpenAI) share.
 
-- `load_sdk`: import an optional SDK lazily; a missing one is a `SessionStartError` naming the
-  extra to install. Importing gen_agent never imports an SDK.
+- `SDKOptions`, `SDK_CHECKS`, `SDKSession`: the options and session fields both backends have.
+- `SDK`: which SDK a backend uses; `SDK.load` imports it lazily (a missing one is a
+  `SessionStartError` naming the extra to install; importing gen_agent never imports an SDK)
+  and `SDK.open` checks for an API key and builds the session's `Transport`.
 - `Transport`: one SDK client per session plus what makes `cancel` work from another thread.
   Python threads cannot be interrupted, and closing an SDK stream from a second thread does
   not wake a thread blocked reading it; shutting the socket down does. The SDK's HTTP client
   gets a request hook that asks the HTTP core to report each connection it opens (its `trace`
   extension), and `cancel()` shuts down every socket the session's client opened, which ends
   a blocked read at once, whether the response headers arrived yet or not.
-- `status_error`, `transport_error`: the parts of the SDK exception mapping both backends
-  share (each backend has its one boundary function that uses them).
-- `trim_history`: bound a conversation kept in a session (count and bytes).
+- `StreamTranslator`: the base of the two stream translators (dispatch on the event type,
+  the terminal `error` event, the truncated-stream error).
+- `stream_turn`: one streamed request, every failure a terminal `error` event.
+- `connection_error`, `status_error`, `transport_error`: the parts of the SDK exception
+  mapping both backends share (each backend has its one boundary function that uses them).
+- `with_prompt`, `after_reply`, `trim_history`: the conversation kept in a session (bounded by
+  count and bytes).
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib
+import os
+import secrets
 import socket
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import ModuleType
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
+import msgspec
 from loguru import logger
 
-from gen_agent.backend import BackendError, SessionStartError
+from gen_agent.backend import BackendError, SessionStartError, TurnContext
+from gen_agent.backends._option_checks import (
+    Check,
+    int_at_least,
+    is_dict_seq,
+    is_positive_number,
+    is_str_map,
+    is_text,
+)
+from gen_agent.event import Event
 from gen_agent.size import term_size
 
 __all__ = [
+    "SDK",
+    "SDK_CHECKS",
+    "SDKOptions",
+    "SDKSession",
+    "StreamTranslator",
     "Transport",
+    "after_reply",
+    "connection_error",
     "load_sdk",
     "status_error",
+    "stream_turn",
     "transport_error",
     "trim_history",
+    "with_prompt",
 ]
 
 _CONNECT_DONE: Final = "connect_tcp.complete"
@@ -138,6 +165,253 @@ class Transport:
                     sock.shutdown(socket.SHUT_RDWR)
 
 
+class SDKOptions(msgspec.Struct, frozen=True, kw_only=True):
+    """The options both SDK backends take (each backend's options Struct extends it).
+
+    Fields:
+        api_key: the API key; None reads the provider's environment variable.
+        base_url: the API root; None: the SDK's default.
+        model: the model.
+        tools: tool definitions sent with every request (dicts, as the API takes them).
+        params: further request arguments, as given.
+        timeout: the SDK timeout (seconds; also the longest wait between two stream events).
+        max_retries: the SDK's own retries (count; default 0: the agent owns retries).
+        default_headers: extra HTTP headers on every request.
+        max_history_messages: the most messages a kept conversation holds (count).
+        max_history_bytes: the most `term_size` bytes the kept messages may take (bytes).
+        session_id: the session id reported in results; None mints `"<provider>-<hex>"`.
+    """
+
+    api_key: str | None = None
+    base_url: str | None = None
+    model: str
+    tools: tuple[dict[str, Any], ...] = ()
+    params: dict[str, Any] = msgspec.field(default_factory=dict)
+    timeout: float = 60.0
+    max_retries: int = 0
+    default_headers: dict[str, str] = msgspec.field(default_factory=dict)
+    max_history_messages: int = 200
+    max_history_bytes: int = 4 * 1024 * 1024
+    session_id: str | None = None
+
+
+SDK_CHECKS: Final[Mapping[str, Check]] = {
+    "api_key": (is_text, "a non-empty str"),
+    "base_url": (is_text, "a non-empty str (a URL)"),
+    "model": (is_text, "a non-empty str"),
+    "tools": (is_dict_seq, "a list of dicts"),
+    "timeout": (is_positive_number, "a number > 0 (seconds)"),
+    "max_retries": (int_at_least(0), "an int >= 0"),
+    "default_headers": (is_str_map, "a dict of str to str"),
+    "max_history_messages": (int_at_least(1), "an int >= 1 (messages)"),
+    "max_history_bytes": (int_at_least(1), "an int >= 1 (bytes)"),
+    "session_id": (is_text, "a non-empty str"),
+}
+"""The option table rows of `SDKOptions` but `params` (whose reserved keys differ)."""
+
+
+class SDKSession(msgspec.Struct, frozen=True, kw_only=True):
+    """The fields both SDK sessions have (each backend's session Struct extends it).
+
+    Fields:
+        options: the validated options.
+        session_id: the id reported in results (`"<provider>-<hex>"` unless given).
+        history: the kept messages, oldest first (`{"role", "content"}` dicts).
+        turns: successful turns so far (count).
+        transport: the SDK client and cancel support (shared by copies).
+    """
+
+    options: SDKOptions
+    session_id: str
+    history: tuple[dict[str, Any], ...] = ()
+    turns: int = 0
+    transport: Any = None
+
+
+class SDK(msgspec.Struct, frozen=True, kw_only=True):
+    """Which SDK a backend uses, and how it is set up.
+
+    Fields:
+        provider: the provider name (`"anthropic"`), also the prefix of minted session ids.
+        module: the SDK's import name, also the gen-agent extra that installs it.
+        client: the name of the SDK's client class (`"Anthropic"`).
+        key_env: the environment variable holding the API key (`"ANTHROPIC_API_KEY"`).
+        label: the provider's name in messages (`"Anthropic"`).
+    """
+
+    provider: str
+    module: str
+    client: str
+    key_env: str
+    label: str
+
+    def load(self) -> ModuleType:
+        """`load_sdk` for this SDK (raises `SessionStartError` when it is not installed)."""
+        return load_sdk(self.module, extra=self.module, provider=self.provider)
+
+    def open(self, options: SDKOptions) -> tuple[Transport, str]:
+        """Check for an API key and build a session's client; no request is made.
+
+        Args:
+            options: the validated options (`api_key`, `base_url`, `timeout`,
+                `max_retries`, `default_headers`, `session_id`).
+
+        Returns:
+            `(transport, session_id)`: the session's `Transport` and its id (the
+            `session_id` option, else a minted `"<provider>-<16 hex digits>"`).
+
+        Raises:
+            SessionStartError: reason a `BackendError` of kind `"missing_sdk"` or
+                `"missing_api_key"` (no `api_key` option and no `key_env` variable).
+        """
+        sdk = self.load()
+        api_key = options.api_key or os.environ.get(self.key_env)
+        if not api_key:
+            message = f"no {self.label} API key: give the `api_key` option or set {self.key_env}"
+            reason = BackendError.new(self.provider, "missing_api_key", None, message=message)
+            raise SessionStartError(reason, message)
+
+        def make_client(http_client: Any) -> Any:
+            return getattr(sdk, self.client)(
+                api_key=api_key,
+                base_url=options.base_url,
+                timeout=options.timeout,
+                max_retries=options.max_retries,
+                default_headers=options.default_headers or None,
+                http_client=http_client,
+            )
+
+        session_id = options.session_id or f"{self.provider}-{secrets.token_hex(8)}"
+        return Transport(sdk, make_client), session_id
+
+
+class StreamTranslator:
+    """Base of an SDK stream translator: the reply's stream events (as dicts) in, `Event`s out.
+
+    Subclasses set `_PROVIDER`, `_HANDLERS` (event `type` → method returning its events; other
+    types produce nothing) and `_TRUNCATED` (the message of a stream that ended without an
+    outcome), and may extend `_error_fields` (ids the terminal error reports).
+
+    Args:
+        session_id: the session id put in the result.
+        model: the requested model (reported unless the reply names one).
+
+    Not thread-safe: one turn, one owner.
+    """
+
+    _PROVIDER: ClassVar[str]
+    _HANDLERS: ClassVar[Mapping[str, Callable[[Any, Mapping[str, Any]], list[Event]]]]
+    _TRUNCATED: ClassVar[str]
+
+    def __init__(self, session_id: str, model: str | None = None) -> None:
+        self.session_id = session_id
+        self.model = model
+        self.finished = False
+
+    def translate(self, event: Mapping[str, Any]) -> list[Event]:
+        """Translate one stream event (`{"type": ..., ...}`) into events.
+
+        Returns:
+            The events, in order (often none). Unknown event types produce nothing.
+        """
+        if self.finished:
+            return []
+        kind = event.get("type")
+        handler = self._HANDLERS.get(kind) if isinstance(kind, str) else None
+        return handler(self, event) if handler is not None else []
+
+    def truncated(self) -> Event | None:
+        """The terminal error for a stream that ended without an outcome (None if done):
+        kind `"stream_truncated"`, retryable."""
+        if self.finished:
+            return None
+        reason = BackendError.new(
+            self._PROVIDER, "stream_truncated", None, retryable=True, message=self._TRUNCATED
+        )
+        return self.error(reason)
+
+    def error(self, reason: BackendError) -> Event:
+        """The terminal `error` event for `reason`; ends the turn."""
+        self.finished = True
+        data = {"reason": reason, "session_id": self.session_id, **self._error_fields()}
+        return Event.new("error", {**data, "model": self.model, "provider": self._PROVIDER})
+
+    def _error_fields(self) -> dict[str, Any]:
+        return {}
+
+
+def stream_turn(
+    session: SDKSession,
+    context: TurnContext,
+    translator: StreamTranslator,
+    *,
+    sdk: SDK,
+    create: Callable[[Any], Any],
+    error_from_sdk: Callable[[BaseException, Any], BackendError | None],
+) -> Iterator[Event]:
+    """One streamed request: its events, ending with exactly one terminal event.
+
+    The request is made when the stream is first read; every SDK failure (HTTP status,
+    mid-stream error, lost connection) is a terminal `error` event, a failure after a cancel
+    (of the transport or the turn) is kind `"cancelled"`, and a stream that ends without an
+    outcome is the translator's `truncated()` error.
+
+    Args:
+        session: the session (its `transport`).
+        context: the `TurnContext` (its cancel signal).
+        translator: the turn's fresh translator.
+        sdk: the backend's `SDK`.
+        create: makes the request with the SDK client; returns the stream of SDK events.
+        error_from_sdk: the backend's one SDK exception boundary (None: not the SDK's, which
+            re-raises as a task crash).
+
+    Returns:
+        A generator of `Event`s; closing it closes the SDK stream.
+    """
+    transport = session.transport
+    module = sdk.load()
+    token = transport.begin_turn()
+    stream = None
+    try:
+        stream = create(transport.client)
+        for raw in stream:
+            yield from translator.translate(_as_dict(raw))
+            if translator.finished:
+                return
+        end = translator.truncated()
+        if end is not None:
+            yield end
+    except Exception as exc:  # SDK failures become the terminal error; others re-raise
+        if transport.cancelled(token) or context.cancelled:
+            reason = BackendError.new(sdk.provider, "cancelled", None, message="turn cancelled")
+            yield translator.error(reason)
+            return
+        mapped = error_from_sdk(exc, module)
+        if mapped is None:
+            raise  # not an SDK failure: a bug, reported as a task crash
+        logger.debug("gen_agent {} turn failed with {}", sdk.provider, type(exc).__name__)
+        yield translator.error(mapped)
+    finally:
+        if stream is not None:
+            stream.close()
+
+
+def _as_dict(event: Any) -> Mapping[str, Any]:
+    if isinstance(event, Mapping):
+        return event
+    return event.to_dict()
+
+
+def connection_error(provider: str, exc: BaseException, sdk: Any) -> BackendError | None:
+    """An SDK `APITimeoutError` (kind `"timeout"`) or `APIConnectionError` (`"transport"`),
+    retryable; None for any other exception."""
+    if isinstance(exc, sdk.APITimeoutError):
+        return transport_error(provider, exc, timeout=True)
+    if isinstance(exc, sdk.APIConnectionError):
+        return transport_error(provider, exc, timeout=False)
+    return None
+
+
 def status_error(provider: str, exc: Any) -> BackendError:
     """An SDK `APIStatusError` for an HTTP error status (>= 400), as `BackendError.http`.
 
@@ -159,6 +433,40 @@ def transport_error(provider: str, exc: BaseException, *, timeout: bool) -> Back
     kind = "timeout" if timeout else "transport"
     message = f"{provider} request failed before an answer ({type(exc).__name__})"
     return BackendError.new(provider, kind, exc, retryable=True, message=message)
+
+
+def with_prompt(history: tuple[dict[str, Any], ...], prompt: str) -> tuple[dict[str, Any], ...]:
+    """The conversation to send: `history` plus the user message `prompt`.
+
+    A trailing user message is one a failed turn left unanswered: `prompt` replaces it.
+    """
+    if history and history[-1].get("role") == "user":
+        history = history[:-1]
+    return (*history, {"role": "user", "content": prompt})
+
+
+def after_reply(
+    history: Sequence[dict[str, Any]], text: Any, options: SDKOptions
+) -> tuple[dict[str, Any], ...]:
+    """The kept conversation after a successful turn whose reply is `text`.
+
+    Args:
+        history: the conversation sent, ending with the user message.
+        text: the reply to keep, a non-empty `str`; anything else (None, empty) drops the
+            unanswered user message instead.
+        options: the bounds (`max_history_messages`, `max_history_bytes`).
+
+    Returns:
+        The history with the reply, trimmed (see `trim_history`).
+    """
+    kept = list(history)
+    if isinstance(text, str) and text:
+        kept.append({"role": "assistant", "content": text})
+    elif kept and kept[-1].get("role") == "user":
+        kept.pop()
+    return trim_history(
+        kept, max_messages=options.max_history_messages, max_bytes=options.max_history_bytes
+    )
 
 
 def trim_history(

@@ -30,21 +30,31 @@ SDK retries are off by default (`max_retries=0`): the agent's retry policy owns 
 
 from __future__ import annotations
 
-import os
-import secrets
 from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
 import msgspec
-from loguru import logger
 
-from gen_agent.backend import Backend, BackendError, SessionStartError, TurnContext
+from gen_agent.backend import Backend, BackendError, TurnContext
+from gen_agent.backends._option_checks import (
+    int_at_least,
+    is_number,
+    is_str,
+    is_text,
+    keys_other_than,
+    validate_options,
+)
 from gen_agent.backends._sdk import (
-    Transport,
-    load_sdk,
+    SDK,
+    SDK_CHECKS,
+    SDKOptions,
+    SDKSession,
+    StreamTranslator,
+    after_reply,
+    connection_error,
     status_error,
-    transport_error,
-    trim_history,
+    stream_turn,
+    with_prompt,
 )
 from gen_agent.event import Event
 
@@ -58,6 +68,13 @@ __all__ = [
 ]
 
 PROVIDER: Final = "anthropic"
+_SDK: Final = SDK(
+    provider=PROVIDER,
+    module="anthropic",
+    client="Anthropic",
+    key_env="ANTHROPIC_API_KEY",
+    label="Anthropic",
+)
 
 DEFAULT_MODEL: Final = "claude-sonnet-4-5"
 """The model used when the `model` option is not given."""
@@ -88,7 +105,7 @@ _USAGE_KEYS: Final = (
 # -- options -------------------------------------------------------------------------------
 
 
-class AnthropicOptions(msgspec.Struct, frozen=True, kw_only=True):
+class AnthropicOptions(SDKOptions, frozen=True, kw_only=True):
     """The validated options of an `AnthropicAPI` session (see `OPTIONS` for the keys).
 
     Fields:
@@ -109,110 +126,32 @@ class AnthropicOptions(msgspec.Struct, frozen=True, kw_only=True):
         session_id: the session id reported in results; None mints `"anthropic-<hex>"`.
     """
 
-    api_key: str | None = None
-    base_url: str | None = None
     model: str = DEFAULT_MODEL
     max_tokens: int = 1024
     system: str | None = None
     temperature: float | None = None
-    tools: tuple[dict[str, Any], ...] = ()
-    params: dict[str, Any] = msgspec.field(default_factory=dict)
-    timeout: float = 60.0
-    max_retries: int = 0
-    default_headers: dict[str, str] = msgspec.field(default_factory=dict)
-    max_history_messages: int = 200
-    max_history_bytes: int = 4 * 1024 * 1024
-    session_id: str | None = None
 
 
 OPTIONS: Final = frozenset(AnthropicOptions.__struct_fields__)
 """The option keys `AnthropicAPI.start_session` accepts."""
 
 
-def _is_text(value: Any) -> bool:
-    return isinstance(value, str) and value != ""
-
-
-def _is_int(minimum: int) -> Any:
-    return lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= minimum
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _is_positive_number(value: Any) -> bool:
-    return _is_number(value) and value > 0
-
-
-def _is_str_map(value: Any) -> bool:
-    return isinstance(value, Mapping) and all(
-        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
-    )
-
-
-def _is_dict_seq(value: Any) -> bool:
-    return isinstance(value, list | tuple) and all(isinstance(item, Mapping) for item in value)
-
-
-def _is_params(value: Any) -> bool:
-    reserved = {"messages", "stream", "model", "max_tokens"}
-    return isinstance(value, Mapping) and all(
-        isinstance(k, str) and k not in reserved for k in value
-    )
-
-
 _CHECKS: Final = {
-    "api_key": (_is_text, "a non-empty str"),
-    "base_url": (_is_text, "a non-empty str (a URL)"),
-    "model": (_is_text, "a non-empty str"),
-    "max_tokens": (_is_int(1), "an int >= 1 (tokens)"),
-    "system": (lambda v: isinstance(v, str), "a str"),
-    "temperature": (_is_number, "a number"),
-    "tools": (_is_dict_seq, "a list of dicts"),
-    "params": (_is_params, "a dict of str keys other than messages/stream/model/max_tokens"),
-    "timeout": (_is_positive_number, "a number > 0 (seconds)"),
-    "max_retries": (_is_int(0), "an int >= 0"),
-    "default_headers": (_is_str_map, "a dict of str to str"),
-    "max_history_messages": (_is_int(1), "an int >= 1 (messages)"),
-    "max_history_bytes": (_is_int(1), "an int >= 1 (bytes)"),
-    "session_id": (_is_text, "a non-empty str"),
+    **SDK_CHECKS,
+    "max_tokens": (int_at_least(1), "an int >= 1 (tokens)"),
+    "system": (is_str, "a str"),
+    "temperature": (is_number, "a number"),
+    "params": (
+        keys_other_than({"messages", "stream", "model", "max_tokens"}),
+        "a dict of str keys other than messages/stream/model/max_tokens",
+    ),
 }
-
-
-def _validate(opts: Any) -> AnthropicOptions:
-    if not isinstance(opts, Mapping):
-        raise SessionStartError(
-            ("invalid_options", type(opts).__name__),
-            f"AnthropicAPI options must be a dict, got {type(opts).__name__}",
-        )
-    for key, value in opts.items():
-        if key not in _CHECKS:
-            raise SessionStartError(
-                ("unknown_option", key),
-                f"unknown AnthropicAPI option {key!r}; valid options: {', '.join(sorted(OPTIONS))}",
-            )
-        check, expected = _CHECKS[key]
-        if value is not None and not check(value):
-            raise SessionStartError(
-                ("invalid_option", key, value),
-                f"AnthropicAPI option {key!r} must be {expected}, got {type(value).__name__}",
-            )
-    given = {k: v for k, v in opts.items() if v is not None}
-    if "tools" in given:
-        given["tools"] = tuple(dict(tool) for tool in given["tools"])
-    for key in ("params", "default_headers"):
-        if key in given:
-            given[key] = dict(given[key])
-    if "timeout" in given:
-        given["timeout"] = float(given["timeout"])
-    return AnthropicOptions(**given)
 
 
 # -- the pure translator ----------------------------------------------------------------
 
 
-class AnthropicStreamTranslator:
+class AnthropicStreamTranslator(StreamTranslator):
     """Turns the raw stream events of one Messages API reply (as dicts) into `Event`s. Pure.
 
     Feed every event, in order, to `translate(event)`; after the terminal event (on
@@ -226,52 +165,26 @@ class AnthropicStreamTranslator:
     Not thread-safe: one turn, one owner.
     """
 
+    _PROVIDER = PROVIDER
+    _TRUNCATED = "the Anthropic stream ended before message_stop"
+
     def __init__(self, session_id: str, model: str | None = None) -> None:
-        self.session_id = session_id
-        self.model = model
+        super().__init__(session_id, model)
         self.message_id: str | None = None
         self.stop_reason: str | None = None
         self.usage: dict[str, int] = {}
-        self.finished = False
         self._texts: list[str] = []
         self._blocks: dict[int, dict[str, Any]] = {}
         self._json: dict[int, list[str]] = {}
-
-    def translate(self, event: Mapping[str, Any]) -> list[Event]:
-        """Translate one raw stream event (`{"type": ..., ...}`) into events.
-
-        Returns:
-            The events, in order (often none). Unknown event types produce nothing.
-        """
-        if self.finished:
-            return []
-        kind = event.get("type")
-        handler = _HANDLERS.get(kind) if isinstance(kind, str) else None
-        return handler(self, event) if handler is not None else []
-
-    def truncated(self) -> Event | None:
-        """The terminal error for a stream that ended before `message_stop` (None if done)."""
-        if self.finished:
-            return None
-        message = "the Anthropic stream ended before message_stop"
-        reason = BackendError.new(PROVIDER, "stream_truncated", None, retryable=True,
-                                  message=message)  # fmt: skip
-        return self.error(reason)
-
-    def error(self, reason: BackendError) -> Event:
-        """The terminal `error` event for `reason`; ends the turn."""
-        self.finished = True
-        data = {"reason": reason, "session_id": self.session_id, "model": self.model}
-        return Event.new("error", {**data, "provider": PROVIDER})
 
     # -- per event type -------------------------------------------------------------
 
     def _message_start(self, event: Mapping[str, Any]) -> list[Event]:
         message = event.get("message")
         if isinstance(message, Mapping):
-            if _is_text(message.get("id")):
+            if is_text(message.get("id")):
                 self.message_id = message["id"]
-            if _is_text(message.get("model")):
+            if is_text(message.get("model")):
                 self.model = message["model"]
             self._note_usage(message.get("usage"))
         return []
@@ -315,12 +228,12 @@ class AnthropicStreamTranslator:
             if pieces:
                 data["input"] = _decode_json("".join(pieces))
             return [Event.new("tool_use", data)]
-        name = block.get("type") if _is_text(block.get("type")) else "content_block"
+        name = block.get("type") if is_text(block.get("type")) else "content_block"
         return [Event.new(f"anthropic.{name}", block)]
 
     def _message_delta(self, event: Mapping[str, Any]) -> list[Event]:
         delta = event.get("delta")
-        if isinstance(delta, Mapping) and _is_text(delta.get("stop_reason")):
+        if isinstance(delta, Mapping) and is_text(delta.get("stop_reason")):
             self.stop_reason = delta["stop_reason"]
         self._note_usage(event.get("usage"))
         return []
@@ -357,6 +270,7 @@ _HANDLERS: Final = {
     "message_delta": AnthropicStreamTranslator._message_delta,
     "message_stop": AnthropicStreamTranslator._message_stop,
 }
+AnthropicStreamTranslator._HANDLERS = _HANDLERS
 
 
 def _merge_delta(block: dict[str, Any], delta: Mapping[str, Any]) -> None:
@@ -395,10 +309,9 @@ def _error_from_sdk(exc: BaseException, sdk: Any) -> BackendError | None:
         The `BackendError`, or None for an exception that is not the SDK's (a bug, which
         the caller lets crash the turn).
     """
-    if isinstance(exc, sdk.APITimeoutError):
-        return transport_error(PROVIDER, exc, timeout=True)
-    if isinstance(exc, sdk.APIConnectionError):
-        return transport_error(PROVIDER, exc, timeout=False)
+    lost = connection_error(PROVIDER, exc, sdk)
+    if lost is not None:
+        return lost
     if isinstance(exc, sdk.APIStatusError):
         if exc.status_code >= 400:
             return status_error(PROVIDER, exc)
@@ -421,7 +334,7 @@ def _stream_error(exc: Any) -> BackendError:
 # -- the session and the backend -------------------------------------------------------------
 
 
-class AnthropicSession(msgspec.Struct, frozen=True, kw_only=True):
+class AnthropicSession(SDKSession, frozen=True, kw_only=True):
     """An `AnthropicAPI` session: options, the conversation, the SDK client. Immutable value.
 
     Fields:
@@ -435,10 +348,6 @@ class AnthropicSession(msgspec.Struct, frozen=True, kw_only=True):
     """
 
     options: AnthropicOptions
-    session_id: str
-    history: tuple[dict[str, Any], ...] = ()
-    turns: int = 0
-    transport: Any = None
 
 
 class AnthropicAPI(Backend):
@@ -476,28 +385,9 @@ class AnthropicAPI(Backend):
 
         Mirrors: `start_session/1` (contract §7.1, §7.6).
         """
-        options = _validate(opts)
-        sdk = load_sdk("anthropic", extra="anthropic", provider=PROVIDER)
-        api_key = options.api_key or os.environ.get("ANTHROPIC_API_KEY")
-        if not api_key:
-            message = "no Anthropic API key: give the `api_key` option or set ANTHROPIC_API_KEY"
-            reason = BackendError.new(PROVIDER, "missing_api_key", None, message=message)
-            raise SessionStartError(reason, message)
-
-        def make_client(http_client: Any) -> Any:
-            return sdk.Anthropic(
-                api_key=api_key,
-                base_url=options.base_url,
-                timeout=options.timeout,
-                max_retries=options.max_retries,
-                default_headers=options.default_headers or None,
-                http_client=http_client,
-            )
-
-        session_id = options.session_id or f"anthropic-{secrets.token_hex(8)}"
-        return AnthropicSession(
-            options=options, session_id=session_id, transport=Transport(sdk, make_client)
-        )
+        options = validate_options(opts, AnthropicOptions, _CHECKS, backend=cls.__name__)
+        transport, session_id = _SDK.open(options)
+        return AnthropicSession(options=options, session_id=session_id, transport=transport)
 
     @classmethod
     def prompt(
@@ -524,10 +414,17 @@ class AnthropicAPI(Backend):
         """
         if not isinstance(prompt, str):
             raise TypeError(f"prompt must be a str, got {type(prompt).__name__}")
-        history = _answered(session.history)
-        messages = (*history, {"role": "user", "content": prompt})
-        session = msgspec.structs.replace(session, history=messages)
-        return _turn_events(session, context), session
+        session = msgspec.structs.replace(session, history=with_prompt(session.history, prompt))
+        translator = AnthropicStreamTranslator(session.session_id, session.options.model)
+        stream = stream_turn(
+            session,
+            context,
+            translator,
+            sdk=_SDK,
+            create=lambda client: client.messages.create(**_request(session)),
+            error_from_sdk=_error_from_sdk,
+        )
+        return stream, session
 
     @classmethod
     def update_session(
@@ -535,16 +432,9 @@ class AnthropicAPI(Backend):
     ) -> AnthropicSession:
         """After a successful turn: append the reply's text to the history (bounded), or
         drop the unanswered user message when the reply is empty or a refusal."""
-        text = result_data.get("text")
-        history = list(session.history)
-        if isinstance(text, str) and text and result_data.get("stop_reason") != "refusal":
-            history.append({"role": "assistant", "content": text})
-        elif history and history[-1].get("role") == "user":
-            history.pop()
-        o = session.options
-        kept = trim_history(
-            history, max_messages=o.max_history_messages, max_bytes=o.max_history_bytes
-        )
+        refused = result_data.get("stop_reason") == "refusal"
+        text = None if refused else result_data.get("text")
+        kept = after_reply(session.history, text, session.options)
         return msgspec.structs.replace(session, history=kept, turns=session.turns + 1)
 
     @classmethod
@@ -564,13 +454,6 @@ class AnthropicAPI(Backend):
     def terminate_session(cls, session: AnthropicSession) -> None:
         """Cancel any request and close the SDK client. Idempotent."""
         session.transport.close()
-
-
-def _answered(history: tuple[dict[str, Any], ...]) -> tuple[dict[str, Any], ...]:
-    # A trailing user message is one a failed turn left unanswered: replace it.
-    if history and history[-1].get("role") == "user":
-        return history[:-1]
-    return history
 
 
 def _request(session: AnthropicSession) -> dict[str, Any]:
@@ -593,39 +476,3 @@ def _request(session: AnthropicSession) -> dict[str, Any]:
     if body:
         request["extra_body"] = body
     return request
-
-
-def _turn_events(session: AnthropicSession, context: TurnContext) -> Iterator[Event]:
-    transport = session.transport
-    sdk = load_sdk("anthropic", extra="anthropic", provider=PROVIDER)
-    translator = AnthropicStreamTranslator(session.session_id, session.options.model)
-    token = transport.begin_turn()
-    stream = None
-    try:
-        stream = transport.client.messages.create(**_request(session))
-        for raw in stream:
-            yield from translator.translate(_as_dict(raw))
-            if translator.finished:
-                return
-        end = translator.truncated()
-        if end is not None:
-            yield end
-    except Exception as exc:  # SDK failures become the terminal error; others re-raise
-        if transport.cancelled(token) or context.cancelled:
-            reason = BackendError.new(PROVIDER, "cancelled", None, message="turn cancelled")
-            yield translator.error(reason)
-            return
-        mapped = _error_from_sdk(exc, sdk)
-        if mapped is None:
-            raise  # not an SDK failure: a bug, reported as a task crash
-        logger.debug("gen_agent anthropic turn failed with {}", type(exc).__name__)
-        yield translator.error(mapped)
-    finally:
-        if stream is not None:
-            stream.close()
-
-
-def _as_dict(event: Any) -> Mapping[str, Any]:
-    if isinstance(event, Mapping):
-        return event
-    return event.to_dict()

@@ -38,21 +38,31 @@ SDK retries are off by default (`max_retries=0`): the agent's retry policy owns 
 
 from __future__ import annotations
 
-import os
-import secrets
 from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
 import msgspec
-from loguru import logger
 
-from gen_agent.backend import Backend, BackendError, SessionStartError, TurnContext
+from gen_agent.backend import Backend, BackendError, TurnContext
+from gen_agent.backends._option_checks import (
+    int_at_least,
+    is_bool,
+    is_str,
+    is_text,
+    keys_other_than,
+    validate_options,
+)
 from gen_agent.backends._sdk import (
-    Transport,
-    load_sdk,
+    SDK,
+    SDK_CHECKS,
+    SDKOptions,
+    SDKSession,
+    StreamTranslator,
+    after_reply,
+    connection_error,
     status_error,
-    transport_error,
-    trim_history,
+    stream_turn,
+    with_prompt,
 )
 from gen_agent.event import Event
 
@@ -66,6 +76,9 @@ __all__ = [
 ]
 
 PROVIDER: Final = "openai"
+_SDK: Final = SDK(
+    provider=PROVIDER, module="openai", client="OpenAI", key_env="OPENAI_API_KEY", label="OpenAI"
+)
 
 DEFAULT_MODEL: Final = "gpt-5"
 """The model used when the `model` option is not given."""
@@ -79,7 +92,7 @@ _RETRYABLE_CODES: Final = frozenset(
 # -- options -------------------------------------------------------------------------------
 
 
-class OpenAIOptions(msgspec.Struct, frozen=True, kw_only=True):
+class OpenAIOptions(SDKOptions, frozen=True, kw_only=True):
     """The validated options of an `OpenAIResponses` session (see `OPTIONS` for the keys).
 
     Fields:
@@ -103,21 +116,11 @@ class OpenAIOptions(msgspec.Struct, frozen=True, kw_only=True):
         previous_response_id: a stored response to continue from on the first turn, or None.
     """
 
-    api_key: str | None = None
-    base_url: str | None = None
     model: str = DEFAULT_MODEL
     instructions: str | None = None
     store: bool = True
     max_output_tokens: int | None = None
     reasoning: dict[str, Any] | None = None
-    tools: tuple[dict[str, Any], ...] = ()
-    params: dict[str, Any] = msgspec.field(default_factory=dict)
-    timeout: float = 60.0
-    max_retries: int = 0
-    default_headers: dict[str, str] = msgspec.field(default_factory=dict)
-    max_history_messages: int = 200
-    max_history_bytes: int = 4 * 1024 * 1024
-    session_id: str | None = None
     previous_response_id: str | None = None
 
 
@@ -125,88 +128,26 @@ OPTIONS: Final = frozenset(OpenAIOptions.__struct_fields__)
 """The option keys `OpenAIResponses.start_session` accepts."""
 
 
-def _is_text(value: Any) -> bool:
-    return isinstance(value, str) and value != ""
-
-
-def _is_int(minimum: int) -> Any:
-    return lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= minimum
-
-
-def _is_positive_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
-
-
-def _is_str_map(value: Any) -> bool:
-    return isinstance(value, Mapping) and all(
-        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
-    )
-
-
-def _is_params(value: Any) -> bool:
-    reserved = {"input", "stream", "model", "previous_response_id", "store", "instructions"}
-    return isinstance(value, Mapping) and all(
-        isinstance(k, str) and k not in reserved for k in value
-    )
-
-
 _CHECKS: Final = {
-    "api_key": (_is_text, "a non-empty str"),
-    "base_url": (_is_text, "a non-empty str (a URL)"),
-    "model": (_is_text, "a non-empty str"),
-    "instructions": (lambda v: isinstance(v, str), "a str"),
-    "store": (lambda v: isinstance(v, bool), "a bool"),
-    "max_output_tokens": (_is_int(1), "an int >= 1 (tokens)"),
+    **SDK_CHECKS,
+    "instructions": (is_str, "a str"),
+    "store": (is_bool, "a bool"),
+    "max_output_tokens": (int_at_least(1), "an int >= 1 (tokens)"),
     "reasoning": (lambda v: isinstance(v, Mapping), "a dict"),
-    "tools": (
-        lambda v: isinstance(v, list | tuple) and all(isinstance(t, Mapping) for t in v),
-        "a list of dicts",
+    "params": (
+        keys_other_than(
+            {"input", "stream", "model", "previous_response_id", "store", "instructions"}
+        ),
+        "a dict of str keys other than the ones this backend sets",
     ),
-    "params": (_is_params, "a dict of str keys other than the ones this backend sets"),
-    "timeout": (_is_positive_number, "a number > 0 (seconds)"),
-    "max_retries": (_is_int(0), "an int >= 0"),
-    "default_headers": (_is_str_map, "a dict of str to str"),
-    "max_history_messages": (_is_int(1), "an int >= 1 (messages)"),
-    "max_history_bytes": (_is_int(1), "an int >= 1 (bytes)"),
-    "session_id": (_is_text, "a non-empty str"),
-    "previous_response_id": (_is_text, "a non-empty str"),
+    "previous_response_id": (is_text, "a non-empty str"),
 }
-
-
-def _validate(opts: Any) -> OpenAIOptions:
-    if not isinstance(opts, Mapping):
-        raise SessionStartError(
-            ("invalid_options", type(opts).__name__),
-            f"OpenAIResponses options must be a dict, got {type(opts).__name__}",
-        )
-    for key, value in opts.items():
-        if key not in _CHECKS:
-            raise SessionStartError(
-                ("unknown_option", key),
-                f"unknown OpenAIResponses option {key!r}; valid options: "
-                f"{', '.join(sorted(OPTIONS))}",
-            )
-        check, expected = _CHECKS[key]
-        if value is not None and not check(value):
-            raise SessionStartError(
-                ("invalid_option", key, value),
-                f"OpenAIResponses option {key!r} must be {expected}, got {type(value).__name__}",
-            )
-    given = {k: v for k, v in opts.items() if v is not None}
-    if "tools" in given:
-        given["tools"] = tuple(dict(tool) for tool in given["tools"])
-    for key in ("params", "default_headers", "reasoning"):
-        if key in given:
-            given[key] = dict(given[key])
-    if "timeout" in given:
-        given["timeout"] = float(given["timeout"])
-    return OpenAIOptions(**given)
 
 
 # -- the pure translator ----------------------------------------------------------------
 
 
-class OpenAIStreamTranslator:
+class OpenAIStreamTranslator(StreamTranslator):
     """Turns the stream events of one Responses API reply (as dicts) into `Event`s. Pure.
 
     Feed every event, in order, to `translate(event)`; after the terminal event further
@@ -220,48 +161,19 @@ class OpenAIStreamTranslator:
     Not thread-safe: one turn, one owner.
     """
 
+    _PROVIDER = PROVIDER
+    _TRUNCATED = "the OpenAI stream ended before response.completed"
+
     def __init__(self, session_id: str, model: str | None = None) -> None:
-        self.session_id = session_id
-        self.model = model
+        super().__init__(session_id, model)
         self.response_id: str | None = None
-        self.finished = False
         self._streamed: dict[tuple[Any, Any], str] = {}
         self._message_items: list[Any] = []
         self._texts: list[str] = []
         self._refusals: list[str] = []
 
-    def translate(self, event: Mapping[str, Any]) -> list[Event]:
-        """Translate one stream event (`{"type": ..., ...}`) into events.
-
-        Returns:
-            The events, in order (often none). Unknown event types produce nothing.
-        """
-        if self.finished:
-            return []
-        kind = event.get("type")
-        handler = _HANDLERS.get(kind) if isinstance(kind, str) else None
-        return handler(self, event) if handler is not None else []
-
-    def truncated(self) -> Event | None:
-        """The terminal error for a stream that ended without an outcome (None if done)."""
-        if self.finished:
-            return None
-        message = "the OpenAI stream ended before response.completed"
-        reason = BackendError.new(
-            PROVIDER, "stream_truncated", None, retryable=True, message=message
-        )
-        return self.error(reason)
-
-    def error(self, reason: BackendError) -> Event:
-        """The terminal `error` event for `reason`; ends the turn."""
-        self.finished = True
-        data = {
-            "reason": reason,
-            "session_id": self.session_id,
-            "response_id": self.response_id,
-            "model": self.model,
-        }
-        return Event.new("error", {**data, "provider": PROVIDER})
+    def _error_fields(self) -> dict[str, Any]:
+        return {"response_id": self.response_id}
 
     # -- per event type -------------------------------------------------------------
 
@@ -326,7 +238,7 @@ class OpenAIStreamTranslator:
                 "item_id": item.get("id"),
             }
             return [Event.new("tool_use", data)]
-        name = item_type if _is_text(item_type) else "item"
+        name = item_type if is_text(item_type) else "item"
         return [Event.new(f"openai.{name}", dict(item))]
 
     def _message_done(self, item: Mapping[str, Any]) -> list[Event]:
@@ -415,9 +327,9 @@ class OpenAIStreamTranslator:
     def _note_response(self, response: Any) -> None:
         if not isinstance(response, Mapping):
             return
-        if _is_text(response.get("id")):
+        if is_text(response.get("id")):
             self.response_id = response["id"]
-        if _is_text(response.get("model")):
+        if is_text(response.get("model")):
             self.model = response["model"]
 
     def _usage_events(self, response: Mapping[str, Any]) -> list[Event]:
@@ -438,6 +350,7 @@ _HANDLERS: Final = {
     "response.incomplete": OpenAIStreamTranslator._incomplete,
     "error": OpenAIStreamTranslator._error_event,
 }
+OpenAIStreamTranslator._HANDLERS = _HANDLERS
 
 
 def _part_key(event: Mapping[str, Any]) -> tuple[Any, Any]:
@@ -483,10 +396,9 @@ def _error_from_sdk(exc: BaseException, sdk: Any) -> BackendError | None:
         The `BackendError`, or None for an exception that is not the SDK's (a bug, which
         the caller lets crash the turn).
     """
-    if isinstance(exc, sdk.APITimeoutError):
-        return transport_error(PROVIDER, exc, timeout=True)
-    if isinstance(exc, sdk.APIConnectionError):
-        return transport_error(PROVIDER, exc, timeout=False)
+    lost = connection_error(PROVIDER, exc, sdk)
+    if lost is not None:
+        return lost
     if isinstance(exc, sdk.APIStatusError):
         return status_error(PROVIDER, exc)
     if isinstance(exc, sdk.APIError):
@@ -500,7 +412,7 @@ def _error_from_sdk(exc: BaseException, sdk: Any) -> BackendError | None:
 # -- the session and the backend -------------------------------------------------------------
 
 
-class OpenAISession(msgspec.Struct, frozen=True, kw_only=True):
+class OpenAISession(SDKSession, frozen=True, kw_only=True):
     """An `OpenAIResponses` session. Immutable value.
 
     Fields:
@@ -515,11 +427,7 @@ class OpenAISession(msgspec.Struct, frozen=True, kw_only=True):
     """
 
     options: OpenAIOptions
-    session_id: str
     previous_response_id: str | None = None
-    history: tuple[dict[str, Any], ...] = ()
-    turns: int = 0
-    transport: Any = None
 
 
 class OpenAIResponses(Backend):
@@ -554,29 +462,13 @@ class OpenAIResponses(Backend):
 
         Mirrors: `start_session/1` (contract §7.1, §7.6).
         """
-        options = _validate(opts)
-        sdk = load_sdk("openai", extra="openai", provider=PROVIDER)
-        api_key = options.api_key or os.environ.get("OPENAI_API_KEY")
-        if not api_key:
-            message = "no OpenAI API key: give the `api_key` option or set OPENAI_API_KEY"
-            reason = BackendError.new(PROVIDER, "missing_api_key", None, message=message)
-            raise SessionStartError(reason, message)
-
-        def make_client(http_client: Any) -> Any:
-            return sdk.OpenAI(
-                api_key=api_key,
-                base_url=options.base_url,
-                timeout=options.timeout,
-                max_retries=options.max_retries,
-                default_headers=options.default_headers or None,
-                http_client=http_client,
-            )
-
+        options = validate_options(opts, OpenAIOptions, _CHECKS, backend=cls.__name__)
+        transport, session_id = _SDK.open(options)
         return OpenAISession(
             options=options,
-            session_id=options.session_id or f"openai-{secrets.token_hex(8)}",
+            session_id=session_id,
             previous_response_id=options.previous_response_id,
-            transport=Transport(sdk, make_client),
+            transport=transport,
         )
 
     @classmethod
@@ -600,12 +492,18 @@ class OpenAIResponses(Backend):
         if not isinstance(prompt, str):
             raise TypeError(f"prompt must be a str, got {type(prompt).__name__}")
         if not session.options.store:
-            history = session.history
-            if history and history[-1].get("role") == "user":
-                history = history[:-1]  # left unanswered by a failed turn: replace it
-            messages = (*history, {"role": "user", "content": prompt})
+            messages = with_prompt(session.history, prompt)
             session = msgspec.structs.replace(session, history=messages)
-        return _turn_events(session, prompt, context), session
+        translator = OpenAIStreamTranslator(session.session_id, session.options.model)
+        stream = stream_turn(
+            session,
+            context,
+            translator,
+            sdk=_SDK,
+            create=lambda client: client.responses.create(**_request(session, prompt)),
+            error_from_sdk=_error_from_sdk,
+        )
+        return stream, session
 
     @classmethod
     def update_session(
@@ -616,19 +514,10 @@ class OpenAIResponses(Backend):
         turns = session.turns + 1
         if session.options.store:
             response_id = result_data.get("response_id")
-            if not _is_text(response_id):
+            if not is_text(response_id):
                 response_id = session.previous_response_id
             return msgspec.structs.replace(session, previous_response_id=response_id, turns=turns)
-        history = list(session.history)
-        text = result_data.get("text")
-        if isinstance(text, str) and text:
-            history.append({"role": "assistant", "content": text})
-        elif history and history[-1].get("role") == "user":
-            history.pop()
-        o = session.options
-        kept = trim_history(
-            history, max_messages=o.max_history_messages, max_bytes=o.max_history_bytes
-        )
+        kept = after_reply(session.history, result_data.get("text"), session.options)
         return msgspec.structs.replace(session, history=kept, turns=turns)
 
     @classmethod
@@ -670,39 +559,3 @@ def _request(session: OpenAISession, prompt: str) -> dict[str, Any]:
     if o.tools:
         request["tools"] = [dict(tool) for tool in o.tools]
     return request
-
-
-def _turn_events(session: OpenAISession, prompt: str, context: TurnContext) -> Iterator[Event]:
-    transport = session.transport
-    sdk = load_sdk("openai", extra="openai", provider=PROVIDER)
-    translator = OpenAIStreamTranslator(session.session_id, session.options.model)
-    token = transport.begin_turn()
-    stream = None
-    try:
-        stream = transport.client.responses.create(**_request(session, prompt))
-        for raw in stream:
-            yield from translator.translate(_as_dict(raw))
-            if translator.finished:
-                return
-        end = translator.truncated()
-        if end is not None:
-            yield end
-    except Exception as exc:  # SDK failures become the terminal error; others re-raise
-        if transport.cancelled(token) or context.cancelled:
-            reason = BackendError.new(PROVIDER, "cancelled", None, message="turn cancelled")
-            yield translator.error(reason)
-            return
-        mapped = _error_from_sdk(exc, sdk)
-        if mapped is None:
-            raise  # not an SDK failure: a bug, reported as a task crash
-        logger.debug("gen_agent openai turn failed with {}", type(exc).__name__)
-        yield translator.error(mapped)
-    finally:
-        if stream is not None:
-            stream.close()
-
-
-def _as_dict(event: Any) -> Mapping[str, Any]:
-    if isinstance(event, Mapping):
-        return event
-    return event.to_dict()

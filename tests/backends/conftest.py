@@ -1,4 +1,5 @@
-"""Fixtures for the CLI backend tests: a scripted fake `claude`, turn helpers, leak checks."""
+"""Fixtures for the backend tests: scripted fake `claude` and `codex` CLIs, a loopback model
+server, a pass-through agent, turn helpers, leak checks."""
 
 from __future__ import annotations
 
@@ -14,24 +15,31 @@ from typing import Any
 
 import pytest
 
-from gen_agent.backend import TurnContext
+import gen_agent
+from gen_agent.backend import BackendError, TurnContext
 from gen_agent.backends import _process
 from gen_agent.event import Event
+from gen_agent.response import Response
+from gen_agent.testing.model_server import ScriptedModelServer
 
 FAKES = Path(__file__).resolve().parent.parent / "fakes"
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "claude-cli"
 
 
-class FakeClaude:
-    """A fake `claude` executable (a wrapper around tests/fakes/fake_claude.py) and the
-    directory through which a test scripts it and reads what it was called with."""
+class FakeCLI:
+    """A fake CLI executable (a wrapper around a script in tests/fakes) and the directory
+    through which a test scripts it and reads what it was called with."""
+
+    NAME = ""
+    SCRIPT = ""
+    DIR_VAR = ""
 
     def __init__(self, root: Path) -> None:
-        self.dir = root / "fake-claude"
+        self.dir = root / f"fake-{self.NAME}"
         self.dir.mkdir()
-        self.cli = root / "bin" / "claude"
+        self.cli = root / "bin" / self.NAME
         self.cli.parent.mkdir()
-        fake = FAKES / "fake_claude.py"
+        fake = FAKES / self.SCRIPT
         self.cli.write_text(
             f'#!/bin/sh\nexec {shlex.quote(sys.executable)} {shlex.quote(str(fake))} "$@"\n'
         )
@@ -44,12 +52,13 @@ class FakeClaude:
 
     def options(self, **extra: Any) -> dict[str, Any]:
         """Backend options that run this fake (merge `extra` over them)."""
-        env = {"FAKE_CLAUDE_DIR": str(self.dir), "PATH": os.environ.get("PATH", "")}
+        env = {self.DIR_VAR: str(self.dir), "PATH": os.environ.get("PATH", "")}
         env.update(extra.pop("env", {}))
         return {"cli_path": str(self.cli), "env": env, "inherit_env": False, **extra}
 
     def calls(self) -> list[dict[str, Any]]:
-        """What every invocation so far was called with: `argv`, `pid`, `pgid`."""
+        """What every invocation so far was called with: `argv`, `pid`, `pgid`, `cwd` and
+        the environment (`env_keys` for claude, `env` for codex)."""
         path = self.dir / "calls.jsonl"
         if not path.exists():
             return []
@@ -60,10 +69,45 @@ class FakeClaude:
         return int((self.dir / "helper.pid").read_text())
 
 
+class FakeClaude(FakeCLI):
+    """A fake `claude` (tests/fakes/fake_claude.py)."""
+
+    NAME, SCRIPT, DIR_VAR = "claude", "fake_claude.py", "FAKE_CLAUDE_DIR"
+
+
+class FakeCodex(FakeCLI):
+    """A fake `codex` (tests/fakes/codex_fake.py)."""
+
+    NAME, SCRIPT, DIR_VAR = "codex", "codex_fake.py", "FAKE_CODEX_DIR"
+
+
 @pytest.fixture
 def fake_claude(tmp_path: Path) -> FakeClaude:
     """A fresh fake `claude` CLI; script it with `.script(...)`, run it with `.options()`."""
     return FakeClaude(tmp_path)
+
+
+@pytest.fixture
+def fake_codex(tmp_path: Path) -> FakeCodex:
+    """A fresh fake `codex` CLI; script it with `.script(...)`, run it with `.options()`."""
+    return FakeCodex(tmp_path)
+
+
+@pytest.fixture
+def server() -> Iterator[ScriptedModelServer]:
+    """A running `ScriptedModelServer` on 127.0.0.1, stopped after the test."""
+    with ScriptedModelServer() as running:
+        yield running
+
+
+class Agent(gen_agent.GenAgent):
+    """Passes `opts["backend_opts"]` through as the backend options; keeps nothing."""
+
+    def init_agent(self, opts: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+        return opts["backend_opts"], None
+
+    def handle_response(self, ref: Any, response: Any, state: Any) -> Any:
+        return gen_agent.NoReply(state)
 
 
 @pytest.fixture
@@ -120,6 +164,32 @@ def run_turn(backend: Any, session: Any, prompt: str, recorder: TurnRecorder | N
     if events and events[-1].kind == "result":
         session = backend.update_session(session, events[-1].data)
     return events, session, recorder
+
+
+def kinds(events: list[Event]) -> list[str]:
+    """The kinds of `events`, in order."""
+    return [event.kind for event in events]
+
+
+def response_of(events: list[Event]) -> Response:
+    """The `Response` of a turn's events, with the session id its terminal event reports."""
+    return Response.from_events(events, session_id=events[-1].data.get("session_id"))
+
+
+def reason_of(events: list[Event]) -> BackendError:
+    """The `BackendError` reason of a turn that ended with a terminal `error` event."""
+    assert events[-1].kind == "error"
+    reason = events[-1].data["reason"]
+    assert isinstance(reason, BackendError)
+    return reason
+
+
+def read_in_thread(stream: Any) -> tuple[threading.Thread, list[Event]]:
+    """Start a thread that reads `stream` to its end; returns it and the list it fills."""
+    out: list[Event] = []
+    reader = threading.Thread(target=lambda: out.extend(stream))
+    reader.start()
+    return reader, out
 
 
 def process_group_alive(pgid: int) -> bool:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-import threading
 from typing import Any
 
 import pytest
@@ -22,30 +21,15 @@ from gen_agent.backends.anthropic import (
     _error_from_sdk,
 )
 from gen_agent.errors import TurnError
-from gen_agent.event import Event
 from gen_agent.testing.model_server import Reply, ScriptedModelServer
 
-from .conftest import TurnRecorder, run_turn
+from .conftest import Agent, TurnRecorder, read_in_thread, reason_of, run_turn
 
 anthropic = pytest.importorskip("anthropic")
 httpx2 = pytest.importorskip("httpx2")
 
 WAIT_S = 10.0
 MODEL = "claude-test"
-
-
-class Agent(gen_agent.GenAgent):
-    def init_agent(self, opts: dict[str, Any]) -> tuple[dict[str, Any], Any]:
-        return opts["backend_opts"], None
-
-    def handle_response(self, ref: Any, response: Any, state: Any) -> Any:
-        return gen_agent.NoReply(state)
-
-
-@pytest.fixture
-def server():
-    with ScriptedModelServer() as running:
-        yield running
 
 
 def options(server: ScriptedModelServer, **extra: Any) -> dict[str, Any]:
@@ -61,13 +45,6 @@ def start(server: ScriptedModelServer, name: str = "claude-api", **extra: Any):
 
 def messages_of(server: ScriptedModelServer, index: int) -> list[dict[str, Any]]:
     return server.model_requests()[index].body["messages"]
-
-
-def reason_of(events: list[Event]) -> BackendError:
-    assert events[-1].kind == "error"
-    reason = events[-1].data["reason"]
-    assert isinstance(reason, BackendError)
-    return reason
 
 
 # -- turns through an agent ---------------------------------------------------------------
@@ -235,9 +212,7 @@ def test_cancel_from_another_thread_ends_a_blocked_read(server: ScriptedModelSer
     session = AnthropicAPI.start_session(options(server))
     recorder = TurnRecorder()
     stream, session = AnthropicAPI.prompt(session, "x", recorder.context)
-    out: list[Event] = []
-    reader = threading.Thread(target=lambda: out.extend(stream))
-    reader.start()
+    reader, out = read_in_thread(stream)
 
     server.wait_requests(1, timeout=WAIT_S)
     recorder.cancel_event.set()

@@ -33,8 +33,10 @@ from .conftest import (
     FIXTURES,
     FakeClaude,
     TurnRecorder,
+    kinds,
     pid_alive,
     process_group_alive,
+    response_of,
     run_turn,
     wait_until,
 )
@@ -44,14 +46,6 @@ pytestmark = pytest.mark.usefixtures("no_child_left")
 
 def fixture_events(name: str) -> list[Event]:
     return translate_lines((FIXTURES / f"{name}.jsonl").read_bytes().splitlines())
-
-
-def kinds(events: list[Event]) -> list[str]:
-    return [event.kind for event in events]
-
-
-def response_of(events: list[Event]) -> Response:
-    return Response.from_events(events, session_id=events[-1].data.get("session_id"))
 
 
 # -- the translator on real CLI output (claude 2.1.332 and 2.1.197) ---------------------------

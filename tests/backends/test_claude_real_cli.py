@@ -21,14 +21,15 @@ from typing import Any
 import pytest
 
 import gen_agent
-from gen_agent import GenAgent, NoReply, TurnError
+from gen_agent import TurnError
 from gen_agent.backend import BackendError
 from gen_agent.backends.claude import ClaudeCLI, ClaudeSession
 from gen_agent.event import Event
 from gen_agent.response import Response
 from gen_agent.testing.model_server import Reply, ScriptedModelServer
 
-from .conftest import TurnRecorder, process_group_alive, run_turn, wait_until
+from .conftest import Agent as CliAgent
+from .conftest import TurnRecorder, kinds, process_group_alive, run_turn, wait_until
 
 pytestmark = [pytest.mark.real_cli, pytest.mark.usefixtures("no_child_left")]
 
@@ -67,12 +68,6 @@ def claude_cli() -> str:
 
 
 @pytest.fixture
-def server():
-    with ScriptedModelServer() as server:
-        yield server
-
-
-@pytest.fixture
 def cli_options(claude_cli: str, server: ScriptedModelServer, tmp_path: Path):
     """Backend options that keep the real CLI offline, on the scripted server."""
     home, work = tmp_path / "home", tmp_path / "work"
@@ -100,10 +95,6 @@ def cli_options(claude_cli: str, server: ScriptedModelServer, tmp_path: Path):
         }
 
     return options
-
-
-def kinds(events: list[Event]) -> list[str]:
-    return [event.kind for event in events]
 
 
 def user_text(request: Any) -> str:
@@ -272,16 +263,6 @@ def test_a_401_answer_becomes_an_authentication_error(server: ScriptedModelServe
 
 
 # -- agent level -----------------------------------------------------------------------------
-
-
-class CliAgent(GenAgent):
-    """Passes `backend_opts` through; keeps nothing."""
-
-    def init_agent(self, opts: dict[str, Any]) -> tuple[dict[str, Any], Any]:
-        return opts["backend_opts"], None
-
-    def handle_response(self, ref: Any, response: Any, state: Any) -> NoReply:
-        return NoReply(state)
 
 
 def agent_session(name: str) -> ClaudeSession:

@@ -4,9 +4,6 @@ process layer against a byte-exact fake CLI (tests/fakes/codex_fake.py)."""
 from __future__ import annotations
 
 import json
-import os
-import shlex
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -27,58 +24,24 @@ from gen_agent.errors import CheckpointError, TurnError
 from gen_agent.event import Event
 from gen_agent.response import Response
 
-from .conftest import TurnRecorder, pid_alive, process_group_alive, run_turn, wait_until
+from .conftest import (
+    Agent,
+    FakeCodex,
+    TurnRecorder,
+    kinds,
+    pid_alive,
+    process_group_alive,
+    reason_of,
+    response_of,
+    run_turn,
+    wait_until,
+)
 
 pytestmark = pytest.mark.usefixtures("no_child_left")
 
-FAKES = Path(__file__).resolve().parent.parent / "fakes"
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "codex-cli"
 FAKE_THREAD = "0199a000-0000-7000-8000-00000000fake"
 WAIT_S = 10.0
-
-
-class FakeCodex:
-    """A fake `codex` executable (a wrapper around tests/fakes/codex_fake.py) and the folder
-    through which a test scripts it and reads what it was called with."""
-
-    def __init__(self, root: Path) -> None:
-        self.dir = root / "fake-codex"
-        self.dir.mkdir()
-        self.cli = root / "bin" / "codex"
-        self.cli.parent.mkdir()
-        fake = FAKES / "codex_fake.py"
-        self.cli.write_text(
-            f'#!/bin/sh\nexec {shlex.quote(sys.executable)} {shlex.quote(str(fake))} "$@"\n'
-        )
-        self.cli.chmod(0o755)
-        self.script("echo")
-
-    def script(self, *scenarios: str) -> None:
-        """Set the scenarios invocations play, in order (the last one repeats)."""
-        (self.dir / "scenarios").write_text("\n".join(scenarios) + "\n")
-
-    def options(self, **extra: Any) -> dict[str, Any]:
-        """Backend options that run this fake (merge `extra` over them)."""
-        env = {"FAKE_CODEX_DIR": str(self.dir), "PATH": os.environ.get("PATH", "")}
-        env.update(extra.pop("env", {}))
-        return {"cli_path": str(self.cli), "env": env, "inherit_env": False, **extra}
-
-    def calls(self) -> list[dict[str, Any]]:
-        """What every invocation so far was called with: `argv`, `pid`, `pgid`, `env`, `cwd`."""
-        path = self.dir / "calls.jsonl"
-        if not path.exists():
-            return []
-        return [json.loads(line) for line in path.read_text().splitlines() if line]
-
-    def helper_pid(self) -> int:
-        """The pid of the helper process the `slow` scenario started."""
-        return int((self.dir / "helper.pid").read_text())
-
-
-@pytest.fixture
-def fake_codex(tmp_path: Path) -> FakeCodex:
-    """A fresh fake `codex` CLI; script it with `.script(...)`, run it with `.options()`."""
-    return FakeCodex(tmp_path)
 
 
 def fixture_events(name: str, model: str | None = None) -> list[Event]:
@@ -88,21 +51,6 @@ def fixture_events(name: str, model: str | None = None) -> list[Event]:
 def fixture_thread(name: str) -> str:
     first = json.loads((FIXTURES / f"{name}.jsonl").read_text().splitlines()[0])
     return first["thread_id"]
-
-
-def kinds(events: list[Event]) -> list[str]:
-    return [event.kind for event in events]
-
-
-def response_of(events: list[Event]) -> Response:
-    return Response.from_events(events, session_id=events[-1].data.get("session_id"))
-
-
-def reason_of(events: list[Event]) -> BackendError:
-    assert events[-1].kind == "error"
-    reason = events[-1].data["reason"]
-    assert isinstance(reason, BackendError)
-    return reason
 
 
 # -- the translator on real CLI output --------------------------------------------------------
@@ -654,14 +602,6 @@ def test_inherit_env_false_gives_the_cli_only_its_env(
 
 
 # -- through an agent ----------------------------------------------------------------------
-
-
-class Agent(gen_agent.GenAgent):
-    def init_agent(self, opts: dict[str, Any]) -> tuple[dict[str, Any], Any]:
-        return opts["backend_opts"], None
-
-    def handle_response(self, ref: Any, response: Any, state: Any) -> Any:
-        return gen_agent.NoReply(state)
 
 
 def test_an_agent_resumes_its_thread_and_survives_an_interrupt(fake_codex: FakeCodex) -> None:

@@ -22,7 +22,7 @@ from gen_agent.errors import TurnError
 from gen_agent.testing.model_server import Reply, ScriptedModelServer
 from gen_agent.testing.openai_protocol import ResponsesReply, codex_loopback_config
 
-from .conftest import process_group_alive, wait_until
+from .conftest import Agent, process_group_alive, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 NPM_BIN = ROOT / ".venv" / "npm" / "node_modules" / ".bin"
@@ -48,20 +48,6 @@ pytestmark = [
         "`npm install --prefix .venv/npm @openai/codex` (or set GEN_AGENT_CODEX_CLI)",
     ),
 ]
-
-
-class Agent(gen_agent.GenAgent):
-    def init_agent(self, opts: dict[str, Any]) -> tuple[dict[str, Any], Any]:
-        return opts["backend_opts"], None
-
-    def handle_response(self, ref: Any, response: Any, state: Any) -> Any:
-        return gen_agent.NoReply(state)
-
-
-@pytest.fixture
-def server():
-    with ScriptedModelServer() as running:
-        yield running
 
 
 def start(name: str, server: ScriptedModelServer, tmp_path: Path, **extra: Any):

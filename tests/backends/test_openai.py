@@ -5,7 +5,6 @@ options, and the pure stream translator."""
 from __future__ import annotations
 
 import sys
-import threading
 from typing import Any
 
 import pytest
@@ -21,30 +20,15 @@ from gen_agent.backends.openai import (
     _error_from_sdk,
 )
 from gen_agent.errors import TurnError
-from gen_agent.event import Event
 from gen_agent.testing.model_server import Reply, ScriptedModelServer, TextBlock
 from gen_agent.testing.openai_protocol import ResponsesReply, openai_base_url
 
-from .conftest import TurnRecorder, run_turn
+from .conftest import Agent, TurnRecorder, read_in_thread, reason_of, run_turn
 
 openai = pytest.importorskip("openai")
 httpx2 = pytest.importorskip("httpx2")
 
 WAIT_S = 10.0
-
-
-class Agent(gen_agent.GenAgent):
-    def init_agent(self, opts: dict[str, Any]) -> tuple[dict[str, Any], Any]:
-        return opts["backend_opts"], None
-
-    def handle_response(self, ref: Any, response: Any, state: Any) -> Any:
-        return gen_agent.NoReply(state)
-
-
-@pytest.fixture
-def server():
-    with ScriptedModelServer() as running:
-        yield running
 
 
 def options(server: ScriptedModelServer, **extra: Any) -> dict[str, Any]:
@@ -59,13 +43,6 @@ def start(server: ScriptedModelServer, name: str = "gpt", **extra: Any):
 
 def body_of(server: ScriptedModelServer, index: int) -> dict[str, Any]:
     return server.model_requests()[index].body
-
-
-def reason_of(events: list[Event]) -> BackendError:
-    assert events[-1].kind == "error"
-    reason = events[-1].data["reason"]
-    assert isinstance(reason, BackendError)
-    return reason
 
 
 # -- turns through an agent ---------------------------------------------------------------
@@ -266,9 +243,7 @@ def test_cancel_mid_stream_ends_a_blocked_read(server: ScriptedModelServer) -> N
     session = OpenAIResponses.start_session(options(server))
     recorder = TurnRecorder()
     stream, session = OpenAIResponses.prompt(session, "x", recorder.context)
-    out: list[Event] = []
-    reader = threading.Thread(target=lambda: out.extend(stream))
-    reader.start()
+    reader, out = read_in_thread(stream)
 
     server.wait_requests(1, timeout=WAIT_S)
     recorder.cancel_event.set()

@@ -1,12 +1,8 @@
 """A fake `codex` CLI for the backend's robustness tests: writes byte-exact `exec --json` lines.
 
-Run through a wrapper made by the `FakeCodex` helper in tests/backends/test_codex.py.
-Configured by the directory named in `FAKE_CODEX_DIR`:
-
-- `scenarios`: one scenario name per line; invocation N (0-based) plays line N (the last line
-  repeats when there are more invocations than lines);
-- `calls.jsonl`: appended by every invocation: `{"argv", "pid", "pgid", "env", "cwd"}`;
-- `helper.pid`: written by the `slow` scenario (the pid of a helper it started).
+Run through a wrapper made by the `FakeCodex` helper in tests/backends/conftest.py.
+Configured by the directory named in `FAKE_CODEX_DIR` (see `_fake_cli`); each call records
+`{"argv", "pid", "pgid", "env", "cwd"}`, `env` being the variables named `CODEX*`/`FAKE*`.
 
 The line shapes are those of the real `codex exec --json` (0.171.0). Only the standard
 library; never imports gen_agent.
@@ -14,15 +10,21 @@ library; never imports gen_agent.
 
 from __future__ import annotations
 
-import json
 import os
-import signal
-import subprocess
 import sys
-import time
 
-OUT = 1
-ERR = 2
+from _fake_cli import (
+    ERR,
+    flooding_stderr,
+    hang,
+    ignoring_term,
+    line,
+    pause,
+    run,
+    start_helper,
+    write,
+)
+
 THREAD = "0199a000-0000-7000-8000-00000000fake"
 USAGE = {
     "input_tokens": 20,
@@ -31,16 +33,6 @@ USAGE = {
     "output_tokens": 6,
     "reasoning_output_tokens": 2,
 }
-
-
-def write(data: bytes, fd: int = OUT) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-def line(obj: object) -> bytes:
-    return json.dumps(obj, ensure_ascii=False).encode() + b"\n"
 
 
 def thread_id(argv: list[str]) -> str:
@@ -72,12 +64,6 @@ def failed(text: str) -> bytes:
 
 def notification(text: str) -> bytes:
     return line({"type": "error", "message": text})
-
-
-def pause() -> None:
-    # Gives the reader a chance to consume what was written, so the next write lands in a
-    # separate read (the exact split is also covered by LineBuffer's own tests).
-    time.sleep(0.05)
 
 
 def echo(argv: list[str]) -> None:
@@ -203,33 +189,13 @@ def eof_after_error(argv: list[str]) -> None:
 
 def linger(argv: list[str]) -> None:
     write(started(thread_id(argv)) + message("done but lingering") + completed())
-    while True:
-        time.sleep(3600)
-
-
-def linger_ignore_term(argv: list[str]) -> None:
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    linger(argv)
-
-
-def stderr_flood(argv: list[str]) -> None:
-    size = int(os.environ.get("FAKE_CODEX_STDERR_BYTES", str(200 * 1024)))
-    chunk = b"e" * 1023 + b"\n"
-    written = 0
-    while written < size:
-        write(chunk, ERR)
-        written += len(chunk)
-    write(b"END-OF-STDERR\n", ERR)
-    echo(argv)
+    hang()
 
 
 def slow(argv: list[str]) -> None:
-    helper = subprocess.Popen(["sleep", "1000"])  # same process group as us
-    with open(os.path.join(os.environ["FAKE_CODEX_DIR"], "helper.pid"), "w") as f:
-        f.write(str(helper.pid))
+    start_helper("FAKE_CODEX_DIR")
     write(started(thread_id(argv)))
-    while True:
-        time.sleep(3600)
+    hang()
 
 
 SCENARIOS = {
@@ -249,29 +215,18 @@ SCENARIOS = {
     "eof_no_result": eof_no_result,
     "eof_after_error": eof_after_error,
     "linger": linger,
-    "linger_ignore_term": linger_ignore_term,
-    "stderr_flood": stderr_flood,
+    "linger_ignore_term": ignoring_term(linger),
+    "stderr_flood": flooding_stderr(echo, "FAKE_CODEX_STDERR_BYTES"),
     "slow": slow,
 }
 
 
 def main() -> None:
-    argv = sys.argv[1:]
-    directory = os.environ["FAKE_CODEX_DIR"]
-    with open(os.path.join(directory, "scenarios")) as f:
-        scenarios = [s.strip() for s in f if s.strip()]
-    with open(os.path.join(directory, "calls.jsonl"), "a+") as f:
-        f.seek(0)
-        index = sum(1 for _ in f)
-        call = {
-            "argv": argv,
-            "pid": os.getpid(),
-            "pgid": os.getpgid(0),
-            "env": {k: v for k, v in os.environ.items() if k.startswith(("CODEX", "FAKE"))},
-            "cwd": os.getcwd(),
-        }
-        f.write(json.dumps(call) + "\n")
-    SCENARIOS[scenarios[min(index, len(scenarios) - 1)]](argv)
+    run(SCENARIOS, "FAKE_CODEX_DIR", lambda: {"env": _codex_env()})
+
+
+def _codex_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k.startswith(("CODEX", "FAKE"))}
 
 
 if __name__ == "__main__":

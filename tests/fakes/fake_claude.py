@@ -1,38 +1,30 @@
 """A fake `claude` CLI for the backend's robustness tests: writes byte-exact stream-json.
 
 Run through a wrapper made by the `fake_claude` fixture. Configured by the directory named in
-`FAKE_CLAUDE_DIR`:
-
-- `scenarios`: one scenario name per line; invocation N (0-based) plays line N (the last line
-  repeats when there are more invocations than lines);
-- `calls.jsonl`: appended by every invocation: `{"argv", "pid", "pgid", "env_keys", "cwd"}`;
-- `helper.pid`: written by the `slow` scenario (the pid of a helper it started).
+`FAKE_CLAUDE_DIR` (see `_fake_cli`); each call records
+`{"argv", "pid", "pgid", "env_keys", "cwd"}`.
 
 Only the standard library; never imports gen_agent.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import signal
-import subprocess
 import sys
-import time
 
-OUT = 1
-ERR = 2
+from _fake_cli import (
+    ERR,
+    flooding_stderr,
+    hang,
+    ignoring_term,
+    line,
+    pause,
+    run,
+    start_helper,
+    write,
+)
+
 SESSION = "fake-session-0001"
-
-
-def write(data: bytes, fd: int = OUT) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-def line(obj: dict) -> bytes:
-    return json.dumps(obj, ensure_ascii=False).encode() + b"\n"
 
 
 def session_id(argv: list[str]) -> str:
@@ -89,12 +81,6 @@ def result(sid: str, text: str, **fields: object) -> bytes:
     }
     obj.update(fields)
     return line(obj)
-
-
-def pause() -> None:
-    # Gives the reader a chance to consume what was written, so the next write lands in a
-    # separate read (the exact split is also covered by LineBuffer's own tests).
-    time.sleep(0.05)
 
 
 def echo(argv: list[str]) -> None:
@@ -235,34 +221,14 @@ def eof_no_result(argv: list[str]) -> None:
 def linger(argv: list[str]) -> None:
     sid = session_id(argv)
     write(init(sid) + result(sid, "done but lingering"))
-    while True:
-        time.sleep(3600)
-
-
-def linger_ignore_term(argv: list[str]) -> None:
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    linger(argv)
-
-
-def stderr_flood(argv: list[str]) -> None:
-    size = int(os.environ.get("FAKE_CLAUDE_STDERR_BYTES", str(200 * 1024)))
-    chunk = b"e" * 1023 + b"\n"
-    written = 0
-    while written < size:
-        write(chunk, ERR)
-        written += len(chunk)
-    write(b"END-OF-STDERR\n", ERR)
-    echo(argv)
+    hang()
 
 
 def slow(argv: list[str]) -> None:
     sid = session_id(argv)
-    helper = subprocess.Popen(["sleep", "1000"])  # same process group as us
-    with open(os.path.join(os.environ["FAKE_CLAUDE_DIR"], "helper.pid"), "w") as f:
-        f.write(str(helper.pid))
+    start_helper("FAKE_CLAUDE_DIR")
     write(init(sid))
-    while True:
-        time.sleep(3600)
+    hang()
 
 
 def tool_turn(argv: list[str]) -> None:
@@ -302,33 +268,29 @@ def tool_turn(argv: list[str]) -> None:
 
 
 SCENARIOS = {
-    name: fn
-    for name, fn in globals().items()
-    if callable(fn)
-    and not name.startswith("_")
-    and name
-    not in {"write", "line", "session_id", "prompt_of", "init", "assistant", "result", "pause"}
+    "echo": echo,
+    "split_line": split_line,
+    "utf8_split": utf8_split,
+    "oversize": oversize,
+    "unknown_lines": unknown_lines,
+    "is_error_success": is_error_success,
+    "api_error_401": api_error_401,
+    "api_retry_then_ok": api_retry_then_ok,
+    "error_result": error_result,
+    "error_line": error_line,
+    "result_then_more": result_then_more,
+    "result_then_nonzero": result_then_nonzero,
+    "eof_no_result": eof_no_result,
+    "linger": linger,
+    "linger_ignore_term": ignoring_term(linger),
+    "stderr_flood": flooding_stderr(echo, "FAKE_CLAUDE_STDERR_BYTES"),
+    "slow": slow,
+    "tool_turn": tool_turn,
 }
 
 
 def main() -> None:
-    argv = sys.argv[1:]
-    directory = os.environ["FAKE_CLAUDE_DIR"]
-    with open(os.path.join(directory, "scenarios")) as f:
-        scenarios = [s.strip() for s in f if s.strip()]
-    calls_path = os.path.join(directory, "calls.jsonl")
-    with open(calls_path, "a+") as f:
-        f.seek(0)
-        index = sum(1 for _ in f)
-        call = {
-            "argv": argv,
-            "pid": os.getpid(),
-            "pgid": os.getpgid(0),
-            "env_keys": sorted(os.environ),
-            "cwd": os.getcwd(),
-        }
-        f.write(json.dumps(call) + "\n")
-    SCENARIOS[scenarios[min(index, len(scenarios) - 1)]](argv)
+    run(SCENARIOS, "FAKE_CLAUDE_DIR", lambda: {"env_keys": sorted(os.environ)})
 
 
 if __name__ == "__main__":

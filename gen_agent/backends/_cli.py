@@ -1,0 +1,392 @@
+"""What the two CLI backends (Claude Code, Codex) share: options, session and the turn runner.
+
+- `CLIOptions` and `CLI_CHECKS`: the options every CLI backend takes (the program, its working
+  directory and environment, the session to resume, extra arguments, the process bounds).
+- `CLISession`: the fields every CLI session has, including the `Runner` that lets `cancel`
+  reach the current turn's child from another thread.
+- `CLIBackend`: every backend hook, once. A turn spawns the CLI through `_process` (in its own
+  process group, the prompt one argument), reads its stdout line by line through the
+  backend's `LineTranslator`, checkpoints the first session id the stream reports (contract
+  §7.3), and ends with exactly one terminal event: the stream's own, else `"line_too_long"`,
+  `"cancelled"`, or the translator's end-of-stream error (`"no_result"` with the exit status
+  and the stderr tail). The next turn resumes the checkpointed conversation.
+
+A backend subclasses `CLIBackend` with its provider, install hint, options and session types,
+option table, the session field that holds the id to resume, and its `command`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+from collections.abc import Iterator, Mapping
+from typing import Any, ClassVar, Final, Generic, TypeVar
+
+import msgspec
+from loguru import logger
+
+from gen_agent.backend import Backend, BackendError, DispatchError, SessionStartError, TurnContext
+from gen_agent.backends._jsonl import LineTranslator, translate_line
+from gen_agent.backends._option_checks import (
+    Check,
+    int_at_least,
+    is_arg,
+    is_arg_seq,
+    is_bool,
+    is_dir,
+    is_env,
+    validate_options,
+)
+from gen_agent.backends._process import (
+    DEFAULT_EXIT_GRACE_MS,
+    DEFAULT_MAX_LINE_BYTES,
+    DEFAULT_STDERR_TAIL_BYTES,
+    DEFAULT_TERM_GRACE_MS,
+    ChildProcess,
+    LineTooLong,
+)
+from gen_agent.event import Event
+
+__all__ = ["CLI_CHECKS", "CLIBackend", "CLIOptions", "CLISession", "Runner"]
+
+
+class CLIOptions(msgspec.Struct, frozen=True, kw_only=True):
+    """The options every CLI backend takes (each backend's options Struct extends it).
+
+    Fields:
+        cli_path: the executable (a name looked up on PATH, or a path).
+        cwd: the working directory of the CLI (an existing directory), or None for ours.
+        env: environment variables for the CLI, over our own environment (or alone, see
+            `inherit_env`).
+        inherit_env: start from our own environment (`os.environ`); False gives the CLI
+            `env` only.
+        session_id: a conversation to resume on the first turn, or None.
+        extra_args: further arguments placed before the prompt, as given.
+        max_line_bytes: the bound on one stdout line (bytes; a longer line fails the turn).
+        stderr_tail_bytes: how much of the CLI's stderr to keep for errors (bytes).
+        exit_grace_ms: how long the CLI may run after its outcome line before SIGTERM (ms).
+        term_grace_ms: how long between SIGTERM and SIGKILL (ms).
+    """
+
+    cli_path: str
+    cwd: str | None = None
+    env: dict[str, str] = msgspec.field(default_factory=dict)
+    inherit_env: bool = True
+    session_id: str | None = None
+    extra_args: tuple[str, ...] = ()
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+    stderr_tail_bytes: int = DEFAULT_STDERR_TAIL_BYTES
+    exit_grace_ms: int = DEFAULT_EXIT_GRACE_MS
+    term_grace_ms: int = DEFAULT_TERM_GRACE_MS
+
+
+CLI_CHECKS: Final[Mapping[str, Check]] = {
+    "cli_path": (is_arg, "a non-empty str (a program name or path)"),
+    "cwd": (is_dir, "the path of an existing directory"),
+    "env": (is_env, "a dict of str names (without '=') to str values"),
+    "inherit_env": (is_bool, "a bool"),
+    "session_id": (is_arg, "a non-empty str"),
+    "extra_args": (is_arg_seq, "a list of non-empty str"),
+    "max_line_bytes": (int_at_least(1), "an int >= 1 (bytes)"),
+    "stderr_tail_bytes": (int_at_least(0), "an int >= 0 (bytes)"),
+    "exit_grace_ms": (int_at_least(0), "an int >= 0 (milliseconds)"),
+    "term_grace_ms": (int_at_least(0), "an int >= 0 (milliseconds)"),
+}
+"""The option table rows of `CLIOptions` (see `_option_checks.validate_options`)."""
+
+
+class Runner:
+    """The live child of a session's current turn; shared by every copy of the session so
+    that `cancel` reaches it from the agent thread. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._child: ChildProcess | None = None
+        self.last_child: ChildProcess | None = None
+
+    def attach(self, child: ChildProcess) -> None:
+        """Make `child` the current turn's child (and the latest one)."""
+        with self._lock:
+            self._child = child
+            self.last_child = child
+
+    def detach(self, child: ChildProcess) -> None:
+        """The turn of `child` is over: it is no longer the one `cancel` kills."""
+        with self._lock:
+            if self._child is child:
+                self._child = None
+
+    def cancel(self) -> None:
+        """Kill the current turn's child, if any (quick; idempotent)."""
+        with self._lock:
+            child = self._child
+        if child is not None:
+            child.cancel()
+
+
+class CLISession(msgspec.Struct, frozen=True, kw_only=True):
+    """The fields every CLI session has (each backend's session Struct extends it).
+
+    Fields:
+        options: the validated options.
+        cli: the resolved path of the executable.
+        turns: successful turns so far (count).
+        runner: the holder of the current turn's child process (shared by copies).
+    """
+
+    options: CLIOptions
+    cli: str
+    turns: int = 0
+    runner: Runner = msgspec.field(default_factory=Runner)
+
+    @property
+    def last_child(self) -> ChildProcess | None:
+        """The child process of the latest turn (for diagnostics and tests), or None."""
+        return self.runner.last_child
+
+
+SessionT = TypeVar("SessionT", bound=CLISession)
+
+
+class CLIBackend(Backend, Generic[SessionT]):
+    """The backend hooks of a CLI backend, written once; subclasses configure them.
+
+    Class attributes a subclass sets: `_PROVIDER`, `_INSTALL_HINT`, `_OPTIONS` (a
+    `CLIOptions` subclass), `_CHECKS` (its option table), `_REJECTED` (keys refused on
+    purpose, with why) and `_RESUME_FIELD` (the session field holding the id to resume).
+    Class methods it implements: `command`, `_new_session`, `_translator`; it may extend
+    `_child_env` and `_check_prompt`.
+
+    Thread-safety: every hook may run in any thread; `cancel` may run while `prompt`'s stream
+    is being read in another thread.
+    """
+
+    _PROVIDER: ClassVar[str]
+    _INSTALL_HINT: ClassVar[str]
+    _OPTIONS: ClassVar[type[CLIOptions]]
+    _CHECKS: ClassVar[Mapping[str, Check]]
+    _REJECTED: ClassVar[Mapping[str, str]] = {}
+    _RESUME_FIELD: ClassVar[str]
+
+    @classmethod
+    def start_session(cls, opts: Mapping[str, Any]) -> SessionT:
+        """Validate `opts` and find the CLI; no process is started.
+
+        Args:
+            opts: the backend options (`dict`), all optional.
+
+        Returns:
+            A session (resuming `opts["session_id"]` when given).
+
+        Raises:
+            SessionStartError: `("unknown_option", key)`, `("invalid_option", key, value)`,
+                `("invalid_options", type_name)`, or a `BackendError` of kind
+                `"cli_not_found"` whose message names what to install.
+
+        Mirrors: `start_session/1` (contract §7.1, §7.6).
+        """
+        options = validate_options(
+            opts,
+            cls._OPTIONS,
+            cls._CHECKS,
+            backend=cls.__name__,
+            rejected=cls._REJECTED,
+            show_values=True,
+        )
+        try:
+            cli = cls._resolve_cli(options)
+        except BackendError as exc:
+            raise SessionStartError(exc, exc.message) from None
+        return cls._new_session(options, cli)
+
+    @classmethod
+    def resume_session(cls, session_id: str, opts: Mapping[str, Any]) -> SessionT:
+        """`start_session(opts)` resuming the CLI conversation `session_id`.
+
+        Raises:
+            SessionStartError: as `start_session`; also for an empty `session_id`.
+        """
+        if not is_arg(session_id):
+            raise SessionStartError(("invalid_session_id", session_id), "empty session id")
+        return cls.start_session({**opts, "session_id": session_id})
+
+    @classmethod
+    def command(cls, session: SessionT, prompt: str) -> list[str]:
+        """The argument list one turn runs: the CLI, its flags, then the prompt (one argument).
+
+        Returns:
+            The argv (`list[str]`).
+        """
+        raise NotImplementedError
+
+    @classmethod
+    def prompt(
+        cls, session: SessionT, prompt: str, context: TurnContext
+    ) -> tuple[Iterator[Event], SessionT]:
+        """Start the CLI for one turn and return its lazily read event stream.
+
+        Runs in the turn task. The child is started here (so a missing CLI is a dispatch
+        error); the stream reads its stdout, checkpoints the first session id it sees, ends
+        with exactly one terminal event, and on close ends the child (see `_process`).
+
+        Args:
+            session: the session.
+            prompt: the prompt (`str`), passed as one argument (no shell).
+            context: the `TurnContext` (checkpoint and cancel signal).
+
+        Returns:
+            `(events, session)`: a generator of `Event`s and the same session.
+
+        Raises:
+            TypeError: `prompt` is not a str.
+            DispatchError: a `BackendError` (`"cli_not_found"`, `"cwd_not_found"`,
+                `"cli_not_executable"`, `"argument_list_too_long"`, `"spawn_failed"`, or a
+                prompt the CLI cannot take).
+            gen_agent.errors.CheckpointError: while iterating, when the agent rejects the
+                session id (the turn fails with the recorded checkpoint reason).
+
+        Mirrors: `prompt/3` (contract §7.1, §7.3, §7.6).
+        """
+        if not isinstance(prompt, str):
+            raise TypeError(f"prompt must be a str, got {type(prompt).__name__}")
+        cls._check_prompt(prompt)
+        o = session.options
+        try:
+            child = ChildProcess.spawn(
+                cls.command(session, prompt),
+                provider=cls._PROVIDER,
+                env=cls._child_env(o),
+                cwd=o.cwd,
+                max_line_bytes=o.max_line_bytes,
+                stderr_tail_bytes=o.stderr_tail_bytes,
+                exit_grace_ms=o.exit_grace_ms,
+                term_grace_ms=o.term_grace_ms,
+                install_hint=cls._INSTALL_HINT,
+            )
+        except BackendError as exc:
+            raise DispatchError(exc, exc.message) from None
+        session.runner.attach(child)
+        if context.cancelled:
+            child.cancel()
+        translator = cls._translator(session)
+        return _turn_events(session.runner, child, context, translator, cls._PROVIDER), session
+
+    @classmethod
+    def update_session(cls, session: SessionT, result_data: Mapping[str, Any]) -> SessionT:
+        """After a successful turn: remember the result's session id and count the turn."""
+        resume_id = result_data.get("session_id")
+        if not is_arg(resume_id):
+            resume_id = getattr(session, cls._RESUME_FIELD)
+        changes = {cls._RESUME_FIELD: resume_id, "turns": session.turns + 1}
+        return msgspec.structs.replace(session, **changes)
+
+    @classmethod
+    def checkpoint_session(cls, session: SessionT, session_id: str) -> SessionT:
+        """Apply a session id acknowledged through `TurnContext.checkpoint` (§7.3)."""
+        return msgspec.structs.replace(session, **{cls._RESUME_FIELD: session_id})
+
+    @classmethod
+    def reset_session(cls, session: SessionT) -> SessionT:
+        """Start a new conversation on the next turn (forget the id to resume).
+
+        Kills a child that is somehow still running. Mirrors `reset_session/1` (§2.15).
+        """
+        session.runner.cancel()
+        return msgspec.structs.replace(session, **{cls._RESUME_FIELD: None, "turns": 0})
+
+    @classmethod
+    def cancel(cls, session: SessionT) -> None:
+        """Kill the current turn's process group now (any thread; idempotent; quick)."""
+        session.runner.cancel()
+
+    @classmethod
+    def terminate_session(cls, session: SessionT) -> None:
+        """Kill a running child, if any. Idempotent."""
+        session.runner.cancel()
+
+    # -- what a subclass provides or extends ----------------------------------------------
+
+    @classmethod
+    def _new_session(cls, options: Any, cli: str) -> SessionT:
+        """The session for validated `options` and the resolved executable `cli`."""
+        raise NotImplementedError
+
+    @classmethod
+    def _translator(cls, session: SessionT) -> LineTranslator:
+        """A fresh stream translator for one turn of `session`."""
+        raise NotImplementedError
+
+    @classmethod
+    def _check_prompt(cls, prompt: str) -> None:
+        """Raise `DispatchError` for a prompt the CLI cannot take; any prompt by default."""
+
+    @classmethod
+    def _child_env(cls, options: Any) -> dict[str, str]:
+        """The complete environment of the child."""
+        return {**os.environ, **options.env} if options.inherit_env else dict(options.env)
+
+    @classmethod
+    def _resolve_cli(cls, options: CLIOptions) -> str:
+        search = options.env.get("PATH", os.environ.get("PATH") if options.inherit_env else None)
+        path = shutil.which(options.cli_path, path=search)
+        if path is None:
+            raise BackendError.new(
+                cls._PROVIDER,
+                "cli_not_found",
+                options.cli_path,
+                message=f"executable {options.cli_path!r} not found; {cls._INSTALL_HINT}",
+            )
+        return path
+
+
+def _turn_events(
+    runner: Runner,
+    child: ChildProcess,
+    context: TurnContext,
+    translator: LineTranslator,
+    provider: str,
+) -> Iterator[Event]:
+    def unparsed(raw: bytes) -> None:
+        logger.debug("gen_agent {}: a stdout line was not JSON ({} bytes)", provider, len(raw))
+
+    try:
+        for item in child.read_lines():
+            if isinstance(item, LineTooLong):
+                child.cancel()
+                yield translator.error(_line_too_long(provider, item))
+                return
+            events = translate_line(translator, item, on_unparsed=unparsed)
+            session_id = translator.take_session_id()
+            if session_id is not None:
+                context.checkpoint(session_id)  # a CheckpointError fails the turn (§7.3)
+            for event in events:
+                yield event
+                if event.is_terminal:
+                    return
+        yield _ended_without_outcome(child, translator, context, provider)
+    finally:
+        runner.detach(child)
+        child.release()
+
+
+def _line_too_long(provider: str, item: LineTooLong) -> BackendError:
+    message = (
+        f"a {provider} stdout line of {item.size_bytes} bytes exceeds "
+        f"max_line_bytes={item.limit_bytes}"
+    )
+    raw = {"size_bytes": item.size_bytes, "limit_bytes": item.limit_bytes}
+    return BackendError.new(provider, "line_too_long", raw, message=message)
+
+
+def _ended_without_outcome(
+    child: ChildProcess, translator: LineTranslator, context: TurnContext, provider: str
+) -> Event:
+    if child.cancelled or context.cancelled:
+        reason = BackendError.new(provider, "cancelled", None, message="the turn was cancelled")
+        return translator.error(reason)
+    code = child.close()
+    tail = child.stderr_tail().decode("utf-8", errors="replace")
+    event = translator.end_of_stream(code, tail)
+    assert event is not None  # the stream loop returns as soon as a terminal is seen
+    return event

@@ -1,0 +1,210 @@
+"""The pure half of the Codex CLI backend: `codex exec --json` lines in, `Event`s out.
+
+`CodexStreamTranslator` holds the per-turn state (thread id, model, the last `error`
+notification) and never does I/O, so it is tested on recorded output of the real CLI without a
+process. `gen_agent.backends.codex` re-exports it; the normalization table is in that module's
+docstring.
+
+Mirrors: the stream normalization of `GenAgentCodex` (contract §7.6, second bullet).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any, Final
+
+from gen_agent.backend import BackendError
+from gen_agent.backends._jsonl import (
+    LineTranslator,
+    decode_line,
+    feed_lines,
+    no_result_error,
+    without_type,
+)
+from gen_agent.backends._option_checks import is_arg
+from gen_agent.event import Event
+
+__all__ = ["PROVIDER", "CodexStreamTranslator", "decode_line", "translate_lines"]
+
+PROVIDER: Final = "codex"
+"""The `provider` of every `BackendError` and result this backend makes."""
+
+# Items that are tool activity: each becomes a tool_use and a tool_result with the whole item.
+_TOOL_ITEMS: Final = frozenset({"command_execution", "file_change", "mcp_tool_call", "web_search"})
+# The CLI reports HTTP failures only as text ("unexpected status 401 Unauthorized: ...",
+# "exceeded retry limit, last status: 429 ..."); the status is what makes a reason retryable.
+_STATUS_IN_MESSAGE: Final = re.compile(r"\b(?:unexpected status|last status:)\s+([1-5]\d\d)\b")
+
+
+class CodexStreamTranslator(LineTranslator):
+    """Turns decoded `codex exec --json` lines of one turn into `Event`s. Pure: no I/O.
+
+    Feed every line, in order, to `translate(line)`; it returns the events that line produces
+    (possibly none). After the first terminal event every further line produces nothing.
+    `take_thread_id()` returns a thread id not yet reported, once. `end_of_stream()` gives
+    the terminal event for a stream that ended without an outcome line.
+
+    Args:
+        model: the model to report in the result (the CLI's JSONL does not name it), or None.
+
+    Not thread-safe: one turn, one owner.
+    """
+
+    _PREFIX = PROVIDER
+
+    def __init__(self, model: str | None = None) -> None:
+        super().__init__()
+        self.model = model
+        self.thread_id: str | None = None
+        self.last_notification: str | None = None
+
+    def take_thread_id(self) -> str | None:
+        """A thread id seen since the last call (the first one, or a changed one), or None."""
+        return self.take_session_id()
+
+    def end_of_stream(self, exit_code: int | None = None, stderr_tail: str = "") -> Event | None:
+        """The terminal event for stdout ending before `turn.completed` / `turn.failed`.
+
+        Args:
+            exit_code: the CLI's exit status, if known.
+            stderr_tail: the end of the CLI's stderr (text).
+
+        Returns:
+            None if the turn already ended; else a terminal `error`: kind `"cli_error"` with
+            the last `error` notification as message when there was one, else `"no_result"`.
+        """
+        if self.finished:
+            return None
+        raw = {
+            "exit_code": exit_code,
+            "stderr_tail": stderr_tail,
+            "notification": self.last_notification,
+        }
+        if self.last_notification is not None:
+            reason = BackendError.new(PROVIDER, "cli_error", raw, message=self.last_notification)
+        else:
+            reason = no_result_error(
+                PROVIDER, exit_code, stderr_tail, awaited="turn.completed", raw=raw
+            )
+        return self.error(reason)
+
+    def _current_session_id(self) -> str | None:
+        return self.thread_id
+
+    # -- per line type ----------------------------------------------------------------
+
+    def _thread_started(self, line: dict[str, Any]) -> list[Event]:
+        thread_id = line.get("thread_id")
+        if is_arg(thread_id):
+            self.thread_id = thread_id
+        return []
+
+    def _nothing(self, line: dict[str, Any]) -> list[Event]:
+        return []
+
+    def _item_completed(self, line: dict[str, Any]) -> list[Event]:
+        item = line.get("item")
+        if not isinstance(item, dict):
+            return [Event.new("codex.item", {"value": item})]
+        item_type = item.get("type")
+        if item_type == "agent_message":
+            text = item.get("text")
+            if not isinstance(text, str):
+                return [Event.new("codex.item", dict(item))]
+            data: dict[str, Any] = {"text": text, "message_boundary": True}
+            if isinstance(item.get("id"), str):
+                data["item_id"] = item["id"]
+            return [Event.new("text", data)]
+        if item_type in _TOOL_ITEMS:
+            return [Event.new("tool_use", dict(item)), Event.new("tool_result", dict(item))]
+        if item_type == "tool_call":
+            return [Event.new("tool_use", dict(item))]
+        if item_type == "tool_result":
+            return [Event.new("tool_result", dict(item))]
+        return [Event.new("codex.item", dict(item))]
+
+    def _notification(self, line: dict[str, Any]) -> list[Event]:
+        message = line.get("message")
+        if isinstance(message, str) and message:
+            self.last_notification = message
+        return [Event.new("codex.error", without_type(line))]
+
+    def _turn_completed(self, line: dict[str, Any]) -> list[Event]:
+        events: list[Event] = []
+        usage = _usage_data(line.get("usage"))
+        if usage:
+            events.append(Event.new("usage", usage))
+        data = {
+            "session_id": self.thread_id,
+            "model": self.model,
+            "provider": PROVIDER,
+            "raw": line,
+        }
+        events.append(Event.new("result", data))
+        return events
+
+    def _turn_failed(self, line: dict[str, Any]) -> list[Event]:
+        error = line.get("error")
+        message = error.get("message") if isinstance(error, dict) else error
+        if not isinstance(message, str) or not message:
+            message = self.last_notification
+        return [self._error_event(_failure_reason(line, message))]
+
+    def _error_event(self, reason: BackendError) -> Event:
+        data = {"reason": reason, "session_id": self.thread_id, "model": self.model}
+        return Event.new("error", {**data, "provider": PROVIDER})
+
+
+def _failure_reason(line: dict[str, Any], message: str | None) -> BackendError:
+    """The `BackendError` of a `turn.failed` line (the one mapping for CLI failures).
+
+    An HTTP status named in the message ("unexpected status 401 ...") gives the kind and
+    retryable flag of `BackendError.http`; any other failure is kind `"turn_failed"`.
+    """
+    match = _STATUS_IN_MESSAGE.search(message or "")
+    if match is not None:
+        body = {"error": {"message": message}}
+        return BackendError.http(PROVIDER, int(match.group(1)), body, None, line)
+    return BackendError.new(PROVIDER, "turn_failed", line, message=message)
+
+
+_HANDLERS: Final = {
+    "thread.started": CodexStreamTranslator._thread_started,
+    "turn.started": CodexStreamTranslator._nothing,
+    "item.started": CodexStreamTranslator._nothing,
+    "item.updated": CodexStreamTranslator._nothing,
+    "item.completed": CodexStreamTranslator._item_completed,
+    "error": CodexStreamTranslator._notification,
+    "turn.completed": CodexStreamTranslator._turn_completed,
+    "turn.failed": CodexStreamTranslator._turn_failed,
+}
+CodexStreamTranslator._HANDLERS = _HANDLERS
+
+
+def _usage_data(usage: Any) -> dict[str, Any]:
+    if not isinstance(usage, dict):
+        return {}
+    return {
+        key: value
+        for key, value in usage.items()
+        if isinstance(key, str) and isinstance(value, int) and not isinstance(value, bool)
+    }
+
+
+def translate_lines(lines: Iterable[bytes | str | Any], model: str | None = None) -> list[Event]:
+    """Translate a whole recorded turn (JSONL lines or decoded dicts) into its events.
+
+    Args:
+        lines: the lines in order: `bytes`/`str` JSON text (blank lines skipped) or decoded
+            values.
+        model: the model to report in the result, or None.
+
+    Returns:
+        The events up to and including the first terminal event, like a live turn (a
+        recording without an outcome line ends with the `end_of_stream` error).
+    """
+    translator = CodexStreamTranslator(model)
+    events = feed_lines(translator, lines)
+    end = translator.end_of_stream()
+    return [*events, end] if end is not None else events

@@ -1,0 +1,199 @@
+"""The pure half shared by the CLI stream translators (Claude Code stream-json, Codex JSONL).
+
+Both CLIs write one JSON value per stdout line. `LineTranslator` is the common shape of their
+translators: one decoded line in, `Event`s out, dispatched on the line's `type` to the
+subclass's handlers; a line of another type becomes `<prefix>.<type>` with the line's fields,
+a value that is not an object `<prefix>.unknown`, a line that is not JSON `<prefix>.unparsed`.
+After the first terminal event every further line produces nothing.
+
+`translate_line` decodes and translates one raw line (the live backend and recorded turns use
+it alike); `feed_lines` translates a recorded turn. No I/O anywhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, ClassVar, Final
+
+import msgspec
+
+from gen_agent.backend import BackendError
+from gen_agent.event import Event
+
+__all__ = [
+    "LineTranslator",
+    "decode_line",
+    "feed_lines",
+    "no_result_error",
+    "translate_line",
+    "without_type",
+]
+
+_UNPARSED_PREFIX_BYTES: Final = 1024
+_json_decoder = msgspec.json.Decoder()
+
+
+def decode_line(raw: bytes) -> Any:
+    """Decode one stdout line with msgspec; raises `msgspec.DecodeError` if it is not JSON."""
+    return _json_decoder.decode(raw)
+
+
+def without_type(line: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of `line` except `type` (a new dict)."""
+    return {key: value for key, value in line.items() if key != "type"}
+
+
+class LineTranslator:
+    """Base of a CLI's stream translator: decoded JSON lines of one turn in, `Event`s out.
+
+    Subclasses set `_PREFIX` (the provider, which prefixes the kinds of events of their own)
+    and `_HANDLERS` (line `type` → method returning that line's events), and implement
+    `_error_event`, `end_of_stream` and `_current_session_id`; `_note` sees every object line
+    before it is dispatched.
+
+    Not thread-safe: one turn, one owner.
+    """
+
+    _PREFIX: ClassVar[str]
+    _HANDLERS: ClassVar[Mapping[str, Callable[[Any, dict[str, Any]], list[Event]]]]
+
+    def __init__(self) -> None:
+        self.finished = False
+        self._reported_session_id: str | None = None
+
+    def translate(self, line: Any) -> list[Event]:
+        """Translate one decoded line (normally a `dict`) into events.
+
+        Args:
+            line: the decoded JSON value of one stdout line.
+
+        Returns:
+            The events, in order; empty for lines that produce none. Never raises for
+            unexpected shapes: unknown types become `<prefix>.<type>` events.
+        """
+        if self.finished:
+            return []
+        if not isinstance(line, dict):
+            return [Event.new(f"{self._PREFIX}.unknown", {"value": line})]
+        self._note(line)
+        kind = line.get("type")
+        handler = self._HANDLERS.get(kind) if isinstance(kind, str) else None
+        if handler is None:
+            name = kind if isinstance(kind, str) and kind else "unknown"
+            return [Event.new(f"{self._PREFIX}.{name}", without_type(line))]
+        events = handler(self, line)
+        if any(event.is_terminal for event in events):
+            self.finished = True
+        return events
+
+    def unparsed(self, raw: bytes) -> Event:
+        """The event for a stdout line that is not JSON (non-terminal).
+
+        Args:
+            raw: the line's bytes.
+
+        Returns:
+            `<prefix>.unparsed` with `size_bytes` and the first 1 KiB as text (`line`).
+        """
+        prefix = raw[:_UNPARSED_PREFIX_BYTES].decode("utf-8", errors="replace")
+        return Event.new(f"{self._PREFIX}.unparsed", {"size_bytes": len(raw), "line": prefix})
+
+    def take_session_id(self) -> str | None:
+        """A session id seen since the last call (the first one, or a changed one), or None."""
+        session_id = self._current_session_id()
+        if session_id is None or session_id == self._reported_session_id:
+            return None
+        self._reported_session_id = session_id
+        return session_id
+
+    def error(self, reason: BackendError) -> Event:
+        """The terminal `error` event for a failure outside the lines (the process layer's:
+        a line too long, a cancel); ends the turn."""
+        self.finished = True
+        return self._error_event(reason)
+
+    def end_of_stream(self, exit_code: int | None = None, stderr_tail: str = "") -> Event | None:
+        """The terminal event for stdout ending before an outcome line (None if done)."""
+        raise NotImplementedError
+
+    def _note(self, line: dict[str, Any]) -> None:
+        """Called with every object line before it is dispatched; nothing by default."""
+
+    def _current_session_id(self) -> str | None:
+        raise NotImplementedError
+
+    def _error_event(self, reason: BackendError) -> Event:
+        raise NotImplementedError
+
+
+def no_result_error(
+    provider: str, exit_code: int | None, stderr_tail: str, *, awaited: str, raw: Any
+) -> BackendError:
+    """The `"no_result"` reason of a CLI that exited before its outcome line.
+
+    Args:
+        provider: the provider (also the program's name in the message).
+        exit_code: the CLI's exit status, if known.
+        stderr_tail: the end of the CLI's stderr (text); named in the message when not blank.
+        awaited: the line that never came, for the message (`"its result line"`).
+        raw: the reason's `raw`.
+
+    Returns:
+        A `BackendError` of kind `"no_result"`, not retryable.
+    """
+    message = f"{provider} exited with status {exit_code} before {awaited}"
+    if stderr_tail.strip():
+        message += f"; stderr tail: {stderr_tail.strip()}"
+    return BackendError.new(provider, "no_result", raw, message=message)
+
+
+def translate_line(
+    translator: LineTranslator,
+    raw: bytes,
+    *,
+    on_unparsed: Callable[[bytes], None] | None = None,
+) -> list[Event]:
+    """Decode and translate one raw stdout line.
+
+    Args:
+        translator: the turn's translator.
+        raw: the line without its newline.
+        on_unparsed: called with a line that is not JSON (the live backend logs its size).
+
+    Returns:
+        The line's events: none for a blank line, `<prefix>.unparsed` for a line that is not
+        JSON.
+    """
+    if not raw.strip():
+        return []
+    try:
+        value = decode_line(raw)
+    except msgspec.DecodeError:
+        if on_unparsed is not None:
+            on_unparsed(raw)
+        return [translator.unparsed(raw)]
+    return translator.translate(value)
+
+
+def feed_lines(translator: LineTranslator, lines: Iterable[bytes | str | Any]) -> list[Event]:
+    """Translate a recorded turn up to and including its first terminal event.
+
+    Args:
+        translator: a fresh translator.
+        lines: the lines in order: `bytes`/`str` JSON text (blank lines skipped) or decoded
+            values.
+
+    Returns:
+        The events (without an end-of-stream event: the caller decides).
+    """
+    events: list[Event] = []
+    for line in lines:
+        if isinstance(line, str):
+            line = line.encode()
+        if isinstance(line, bytes):
+            events.extend(translate_line(translator, line))
+        else:
+            events.extend(translator.translate(line))
+        if translator.finished:
+            break
+    return events
