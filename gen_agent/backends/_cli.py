@@ -34,7 +34,6 @@ from gen_agent.backends._option_checks import (
     is_arg,
     is_arg_seq,
     is_bool,
-    is_dir,
     is_env,
     validate_options,
 )
@@ -56,7 +55,9 @@ class CLIOptions(msgspec.Struct, frozen=True, kw_only=True):
 
     Fields:
         cli_path: the executable (a name looked up on PATH, or a path).
-        cwd: the working directory of the CLI (an existing directory), or None for ours.
+        cwd: the working directory of the CLI, or None for ours. It need not exist when the
+            session starts (an agent may create it in `pre_run`, contract §10 Workspace); a
+            turn dispatched while it is missing fails with `"cwd_not_found"`.
         env: environment variables for the CLI, over our own environment (or alone, see
             `inherit_env`).
         inherit_env: start from our own environment (`os.environ`); False gives the CLI
@@ -83,7 +84,7 @@ class CLIOptions(msgspec.Struct, frozen=True, kw_only=True):
 
 CLI_CHECKS: Final[Mapping[str, Check]] = {
     "cli_path": (is_arg, "a non-empty str (a program name or path)"),
-    "cwd": (is_dir, "the path of an existing directory"),
+    "cwd": (is_arg, "a directory path (created by the first turn at the latest)"),
     "env": (is_env, "a dict of str names (without '=') to str values"),
     "inherit_env": (is_bool, "a bool"),
     "session_id": (is_arg, "a non-empty str"),

@@ -267,7 +267,7 @@ def test_options_are_the_struct_fields() -> None:
         ({"max_line_bytes": 0}, ("invalid_option", "max_line_bytes", 0)),
         ({"config": {"a": {"nested": 1}}}, ("invalid_option", "config", {"a": {"nested": 1}})),
         ({"env": {"A=B": "x"}}, ("invalid_option", "env", {"A=B": "x"})),
-        ({"cwd": "/no/such/dir"}, ("invalid_option", "cwd", "/no/such/dir")),
+        ({"cwd": ""}, ("invalid_option", "cwd", "")),
         ({"ephemeral": True}, ("invalid_option", "ephemeral", True)),
         ([("model", "x")], ("invalid_options", "list")),
     ],

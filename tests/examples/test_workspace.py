@@ -150,9 +150,6 @@ def test_main_runs_on_the_mock_backend(capsys) -> None:
         "Paragraph 3", "Paragraph 2", "Paragraph 1"]
 
 
-@pytest.mark.xfail(strict=True, raises=gen_agent.AgentStartError, reason=(
-    "BUG: ClaudeCLI.start_session requires `cwd` to exist already, so a workspace created by"
-    " pre_run cannot be the CLI's cwd from init_agent (contract §10 Workspace)"))
 def test_a_cli_backend_can_be_given_the_workspace_before_it_exists(tmp_path) -> None:
     from gen_agent.backends.claude import ClaudeCLI
 
