@@ -3,7 +3,7 @@
 `ClaudeStreamTranslator` holds the per-turn state (tool ids seen, streamed text not yet matched
 by a completed assistant message, model, session id) and never does I/O, so it is tested on
 recorded output of the real CLI without a process. `gen_agent.backends.claude` re-exports it;
-the normalization table is in that module's docstring and in `docs/backends/claude.md`.
+the normalization table is in that module's docstring and in `docs/pages/backends/claude.md`.
 
 Mirrors: the stream normalization of `GenAgentClaude` (contract §7.6, first bullet).
 """
