@@ -13,6 +13,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import threading
+import time
 from typing import Any
 
 import pykka
@@ -147,9 +148,10 @@ class AgentSystem:
                 handle.actor_ref.tell(InterruptMsg())
 
     def shutdown(self) -> None:
-        """Stop every agent of this system, newest first, each within its `shutdown_ms`
-        window; an agent that does not stop in time is killed. Registered shutdown hooks
-        (supervisors) run first. Idempotent."""
+        """Stop every agent of this system: registered shutdown hooks (supervisors) run
+        first, then every remaining agent is asked to stop at once (newest first), and each
+        gets its own `shutdown_ms` window, counted from that request, before it is killed.
+        Idempotent. Mirrors a dynamic supervisor's shutdown (children stopped together)."""
         with self._lock:
             hooks, self._shutdown_hooks = self._shutdown_hooks[::-1], []
         for hook in hooks:
@@ -158,10 +160,16 @@ class AgentSystem:
             except Exception as exc:  # noqa: BLE001 - one failing hook must not stop shutdown
                 logger.warning("gen_agent shutdown hook raised {}", type(exc).__name__)
         with self._lock:
-            handles = list(self._agents.values())
-        for handle in reversed(handles):
-            if not handle.closed and current_handle() is not handle:
-                self._stop_handle(handle, "shutdown")
+            handles = [h for h in reversed(list(self._agents.values()))
+                       if not h.closed and current_handle() is not h]
+        started = time.monotonic()
+        for handle in handles:
+            handle.send(StopMsg("shutdown", handle.reply()))
+        for handle in handles:
+            window = handle.shutdown_ms
+            remaining = None if window is None else window / 1000 - (time.monotonic() - started)
+            if not handle.exited.wait(None if remaining is None else max(0.0, remaining)):
+                self._kill(handle)
 
     # ------------------------------------------------------------------ context manager
     def __enter__(self) -> AgentSystem:
