@@ -31,7 +31,7 @@ import msgspec
 from loguru import logger
 
 from gen_agent import telemetry
-from gen_agent._messages import TellMsg
+from gen_agent.client import AgentRef
 from gen_agent.errors import AgentDown, CallTimeout, GenAgentError, RequestError, TurnError
 from gen_agent.response import Response
 from gen_agent.size import term_size
@@ -126,10 +126,12 @@ class _Slot:
 
 
 def _tell_incarnation(handle: Any, prompt: str, recipient: Any) -> tuple[str, Any]:
-    # `AgentRef.tell_with_completion` addresses the *name*, which after a restart is the new
-    # incarnation; a task must be counted against the incarnation that really got it.
-    return handle.call(lambda reply: TellMsg(prompt, reply, recipient, True, "fail", None),
-                       None)
+    # An AgentRef addresses its own incarnation (never a restarted one under the same name),
+    # so a task is counted against the worker that really took it. AgentDown propagates.
+    try:
+        return "ok", AgentRef(handle).tell_with_completion(prompt, recipient, on_halt="fail")
+    except TurnError as exc:
+        return "error", exc.reason
 
 
 class Pool:
