@@ -188,10 +188,13 @@ def require_cli(name: str, cli_path: str | None) -> str:
     found = shutil.which(executable)
     if found is None:
         where = f"{executable!r} was not found" + ("" if cli_path else " on PATH")
+        local = os.path.join(".venv", "npm", "node_modules", ".bin", name)
+        hint = (f" (this checkout has one: --cli-path {local})"
+                if not cli_path and os.access(local, os.X_OK) else "")
         raise CliError(
             f"the {name} backend needs the {_cli_title(name)} CLI, and {where}. Install it "
             f"with `{_CLI_INSTALL[name]}` (needs node and npm), or pass --cli-path to its "
-            "executable.")
+            f"executable{hint}.")
     # Absolute: the CLI may run in another working directory (--cwd).
     return os.path.abspath(found)
 

@@ -290,7 +290,8 @@ def _chat_command(console: Console, agent: Any, line: str, backend: str,
     if command == "/status":
         status = agent.status(timeout=10)
         turns = (status.agent_state or {}).get("turns", 0)
-        console.print(f"agent {status.name} · {status.state} · {turns} turns · "
+        plural = "" if turns == 1 else "s"
+        console.print(f"agent {status.name} · {status.state} · {turns} turn{plural} · "
                       f"session {session[0] or '-'} · backend {backend}", markup=False,
                       soft_wrap=True)
     elif command == "/reset":

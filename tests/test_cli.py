@@ -186,9 +186,9 @@ def test_chat_turns_and_commands():
     assert result.exit_code == 0, result.output
     out = result.stdout
     assert "(mock) You said: Hello" in out
-    assert "agent gen-agent-chat · idle · 1 turns · session mock-session · backend mock" in out
+    assert "agent gen-agent-chat · idle · 1 turn · session mock-session · backend mock" in out
     assert "conversation reset: the next prompt starts a new session" in out
-    assert "agent gen-agent-chat · idle · 1 turns · session - · backend mock" in out
+    assert "agent gen-agent-chat · idle · 1 turn · session - · backend mock" in out
     assert "unknown command /bogus" in out
     assert out.count("Commands: /status") == 3  # banner, /help, unknown command
     assert "(mock) You said: Bye now" in out
@@ -212,7 +212,7 @@ def test_ctrl_c_in_chat_interrupts_the_turn_not_the_program(monkeypatch: pytest.
     assert "interrupted" in out
     assert out.index("interrupted") < out.index("(mock) You said: Still here?")
     # The interrupted turn is not counted; the next one is.
-    assert "agent gen-agent-chat · idle · 1 turns" in out
+    assert "agent gen-agent-chat · idle · 1 turn" in out
     assert gate.cancelled
 
 
