@@ -5,13 +5,25 @@ by a completed assistant message, model, session id) and never does I/O, so it i
 recorded output of the real CLI without a process. `gen_agent.backends.claude` re-exports it;
 the normalization table is in that module's docstring and in `docs/pages/backends/claude.md`.
 
+Speed (issue 9): `translate_raw`, which `translate_line` and `translate_lines` use, decodes the
+hot line types (`stream_event`, `assistant`, `user`, `system`/`init`) into small msgspec
+Structs holding only the fields the normalization reads (msgspec skips the others without
+building them), much faster than generic dicts. Every other line (`result` keeps the whole line
+as `raw`), every line that does not fit those schemas and every line that is not valid UTF-8
+is decoded generically and goes through `translate`. Both paths share the normalization
+helpers and give the same events. Events are built as `Event(kind, data, monotonic_ms())`:
+`Event.new` without its extra call layers.
+
 Mirrors: the stream normalization of `GenAgentClaude` (contract §7.6, first bullet).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final
+
+import msgspec
+from msgspec import UNSET
 
 from gen_agent.backend import BackendError
 from gen_agent.backends._jsonl import (
@@ -22,7 +34,7 @@ from gen_agent.backends._jsonl import (
     without_type,
 )
 from gen_agent.backends._option_checks import is_arg
-from gen_agent.event import Event
+from gen_agent.event import Event, monotonic_ms
 
 __all__ = ["PROVIDER", "ClaudeStreamTranslator", "decode_line", "translate_lines"]
 
@@ -34,8 +46,9 @@ class ClaudeStreamTranslator(LineTranslator):
     """Turns decoded stream-json lines of one CLI turn into `Event`s. Pure: no I/O.
 
     Feed every line, in order, to `translate(line)`; it returns the events that line produces
-    (possibly none). After the first terminal event (`result` / `error`) every further line
-    produces nothing. `take_session_id()` returns a session id not yet reported, once.
+    (possibly none); `translate_raw(raw)` does the same from the line's bytes, faster (what
+    `translate_line` uses). After the first terminal event (`result` / `error`) every further
+    line produces nothing. `take_session_id()` returns a session id not yet reported, once.
     `end_of_stream()` gives the terminal event for a stream that ended without a result line.
 
     State kept per turn: tool ids seen (dedup), streamed text not yet matched by a completed
@@ -79,7 +92,95 @@ class ClaudeStreamTranslator(LineTranslator):
         return self.session_id
 
     def _error_event(self, reason: BackendError) -> Event:
-        return Event.new("error", {"reason": reason, "session_id": self.session_id})
+        return Event("error", {"reason": reason, "session_id": self.session_id}, monotonic_ms())
+
+    def translate_raw(self, raw: bytes) -> list[Event]:
+        """Decode and translate one raw stream-json line (the fast path of `translate_line`).
+
+        Args:
+            raw: the line's bytes (JSON text, no newline).
+
+        Returns:
+            The events of `translate(decode_line(raw))`, with the same state changes. One
+            difference, on lines no JSON encoder of finite numbers writes: a number that
+            msgspec cannot decode (a float beyond +-1.8e308, an integer of over 4300 digits)
+            in a field the typed schemas skip is not looked at, so the line is translated
+            where `decode_line` rejects it.
+
+        Raises:
+            msgspec.DecodeError: the line is not JSON (before any state changes).
+        """
+        # The typed decode does not check the UTF-8 of the strings it skips (the generic one
+        # does): a line that is not valid UTF-8 takes the generic path, which rejects it.
+        if self.finished or not (raw.isascii() or _is_utf8(raw)):
+            return self.translate(_GENERIC_DECODER.decode(raw))
+        try:
+            line = _LINE_DECODER.decode(raw)
+        except msgspec.DecodeError:
+            # Another type (`result` lines too: cheaper than skipping them typed, as the
+            # result keeps the whole line), another shape, or not JSON: the generic path
+            # decides.
+            return self.translate(_GENERIC_DECODER.decode(raw))
+        return _TYPED_HANDLERS[line.__class__](self, line, raw)
+
+    # -- per typed line (see translate_raw) ------------------------------------------------
+    # Each mirrors the dict handler of its type: a typed field holds exactly what
+    # `line.get(field)` gives (None when absent; UNSET where presence matters), and a nested
+    # Struct only stands for a value the dict handler reads solely when it is a dict.
+
+    def _typed_stream_event(self, line: _StreamEventLine, raw: bytes) -> list[Event]:
+        session_id = line.session_id
+        if isinstance(session_id, str) and session_id:
+            self.session_id = session_id
+        frame = line.event
+        if frame is None or line.parent_tool_use_id is not None:
+            return []
+        kind = frame.type
+        if kind == "content_block_delta":
+            delta = frame.delta
+            if delta is not None and delta.type == "text_delta":
+                return self._text_delta(delta.text)
+        elif kind == "message_start":
+            message = frame.message
+            self._start_message(None if message is None else message.id)
+        elif kind == "content_block_start":
+            block = frame.content_block
+            self._block_starts = block is not None and block.type == "text"
+        return []
+
+    def _typed_assistant(self, line: _AssistantLine, raw: bytes) -> list[Event]:
+        session_id = line.session_id
+        if isinstance(session_id, str) and session_id:
+            self.session_id = session_id
+        message = line.message
+        return self._message_events(
+            message.model, message.id, message.content, line.parent_tool_use_id
+        )
+
+    def _typed_user(self, line: _UserLine, raw: bytes) -> list[Event]:
+        session_id = line.session_id
+        if isinstance(session_id, str) and session_id:
+            self.session_id = session_id
+        message = line.message
+        content = None if message is None else message.content
+        return self._tool_results(content, line.parent_tool_use_id)
+
+    def _typed_system(self, line: _SystemLine, raw: bytes) -> list[Event]:
+        if line.subtype != "init":
+            return self.translate(_GENERIC_DECODER.decode(raw))  # its event carries every field
+        session_id = line.session_id
+        if isinstance(session_id, str) and session_id:
+            self.session_id = session_id
+        if isinstance(line.model, str):
+            self.model = line.model
+        data: dict[str, Any] = {}
+        for key in _SESSION_FIELDS:
+            value = getattr(line, key)
+            if value is not UNSET:
+                data[key] = value
+        if line.permissionMode is not UNSET:
+            data["permission_mode"] = line.permissionMode
+        return [Event("session", data, monotonic_ms())]
 
     # -- per line type ----------------------------------------------------------------
 
@@ -91,32 +192,50 @@ class ClaudeStreamTranslator(LineTranslator):
     def _system(self, line: dict[str, Any]) -> list[Event]:
         subtype = line.get("subtype")
         if subtype == "init":
-            if isinstance(line.get("model"), str):
-                self.model = line["model"]
-            return [Event.new("session", _session_data(line))]
+            return self._system_init(line)
         name = subtype if isinstance(subtype, str) and subtype else "system"
-        return [Event.new(f"claude.{name}", without_type(line))]
+        return [Event(f"claude.{name}", without_type(line), monotonic_ms())]
+
+    def _system_init(self, line: dict[str, Any]) -> list[Event]:
+        if isinstance(line.get("model"), str):
+            self.model = line["model"]
+        return [Event("session", _session_data(line), monotonic_ms())]
 
     def _assistant(self, line: dict[str, Any]) -> list[Event]:
         message = line.get("message")
         if not isinstance(message, dict):
-            return [Event.new("claude.assistant", without_type(line))]
-        model = message.get("model")
+            return [Event("claude.assistant", without_type(line), monotonic_ms())]
+        return self._message_events(
+            message.get("model"),
+            message.get("id"),
+            message.get("content"),
+            line.get("parent_tool_use_id"),
+        )
+
+    def _message_events(
+        self, model: Any, message_id: Any, content: Any, subagent: Any
+    ) -> list[Event]:
+        """The events of an assistant message's fields (each None when absent)."""
         if isinstance(model, str) and model and not model.startswith("<"):
             self.model = model
-        message_id = message.get("id") if isinstance(message.get("id"), str) else None
-        subagent = line.get("parent_tool_use_id")
+        if not isinstance(message_id, str):
+            message_id = None
         events: list[Event] = []
         texts: list[str] = []
-        for block in _blocks(message):
-            if block.get("type") == "text":
-                if isinstance(block.get("text"), str):
-                    texts.append(block["text"])
+        for block in _blocks(content):
+            if not isinstance(block, dict):
                 continue
-            self._flush_text(texts, message_id, subagent, events)
-            texts = []
+            if block.get("type") == "text":
+                text = block.get("text")
+                if isinstance(text, str):
+                    texts.append(text)
+                continue
+            if texts:
+                self._flush_text(texts, message_id, subagent, events)
+                texts = []
             events.extend(self._block_event(block, subagent))
-        self._flush_text(texts, message_id, subagent, events)
+        if texts:
+            self._flush_text(texts, message_id, subagent, events)
         return events
 
     def _flush_text(
@@ -127,23 +246,23 @@ class ClaudeStreamTranslator(LineTranslator):
             return
         if subagent is not None:
             data = {"text": text, "parent_tool_use_id": subagent}
-            events.append(Event.new("claude.subagent_text", data))
+            events.append(Event("claude.subagent_text", data, monotonic_ms()))
             return
         streamed = self._streamed.get(message_id or "", "")
         if streamed.startswith(text):
             self._streamed[message_id or ""] = streamed[len(text) :]
         elif streamed and text.startswith(streamed):
             self._streamed[message_id or ""] = ""
-            events.append(Event.new("text", {"text": text[len(streamed) :]}))
+            events.append(Event("text", {"text": text[len(streamed) :]}, monotonic_ms()))
         else:
-            events.append(Event.new("text", {"text": text, "message_boundary": True}))
+            events.append(Event("text", {"text": text, "message_boundary": True}, monotonic_ms()))
 
     def _block_event(self, block: dict[str, Any], subagent: Any) -> list[Event]:
         block_type = block.get("type")
         if block_type == "tool_use":
             return self._tool_use(block, subagent)
         name = block_type if isinstance(block_type, str) and block_type else "content_block"
-        return [Event.new(f"claude.{name}", dict(block))]
+        return [Event(f"claude.{name}", dict(block), monotonic_ms())]
 
     def _tool_use(self, block: dict[str, Any], subagent: Any) -> list[Event]:
         tool_id = block.get("id")
@@ -154,7 +273,7 @@ class ClaudeStreamTranslator(LineTranslator):
         data = dict(block)
         if subagent is not None:
             data["parent_tool_use_id"] = subagent
-        return [Event.new("tool_use", data)]
+        return [Event("tool_use", data, monotonic_ms())]
 
     def _tool_result(self, block: dict[str, Any], extra: dict[str, Any]) -> list[Event]:
         tool_id = block.get("tool_use_id")
@@ -162,16 +281,21 @@ class ClaudeStreamTranslator(LineTranslator):
             if tool_id in self._result_ids:
                 return []
             self._result_ids.add(tool_id)
-        return [Event.new("tool_result", {**block, **extra})]
+        return [Event("tool_result", {**block, **extra}, monotonic_ms())]
 
     def _user(self, line: dict[str, Any]) -> list[Event]:
         message = line.get("message")
+        content = message.get("content") if isinstance(message, dict) else None
+        return self._tool_results(content, line.get("parent_tool_use_id"))
+
+    def _tool_results(self, content: Any, subagent: Any) -> list[Event]:
+        """The events of a user message's content (None when absent)."""
         extra: dict[str, Any] = {}
-        if line.get("parent_tool_use_id") is not None:
-            extra["parent_tool_use_id"] = line["parent_tool_use_id"]
+        if subagent is not None:
+            extra["parent_tool_use_id"] = subagent
         events: list[Event] = []
-        for block in _blocks(message if isinstance(message, dict) else {}):
-            if block.get("type") == "tool_result":
+        for block in _blocks(content):
+            if isinstance(block, dict) and block.get("type") == "tool_result":
                 events.extend(self._tool_result(block, extra))
         return events
 
@@ -192,9 +316,7 @@ class ClaudeStreamTranslator(LineTranslator):
         frame = event.get("type")
         if frame == "message_start":
             message = event.get("message")
-            message_id = message.get("id") if isinstance(message, dict) else None
-            self._stream_message = message_id if isinstance(message_id, str) else None
-            self._streamed.setdefault(self._stream_message or "", "")
+            self._start_message(message.get("id") if isinstance(message, dict) else None)
         elif frame == "content_block_start":
             block = event.get("content_block")
             self._block_starts = isinstance(block, dict) and block.get("type") == "text"
@@ -203,6 +325,10 @@ class ClaudeStreamTranslator(LineTranslator):
             if isinstance(delta, dict) and delta.get("type") == "text_delta":
                 return self._text_delta(delta.get("text"))
         return []
+
+    def _start_message(self, message_id: Any) -> None:
+        self._stream_message = message_id if isinstance(message_id, str) else None
+        self._streamed.setdefault(self._stream_message or "", "")
 
     def _text_delta(self, text: Any) -> list[Event]:
         if not isinstance(text, str) or not text:
@@ -213,7 +339,7 @@ class ClaudeStreamTranslator(LineTranslator):
         if self._block_starts:
             data["message_boundary"] = True
             self._block_starts = False
-        return [Event.new("text", data)]
+        return [Event("text", data, monotonic_ms())]
 
     def _content_block_delta(self, line: dict[str, Any]) -> list[Event]:
         return self._stream_frame(line)
@@ -222,9 +348,10 @@ class ClaudeStreamTranslator(LineTranslator):
         events: list[Event] = []
         usage = _usage_data(line.get("usage"))
         if usage:
-            events.append(Event.new("usage", usage))
+            events.append(Event("usage", usage, monotonic_ms()))
         if _is_failure(line):
-            events.append(Event.new("error", self._error_data(line, _result_error(line))))
+            reason = _result_error(line)
+            events.append(Event("error", self._error_data(line, reason), monotonic_ms()))
             return events
         data: dict[str, Any] = {
             "session_id": self.session_id,
@@ -234,9 +361,9 @@ class ClaudeStreamTranslator(LineTranslator):
         text = line.get("result")
         if isinstance(text, str) and text:
             data["text"] = text
-        data.update(_result_fields(line))
+        _add_result_fields(data, line)
         data["raw"] = line
-        events.append(Event.new("result", data))
+        events.append(Event("result", data, monotonic_ms()))
         return events
 
     def _error(self, line: dict[str, Any]) -> list[Event]:
@@ -249,7 +376,7 @@ class ClaudeStreamTranslator(LineTranslator):
         if message is None and isinstance(error, str):
             message = error
         reason = BackendError.new(PROVIDER, kind, line, message=message)
-        return [Event.new("error", self._error_data(line, reason))]
+        return [Event("error", self._error_data(line, reason), monotonic_ms())]
 
     def _error_data(self, line: dict[str, Any], reason: BackendError) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -258,17 +385,20 @@ class ClaudeStreamTranslator(LineTranslator):
             "model": self.model,
             "provider": PROVIDER,
         }
-        data.update(_result_fields(line))
+        _add_result_fields(data, line)
         return data
 
 
-def _result_fields(line: dict[str, Any]) -> dict[str, Any]:
-    fields: dict[str, Any] = {}
+def _add_result_fields(data: dict[str, Any], line: dict[str, Any]) -> None:
     for source, target in _RESULT_FIELDS:
-        if source in line and line[source] is not None:
-            fields[target] = line[source]
-    return fields
+        value = line.get(source)
+        if value is not None:
+            data[target] = value
 
+
+_SESSION_FIELDS: Final = ("session_id", "model", "cwd", "tools", "claude_code_version")
+"""The `system`/`init` fields the `session` event keeps as they are (`permissionMode` too,
+as `permission_mode`)."""
 
 _RESULT_FIELDS: Final = (
     ("total_cost_usd", "cost_usd"),
@@ -294,17 +424,113 @@ _HANDLERS: Final = {
 ClaudeStreamTranslator._HANDLERS = _HANDLERS
 
 
-def _blocks(message: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    content = message.get("content")
+# -- the typed schemas of translate_raw ----------------------------------------------------
+# Unknown fields are skipped without being built. `gc=False`: decoded JSON holds no cycles.
+
+
+class _Ided(msgspec.Struct, frozen=True, gc=False):
+    id: Any = None
+
+
+class _Typed(msgspec.Struct, frozen=True, gc=False):
+    type: Any = None
+
+
+class _Delta(msgspec.Struct, frozen=True, gc=False):
+    type: Any = None
+    text: Any = None
+
+
+class _Frame(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    type: Any = None
+    message: _Ided | None = None
+    content_block: _Typed | None = None
+    delta: _Delta | None = None
+
+
+class _Message(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    id: Any = None
+    model: Any = None
+    content: Any = None
+
+
+class _Content(msgspec.Struct, frozen=True, gc=False):
+    content: Any = None
+
+
+class _StreamEventLine(
+    msgspec.Struct, tag="stream_event", tag_field="type", frozen=True, kw_only=True, gc=False
+):
+    event: _Frame | None = None
+    session_id: Any = None
+    parent_tool_use_id: Any = None
+
+
+class _AssistantLine(
+    msgspec.Struct, tag="assistant", tag_field="type", frozen=True, kw_only=True, gc=False
+):
+    message: _Message  # anything but an object takes the generic path (claude.assistant)
+    parent_tool_use_id: Any = None
+    session_id: Any = None
+
+
+class _UserLine(msgspec.Struct, tag="user", tag_field="type", frozen=True, kw_only=True, gc=False):
+    message: _Content | None = None
+    parent_tool_use_id: Any = None
+    session_id: Any = None
+
+
+class _SystemLine(
+    msgspec.Struct, tag="system", tag_field="type", frozen=True, kw_only=True, gc=False
+):
+    subtype: Any = None
+    # UNSET when absent: the session event names only the fields the line has.
+    cwd: Any = UNSET
+    session_id: Any = UNSET
+    tools: Any = UNSET
+    model: Any = UNSET
+    permissionMode: Any = UNSET  # the CLI's spelling
+    claude_code_version: Any = UNSET
+
+
+_GENERIC_DECODER: Final = msgspec.json.Decoder()  # decode_line's, without the extra call
+_LINE_DECODER: Final = msgspec.json.Decoder(
+    _StreamEventLine | _AssistantLine | _UserLine | _SystemLine
+)
+_TypedHandler = Callable[[ClaudeStreamTranslator, Any, bytes], list[Event]]
+_TYPED_HANDLERS: Final[dict[type, _TypedHandler]] = {
+    _StreamEventLine: ClaudeStreamTranslator._typed_stream_event,
+    _AssistantLine: ClaudeStreamTranslator._typed_assistant,
+    _UserLine: ClaudeStreamTranslator._typed_user,
+    _SystemLine: ClaudeStreamTranslator._typed_system,
+}
+
+
+def _is_utf8(raw: bytes) -> bool:
+    if not isinstance(raw, bytes | bytearray):
+        return False  # any other buffer takes the generic path
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _blocks(content: Any) -> Sequence[Any]:
+    """The blocks of a message's `content` (a string is one text block); the caller skips
+    the ones that are not objects."""
+    if isinstance(content, list):
+        return content
     if isinstance(content, str):
-        yield {"type": "text", "text": content}
-    elif isinstance(content, list):
-        yield from (block for block in content if isinstance(block, dict))
+        return ({"type": "text", "text": content},)
+    return ()
 
 
 def _session_data(line: dict[str, Any]) -> dict[str, Any]:
-    keys = ("session_id", "model", "cwd", "tools", "claude_code_version")
-    data = {key: line[key] for key in keys if key in line}
+    data: dict[str, Any] = {}
+    for key in _SESSION_FIELDS:
+        if key in line:
+            data[key] = line[key]
     if "permissionMode" in line:
         data["permission_mode"] = line["permissionMode"]
     return data
@@ -313,13 +539,20 @@ def _session_data(line: dict[str, Any]) -> dict[str, Any]:
 def _usage_data(usage: Any) -> dict[str, Any]:
     if not isinstance(usage, dict):
         return {}
-    keys = (
-        "input_tokens",
-        "output_tokens",
-        "cache_creation_input_tokens",
-        "cache_read_input_tokens",
-    )
-    return {key: usage[key] for key in keys if isinstance(usage.get(key), int)}
+    data: dict[str, Any] = {}
+    for key in _USAGE_KEYS:
+        value = usage.get(key)
+        if isinstance(value, int):
+            data[key] = value
+    return data
+
+
+_USAGE_KEYS: Final = (
+    "input_tokens",
+    "output_tokens",
+    "cache_creation_input_tokens",
+    "cache_read_input_tokens",
+)
 
 
 def _model_from_usage(line: dict[str, Any]) -> str | None:

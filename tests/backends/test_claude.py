@@ -11,11 +11,12 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from gen_agent.backend import BackendError, DispatchError, SessionStartError
 from gen_agent.backends import _process
+from gen_agent.backends._jsonl import translate_line
 from gen_agent.backends._process import ChildProcess, LineBuffer, LineTooLong, spawn_error
 from gen_agent.backends.claude import (
     INSTALL_HINT,
@@ -365,6 +366,201 @@ def test_session_id_is_reported_once_per_distinct_id():
 def test_translate_lines_skips_blank_lines_and_stops_at_the_terminal():
     lines = [b"", b'{"type":"mystery"}', b"{oops", msgspec.json.encode(result_line()), b"{}"]
     assert kinds(translate_lines(lines)) == ["claude.mystery", "claude.unparsed", "usage", "result"]
+
+
+# -- the typed fast path (translate_raw) against the dict path -------------------------------
+
+
+def comparable(value):
+    """`value` with what `==` ignores made visible: dict key order, bool vs int, float vs
+    int, and the fields of a `BackendError`."""
+    if isinstance(value, dict):
+        return ("dict", [(key, comparable(item)) for key, item in value.items()])
+    if isinstance(value, list | tuple):
+        return (type(value).__name__, [comparable(item) for item in value])
+    if isinstance(value, BackendError):
+        fields = ("provider", "kind", "retryable", "status", "retry_after", "message")
+        return ("BackendError", [getattr(value, name) for name in fields], comparable(value.raw))
+    return (type(value).__name__, value)
+
+
+def reference_line(translator: ClaudeStreamTranslator, raw: bytes) -> list[Event]:
+    """One raw line through the dict path: nothing for a blank line, `claude.unparsed` for
+    one that is not JSON, else `translate` of msgspec's generic decode."""
+    if not raw.strip():
+        return []
+    try:
+        value = msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return [translator.unparsed(raw)]
+    return translator.translate(value)
+
+
+def assert_paths_agree(lines: list[bytes]) -> None:
+    """Feed `lines` to a fresh translator through `translate_line` (the typed path) and to
+    another through `reference_line`: same events, data (in order), `finished` and session
+    ids checkpointed after every line; same end of stream."""
+    fast, slow = ClaudeStreamTranslator(), ClaudeStreamTranslator()
+    for raw in lines:
+        fast_events = translate_line(fast, raw)
+        slow_events = reference_line(slow, raw)
+        assert [(e.kind, comparable(e.data)) for e in fast_events] == [
+            (e.kind, comparable(e.data)) for e in slow_events
+        ], raw
+        assert fast.finished == slow.finished
+        assert fast.take_session_id() == slow.take_session_id()
+    fast_end, slow_end = fast.end_of_stream(1, "tail"), slow.end_of_stream(1, "tail")
+    assert comparable(None if fast_end is None else fast_end.data) == comparable(
+        None if slow_end is None else slow_end.data
+    )
+
+
+FIXTURE_LINES = {
+    path.stem: path.read_bytes().splitlines() for path in sorted(FIXTURES.glob("*.jsonl"))
+}
+
+
+@pytest.mark.parametrize("name", sorted(FIXTURE_LINES))
+def test_typed_path_matches_the_dict_path_on_real_turns(name: str):
+    assert_paths_agree(FIXTURE_LINES[name])
+    assert_paths_agree([line for lines in FIXTURE_LINES.values() for line in lines])
+
+
+MEANINGFUL_STRINGS = (
+    "init", "text", "text_delta", "tool_use", "tool_result", "message_start",
+    "content_block_start", "content_block_delta", "<synthetic>", "toolu_01", "s-2", "é—😀",
+)  # fmt: skip
+# Values a mutation puts into a line: the shapes each handler checks for, and the wrong ones.
+JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=6)
+    | st.sampled_from(MEANINGFUL_STRINGS),
+    lambda children: (
+        st.lists(children, max_size=3)
+        | st.dictionaries(st.sampled_from(["type", "id", "text", "content"]), children, max_size=3)
+    ),
+    max_leaves=6,
+)
+KEY_NAMES = (
+    "type", "subtype", "session_id", "parent_tool_use_id", "event", "message", "delta",
+    "content", "content_block", "id", "model", "text", "cwd", "tools", "permissionMode",
+)  # fmt: skip
+KEYS = st.sampled_from(KEY_NAMES)
+
+
+def json_paths(value, prefix=()):
+    yield prefix
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from json_paths(item, (*prefix, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from json_paths(item, (*prefix, index))
+
+
+def mutate(draw, raw: bytes) -> bytes:
+    """`raw` with one change: a value replaced, a key removed or added, a key repeated (in
+    JSON text the last one wins), or a byte replaced, inserted or removed. Half the time the
+    change is at a key the translator reads."""
+    how = draw(st.sampled_from(["replace", "remove", "add", "repeat", "byte"]))
+    if how != "byte":
+        try:
+            line = msgspec.json.decode(raw)
+        except msgspec.DecodeError:
+            how = "byte"  # an earlier change broke the JSON
+    if how == "byte":
+        at = draw(st.integers(min_value=0, max_value=len(raw)))
+        byte = draw(st.sampled_from(b'{}[]",:\\ 09eE.-tn\xc3\xa9\xff\x80'))
+        return raw[:at] + bytes([byte]) + raw[at + draw(st.integers(0, 1)) :]
+    if how == "repeat":
+        value = msgspec.json.encode(draw(JSON_VALUES))
+        return raw[:-1] + b',"' + draw(KEYS).encode() + b'":' + value + b"}"
+    paths = [path for path in json_paths(line) if path]
+    read = [path for path in paths if path[-1] in KEY_NAMES]
+    path = draw(st.sampled_from(read if read and draw(st.booleans()) else paths))
+    parent = line
+    for key in path[:-1]:
+        parent = parent[key]
+    if how == "replace":
+        parent[path[-1]] = draw(JSON_VALUES)
+    elif isinstance(parent, dict) and how == "remove":
+        del parent[path[-1]]
+    elif isinstance(parent, dict):
+        parent[draw(KEYS)] = draw(JSON_VALUES)
+    return msgspec.json.encode(line)
+
+
+@st.composite
+def mutated_turn(draw) -> list[bytes]:
+    """A real turn with one to four of its lines changed (`mutate`), sometimes reordered."""
+    lines = list(draw(st.sampled_from(list(FIXTURE_LINES.values()))))
+    for _ in range(draw(st.integers(min_value=1, max_value=4))):
+        index = draw(st.integers(min_value=0, max_value=len(lines) - 1))
+        lines[index] = mutate(draw, lines[index])
+    if draw(st.integers(min_value=0, max_value=3)) == 0:
+        lines = draw(st.permutations(lines))
+    return lines
+
+
+def out_of_msgspec_range(raw: bytes) -> bool:
+    """Whether the line holds a number msgspec's generic decode rejects (see
+    `test_typed_path_does_not_look_at_numbers_in_skipped_fields`)."""
+    try:
+        msgspec.json.decode(raw)
+    except msgspec.ValidationError:
+        return True
+    except msgspec.DecodeError:
+        return False
+    return False
+
+
+@settings(max_examples=200, deadline=None)
+@given(lines=mutated_turn())
+def test_typed_path_matches_the_dict_path_on_mutated_turns(lines: list[bytes]):
+    assume(not any(out_of_msgspec_range(raw) for raw in lines))
+    assert_paths_agree(lines)
+
+
+def test_line_not_valid_utf8_in_a_skipped_field_is_still_unparsed():
+    line = b'{"type":"stream_event","uuid":"\xff","session_id":"s-1","event":null}'
+    translator = ClaudeStreamTranslator()
+    seen: list[bytes] = []
+    events = translate_line(translator, line, on_unparsed=seen.append)
+    assert kinds(events) == ["claude.unparsed"]
+    assert seen == [line]
+    assert translator.take_session_id() is None
+
+
+def test_non_ascii_text_takes_the_typed_path_unchanged():
+    delta = {"type": "text_delta", "text": "café — 😀"}
+    frame = {"type": "content_block_delta", "index": 0, "delta": delta}
+    line = msgspec.json.encode({"type": "stream_event", "event": frame, "uuid": "ü"})
+    assert not line.isascii()
+    assert [e.data for e in translate_lines([line])] == [{"text": "café — 😀"}]
+
+
+def test_lines_after_the_terminal_give_nothing_unless_they_are_not_json():
+    translator = ClaudeStreamTranslator()
+    assert kinds(translate_line(translator, msgspec.json.encode(result_line()))) == [
+        "usage", "result",
+    ]  # fmt: skip
+    assert translate_line(translator, FIXTURE_LINES["partial_text_turn"][4]) == []
+    assert translate_line(translator, b"   ") == []
+    assert kinds(translate_line(translator, b"{oops")) == ["claude.unparsed"]
+
+
+def test_typed_path_does_not_look_at_numbers_in_skipped_fields():
+    # The one documented difference (ClaudeStreamTranslator.translate_raw): msgspec's generic
+    # decode rejects a float beyond 1.8e308; the typed decode skips the field unread.
+    line = b'{"type":"stream_event","ttft_ms":1e999,"session_id":"s-1","event":null}'
+    assert out_of_msgspec_range(line)
+    translator = ClaudeStreamTranslator()
+    assert translate_line(translator, line) == []
+    assert translator.take_session_id() == "s-1"
+    assert kinds(reference_line(ClaudeStreamTranslator(), line)) == ["claude.unparsed"]
 
 
 # -- options ------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ import pytest
 
 import gen_agent
 from gen_agent.backend import BackendError, DispatchError, SessionStartError
+from gen_agent.backends._jsonl import translate_line
 from gen_agent.backends.codex import (
     INSTALL_HINT,
     OPTIONS,
@@ -209,6 +210,26 @@ def test_translator_keeps_unknown_shapes_as_non_terminal_events() -> None:
     assert translator.translate({"type": "item.started", "item": {}}) == []
     assert translator.unparsed(b"x" * 2000).data == {"size_bytes": 2000, "line": "x" * 1024}
     assert not translator.finished
+
+
+def test_translate_line_decodes_raw_lines_through_the_shared_base() -> None:
+    translator = CodexStreamTranslator("gpt-x")
+    seen: list[bytes] = []
+    lines = (FIXTURES / "text_turn.jsonl").read_bytes().splitlines()
+    events = [
+        e
+        for raw in [b"  ", *lines]
+        for e in translate_line(translator, raw, on_unparsed=seen.append)
+    ]
+    assert [(e.kind, e.data) for e in events] == [
+        (e.kind, e.data) for e in fixture_events("text_turn", "gpt-x")
+    ]
+    assert translator.take_thread_id() == fixture_thread("text_turn")
+    assert translate_line(translator, b'{"type":"turn.completed"}') == []  # after the terminal
+    assert kinds(translate_line(translator, b"{oops", on_unparsed=seen.append)) == [
+        "codex.unparsed"
+    ]
+    assert seen == [b"{oops"]  # blank lines are skipped, not reported
 
 
 @pytest.mark.parametrize(

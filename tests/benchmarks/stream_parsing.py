@@ -13,7 +13,7 @@ transcript, per variant:
   backend's public decode + normalize pipeline (blank-line check, `decode_line`,
   `ClaudeStreamTranslator`), producing the turn's `Event`s.
 - `gen_agent_loop`: per turn a new `ClaudeStreamTranslator`, then per `bytes` line
-  `translate(decode_line(line))` and `take_session_id()`: what the live backend runs per line
+  `translate_raw(line)` and `take_session_id()`: what the live backend runs per line
   (minus the checkpoint call into the agent).
 - `sdk`: `claude_agent_sdk._internal.message_parser.parse_message(json.loads(line))` per `str`
   line: the SDK's transport decodes each line with `json.loads` (after a strip and a "{"
@@ -38,7 +38,7 @@ from typing import Any
 
 import msgspec
 
-from gen_agent.backends.claude import ClaudeStreamTranslator, decode_line, translate_lines
+from gen_agent.backends.claude import ClaudeStreamTranslator, translate_lines
 
 from ._common import Figure, median
 
@@ -110,7 +110,7 @@ def _gen_agent_loop(transcript: Transcript) -> int:
     for turn in transcript[0]:
         translator = ClaudeStreamTranslator()
         for line in turn:
-            count += len(translator.translate(decode_line(line)))
+            count += len(translator.translate_raw(line))
             translator.take_session_id()
     return count
 
@@ -196,7 +196,7 @@ def summarize(reps: list[dict[str, Any]], params: dict[str, Any]) -> list[Figure
                value=rate("json")),
         Figure(key="gen_agent_mb_per_s", label="gen_agent translate_lines (decode+normalize)",
                unit="MB/s", value=rate("gen_agent")),
-        Figure(key="gen_agent_loop_mb_per_s", label="gen_agent decode_line+translate per line",
+        Figure(key="gen_agent_loop_mb_per_s", label="gen_agent translate_raw per line",
                unit="MB/s", value=rate("gen_agent_loop")),
         Figure(key="sdk_mb_per_s", label="claude-agent-sdk json.loads+parse_message",
                unit="MB/s", value=rate("sdk"), note=sdk_note),
