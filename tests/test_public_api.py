@@ -57,3 +57,34 @@ def test_logging_is_disabled_for_the_library_by_default() -> None:
     finally:
         logger.remove(sink)
     assert messages == []
+
+
+PUBLIC_MODULES = (
+    "gen_agent.backend", "gen_agent.telemetry", "gen_agent.supervisor", "gen_agent.pool",
+    "gen_agent.backends.mock", "gen_agent.backends.claude", "gen_agent.backends.codex",
+    "gen_agent.backends.anthropic", "gen_agent.backends.openai", "gen_agent.testing",
+    "gen_agent.testing.model_server",
+)
+
+
+def test_every_public_module_documents_its_public_names_and_methods() -> None:
+    import importlib
+
+    undocumented = []
+    for module_name in PUBLIC_MODULES:
+        module = importlib.import_module(module_name)
+        assert inspect.getdoc(module), module_name
+        for name in module.__all__:
+            obj = getattr(module, name)
+            if callable(obj) and not inspect.getdoc(obj):
+                undocumented.append(f"{module_name}.{name}")
+            if not inspect.isclass(obj):
+                continue
+            for attr, member in vars(obj).items():
+                if attr.startswith("_") or not (
+                        inspect.isfunction(member)
+                        or isinstance(member, (classmethod, staticmethod, property))):
+                    continue
+                if not inspect.getdoc(getattr(obj, attr)):
+                    undocumented.append(f"{module_name}.{name}.{attr}")
+    assert undocumented == []
