@@ -103,19 +103,23 @@ class Turn:
 def deliver_to(recipient: Any, message: Any) -> None:
     """Send `message` to a recipient: a pykka ActorRef, an AgentRef, a queue, or a callable.
 
-    A dead or failing recipient is ignored (logged by type), as a dead pid is (§2.6).
+    A dead or failing recipient is ignored (logged by type), as a dead pid is (§2.6). A queue
+    is fed with `put_nowait` when it has one: the agent thread never waits for a full queue
+    (relays have no backpressure, §4.18); a message that does not fit is dropped and logged.
     """
     try:
         if isinstance(recipient, pykka.ActorRef):
             recipient.tell(message)
         elif hasattr(recipient, "send_info"):
             recipient.send_info(message)
+        elif hasattr(recipient, "put_nowait"):
+            recipient.put_nowait(message)
         elif hasattr(recipient, "put"):
             recipient.put(message)
         else:
             recipient(message)
     except Exception as exc:  # noqa: BLE001 - a dead recipient must not hurt the agent
-        logger.debug("gen_agent recipient ignored a message ({})", type_name(exc))
+        logger.warning("gen_agent recipient dropped a message ({})", type_name(exc))
 
 
 

@@ -370,3 +370,19 @@ def test_on_exit_reports_the_incarnation_and_its_reason_once() -> None:
     agent.on_exit(lambda ref, reason: exits.put(("late", reason)))  # already stopped: at once
     assert exits.get(timeout=10) == ("late", "shutdown")
     assert exits.empty()
+
+
+def test_a_full_completion_queue_never_blocks_the_agent() -> None:
+    class _Quiet(gen_agent.GenAgent):
+        def init_agent(self, opts: Any) -> Any:
+            return {"scripts": [mock.text_turn("one"), mock.text_turn("two")]}, None
+
+        def handle_response(self, ref: Any, response: Any, state: Any) -> Any:
+            return gen_agent.NoReply(state)
+
+    full: queue.Queue[Any] = queue.Queue(maxsize=1)
+    full.put("occupied")
+    agent = gen_agent.start_agent(_Quiet, name="full-queue", backend=MockBackend)
+    agent.tell_with_completion("first", full)  # its completion cannot fit: dropped
+    assert agent.ask("second", timeout=10).text == "two"  # the agent was not blocked
+    assert full.get_nowait() == "occupied" and full.empty()
