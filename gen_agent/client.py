@@ -339,8 +339,7 @@ def tell_with_completion(name: Any, prompt: str, recipient: Any, *, on_halt: str
     The message is `("gen_agent", "completion", name, ref, ("ok", response))` or
     `(..., ("error", reason))`. A recipient is a pykka `ActorRef` (told), an `AgentRef`
     (its `handle_info`), a queue (`put_nowait`, else `put`: a full queue drops the message,
-    never blocking the agent) or a callable. It may
-    arrive before this function returns.
+    never blocking the agent) or a callable. It may arrive before this function returns.
 
     Args:
         on_halt: "queue" (default; wait for resume) or "fail" (fail with "halted" if the
