@@ -341,9 +341,13 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
         dead = self.mailbox.remove_where(
             lambda r: r.origin == "ask" and not caller_alive(r.caller))
         for request in dead:
-            self._emit(telemetry.TURN_CANCELLED, self._now(),
-                       self._turn_meta(request, 1, reason_kind="caller_down"))
+            self._caller_gone(request)
         return bool(dead)
+
+    def _caller_gone(self, request: Request) -> None:
+        """A queued ask is dropped because its caller is gone: no callbacks (§4.14)."""
+        self._emit(telemetry.TURN_CANCELLED, self._now(),
+                   self._turn_meta(request, 1, reason_kind="caller_down"))
 
     def _can_dispatch_now(self) -> bool:
         return self.turn is None and not self.halted and not self.draining
@@ -382,10 +386,8 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
             msg.reply.resolve(("ok", request.ref))
 
     def _abandon_ask(self, ref: RequestRef) -> None:
-        removed = self.mailbox.remove_where(lambda r: r.ref == ref and r.origin == "ask")
-        for request in removed:
-            self._emit(telemetry.TURN_CANCELLED, self._now(),
-                       self._turn_meta(request, 1, reason_kind="caller_down"))
+        for request in self.mailbox.remove_where(lambda r: r.ref == ref and r.origin == "ask"):
+            self._caller_gone(request)
 
     # ------------------------------------------------------------------ dispatch (§4.4, §4.6)
     def _dispatch_and_continue(self, request: Request, prompt: str, attempt: int) -> None:
@@ -423,8 +425,7 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
             elif len(self.mailbox):
                 request = self.mailbox.pop()
                 if request.origin == "ask" and not caller_alive(request.caller):
-                    self._emit(telemetry.TURN_CANCELLED, self._now(),
-                               self._turn_meta(request, 1, reason_kind="caller_down"))
+                    self._caller_gone(request)
                     continue
                 outcome = self._dispatch(request, request.prompt, 1)
             else:
@@ -526,11 +527,15 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
         elif type(decision) is Halt:
             self._enter_halted()
 
+    def _self_chain_overload(self, prompt: str) -> Any:
+        """Why `prompt` may not take the reserved slot (§4.9), or None if it fits."""
+        occupied = 1 if self.self_chain is not None else 0
+        return check_admission("self_chain", occupied, 0, term_size(prompt), 1,
+                               self.opts.max_pending_prompt_bytes)
+
     def _offer_self_chain(self, prompt: str, *, recovery: bool = False) -> bool:
         """Put a follow-up in the reserved slot (§4.9); on overload tell handle_error."""
-        occupied = 1 if self.self_chain is not None else 0
-        info = check_admission("self_chain", occupied, 0, term_size(prompt), 1,
-                               self.opts.max_pending_prompt_bytes)
+        info = self._self_chain_overload(prompt)
         if info is None:
             self.self_chain = prompt
             return True
@@ -665,9 +670,7 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
 
     def _own_retry(self, request: Request, prompt: str, attempt: int, reason: Any) -> None:
         """Keep the caller waiting and retry under the same ref (§4.8)."""
-        occupied = 1 if self.self_chain is not None else 0
-        info = check_admission("self_chain", occupied, 0, term_size(prompt), 1,
-                               self.opts.max_pending_prompt_bytes)
+        info = self._self_chain_overload(prompt)
         if info is None:
             self.self_chain = Retry(request, prompt, attempt + 1)
             return

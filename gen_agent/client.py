@@ -14,7 +14,7 @@ import threading
 import time
 from typing import Any
 
-from gen_agent._context import current_handle, current_name
+from gen_agent._context import current_name
 from gen_agent._handle import AgentHandle
 from gen_agent._messages import (
     AbandonAskMsg,
@@ -110,12 +110,6 @@ def _drain(handle: AgentHandle, timeout: float | None) -> None:
         raise CallTimeout(timeout)
     if handle.exit_reason != "normal":
         raise RequestError(("agent_down", handle.exit_reason))
-
-
-def _stop(handle: AgentHandle) -> None:
-    if current_handle() is handle:
-        raise RequestError("self_stop")
-    handle.system._stop_handle(handle, "shutdown")
 
 
 # ---------------------------------------------------------------------- AgentRef
@@ -238,8 +232,7 @@ class AgentRef:
 
     def stop(self) -> None:
         """See `gen_agent.stop`; a no-op if this incarnation already stopped."""
-        if not self._handle.closed:
-            _stop(self._handle)
+        self._handle.system.stop_handle(self._handle)
 
 
 # ---------------------------------------------------------------------- public functions
@@ -498,7 +491,7 @@ def stop(name: Any) -> None:
 
     Mirrors: `GenAgent.stop/2` (contract §2.19).
     """
-    _stop(_lookup(None, name))
+    current_system().stop(name)
 
 
 def whereis(name: Any) -> AgentRef | None:

@@ -123,7 +123,16 @@ class AgentSystem:
             AgentNotFound: no such agent.
             RequestError: reason "self_stop" when called from the agent's own threads.
         """
-        handle = self.lookup(name)
+        self.stop_handle(self.lookup(name))
+
+    def stop_handle(self, handle: AgentHandle) -> None:
+        """Stop this incarnation gracefully, as `stop` does (no-op if it already stopped).
+
+        Raises:
+            RequestError: reason "self_stop" when called from the agent's own threads.
+        """
+        if handle.closed:
+            return
         if current_handle() is handle:
             raise RequestError("self_stop")
         self._stop_handle(handle, "shutdown")
