@@ -12,8 +12,9 @@ with `logger.enable("gen_agent")`.
 
 from loguru import logger
 
-from gen_agent._context import current_name
+from gen_agent._runtime.context import current_name
 from gen_agent.agent import GenAgent, Halt, NoReply, Proceed, Prompt, Skip
+from gen_agent.agent_ref import AgentRef
 from gen_agent.backend import (
     Backend,
     BackendError,
@@ -23,7 +24,6 @@ from gen_agent.backend import (
     TurnContext,
 )
 from gen_agent.client import (
-    AgentRef,
     ask,
     backend_session,
     cancel_request,

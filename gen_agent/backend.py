@@ -27,7 +27,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, Protocol, runtime_checkable
 
-from gen_agent._cancel import CancelSignal
+from gen_agent._runtime.cancel import CancelSignal
 from gen_agent.errors import GenAgentError
 from gen_agent.event import Event
 

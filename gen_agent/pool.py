@@ -31,7 +31,7 @@ import msgspec
 from loguru import logger
 
 from gen_agent import telemetry
-from gen_agent.client import AgentRef
+from gen_agent.agent_ref import AgentRef
 from gen_agent.errors import AgentDown, CallTimeout, GenAgentError, RequestError, TurnError
 from gen_agent.response import Response
 from gen_agent.size import term_size
@@ -490,7 +490,7 @@ class Pool:
     def _workers_quiet(self) -> bool:
         with self._cond:
             handles = [s.handle for s in self._slots if not s.retiring]
-        from gen_agent.client import AgentRef
+        from gen_agent.agent_ref import AgentRef
 
         for handle in handles:
             if handle is None:

@@ -3,8 +3,8 @@
 `Response` carries the assembled assistant text, the last assistant message, the retained
 events, the terminal event, token usage, timing and the coverage record that says how many of
 the turn's events were retained (§4.6). `Response.from_events` builds one from a plain list of
-events; the runtime builds one from its per-turn capture (`gen_agent._capture`). Both assemble
-text with `TextAccumulator`, the one implementation of the §6.2 rule.
+events; the runtime builds one from its per-turn capture (`gen_agent._runtime.capture`). Both
+assemble text with `TextAccumulator`, the one implementation of the §6.2 rule.
 
 Terminal data is read with plain string keys (`"text"`, `"session_id"`, `"model"`,
 `"reason"`, and the extras listed on `Response`); every other key of the terminal data is

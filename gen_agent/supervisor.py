@@ -37,7 +37,7 @@ from typing import Any, Literal
 import msgspec
 from loguru import logger
 
-from gen_agent._options import validate_shutdown
+from gen_agent._runtime.options import validate_shutdown
 from gen_agent.errors import AgentDown, AgentStartError, CallTimeout, RequestError
 from gen_agent.system import AgentSystem, current_system
 
@@ -746,7 +746,7 @@ class Supervisor:
 
 def _drain_quietly(handle: Any, timeout: float | None) -> None:
     """Drain one agent incarnation; any failure leaves the stop to `terminate_child`."""
-    from gen_agent.client import AgentRef
+    from gen_agent.agent_ref import AgentRef
 
     try:
         AgentRef(handle).drain(timeout)

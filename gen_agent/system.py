@@ -19,12 +19,13 @@ from typing import Any
 import pykka
 from loguru import logger
 
-from gen_agent._context import current_handle
-from gen_agent._handle import AgentHandle
-from gen_agent._messages import InterruptMsg, StopMsg
-from gen_agent._options import build_options, split_options, validate_shutdown
-from gen_agent._reply import Reply
-from gen_agent._server import AgentActor
+from gen_agent._runtime.context import current_handle
+from gen_agent._runtime.handle import AgentHandle
+from gen_agent._runtime.messages import InterruptMsg, StopMsg
+from gen_agent._runtime.options import build_options, split_options, validate_shutdown
+from gen_agent._runtime.reply import Reply
+from gen_agent._runtime.server import AgentActor
+from gen_agent.agent_ref import AgentRef
 from gen_agent.errors import AgentNotFound, AgentStartError, AlreadyStarted, RequestError
 
 __all__ = ["AgentSystem", "current_system", "shutdown"]
@@ -72,8 +73,6 @@ class AgentSystem:
     def whereis(self, name: Any) -> Any:
         """Return the `AgentRef` of `name`, or None (dead agents are ignored). Never messages
         the agent. Mirrors `GenAgent.whereis/1`."""
-        from gen_agent.client import AgentRef
-
         handle = self._agents.get(name)
         return None if handle is None or handle.closed else AgentRef(handle)
 
@@ -90,8 +89,6 @@ class AgentSystem:
     # ------------------------------------------------------------------ start / stop
     def start_agent(self, module: type, *, name: Any, backend: Any, **opts: Any) -> Any:
         """Start an agent in this system. See `gen_agent.start_agent` for the full contract."""
-        from gen_agent.client import AgentRef
-
         shutdown_ms = validate_shutdown(opts.get("shutdown_ms"))
         reserved, forwarded = split_options(opts)
         with self._lock:

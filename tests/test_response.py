@@ -8,7 +8,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from gen_agent._capture import Capture
+from gen_agent._runtime.capture import Capture
 from gen_agent.event import Event
 from gen_agent.response import EventCoverage, Omission, Response, TextAccumulator
 from gen_agent.size import term_size

@@ -25,8 +25,8 @@ without `"stream": true` gets the final `Response` object as JSON (HTTP 500 for 
 Response ids are `"resp_..."`; each streamed response echoes the request's `model` (unless the
 reply names one), `instructions`, `previous_response_id` and `store`.
 
-Importing this module registers the protocol with `ScriptedModelServer` (the server module
-imports it, so nothing needs doing by hand).
+`ScriptedModelServer` lists this protocol in its `_PROTOCOLS`; this module does not import the
+server back.
 
 Mirrors: nothing in the Elixir original (its tests stub HTTP); this is the loopback provider
 the contract's OpenAI backend and the Codex CLI (`wire_api = "responses"`) are tested against.
@@ -37,18 +37,20 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Iterable, Iterator
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import msgspec
 
-from gen_agent.testing import model_server
-from gen_agent.testing.model_server import (
+from gen_agent.testing.script import (
     RecordedRequest,
     Reply,
-    ScriptedModelServer,
     TextBlock,
     ToolUseBlock,
+    _Protocol,
 )
+
+if TYPE_CHECKING:
+    from gen_agent.testing.model_server import ScriptedModelServer
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -409,7 +411,7 @@ def _slices(text: str) -> list[str]:
 # --- the server side -------------------------------------------------------------------------
 
 
-class OpenAIResponsesProtocol(model_server._Protocol):
+class OpenAIResponsesProtocol(_Protocol):
     """`POST /v1/responses` on `ScriptedModelServer`: one script item per request.
 
     Registered with the server when this module is imported. Streaming when the request body
@@ -443,12 +445,3 @@ class OpenAIResponsesProtocol(model_server._Protocol):
                 out.send_event(event, data)
         finally:
             out.end_stream()
-
-
-def _register() -> None:
-    # The server builds its protocol objects from this tuple each time one is created.
-    if OpenAIResponsesProtocol not in model_server._PROTOCOLS:
-        model_server._PROTOCOLS = (*model_server._PROTOCOLS, OpenAIResponsesProtocol)
-
-
-_register()

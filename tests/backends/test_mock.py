@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import gen_agent
-from gen_agent._turn import WORKERS
+from gen_agent._runtime.turn import WORKERS
 from gen_agent.backend import (
     Backend,
     DispatchError,

@@ -7,7 +7,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gen_agent._capture import Capture
+from gen_agent._runtime.capture import Capture
 from gen_agent.event import Event
 from gen_agent.response import Response
 from gen_agent.size import term_size

@@ -19,10 +19,10 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from gen_agent._cancel import CancelSignal
-from gen_agent._capture import LosslessBudget
-from gen_agent._context import set_current
-from gen_agent._messages import TurnDoneMsg, TurnWakeMsg
+from gen_agent._runtime.cancel import CancelSignal
+from gen_agent._runtime.capture import LosslessBudget
+from gen_agent._runtime.context import set_current
+from gen_agent._runtime.messages import TurnDoneMsg, TurnWakeMsg
 from gen_agent.backend import DispatchError, TurnContext
 from gen_agent.event import TERMINAL_KINDS, Event, monotonic_ms
 from gen_agent.size import term_size

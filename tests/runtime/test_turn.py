@@ -25,7 +25,7 @@ class _Handle:
 
 
 def test_pushes_coalesce_into_one_wake_up_until_the_consumer_clears_it() -> None:
-    from gen_agent._turn import TurnChannel
+    from gen_agent._runtime.turn import TurnChannel
 
     handle = _Handle()
     channel = TurnChannel(handle, 7, max_bytes=1_000_000, cancel_event=threading.Event())
@@ -40,7 +40,7 @@ def test_pushes_coalesce_into_one_wake_up_until_the_consumer_clears_it() -> None
 
 
 def test_a_cancelled_producer_waiting_for_room_is_released() -> None:
-    from gen_agent._turn import TurnChannel
+    from gen_agent._runtime.turn import TurnChannel
 
     cancel = threading.Event()
     channel = TurnChannel(_Handle(), 1, max_bytes=10, cancel_event=cancel)

@@ -14,7 +14,7 @@ from typing import Any
 import pykka
 from loguru import logger
 
-from gen_agent._reply import Reply, fail_all
+from gen_agent._runtime.reply import Reply, fail_all
 from gen_agent.errors import AgentDown, RequestError
 
 

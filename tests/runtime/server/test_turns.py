@@ -13,7 +13,7 @@ import pytest
 
 import gen_agent
 from gen_agent import DispatchError, Event, NoReply, Proceed, Prompt, RequestRef, TurnError
-from gen_agent._turn import WORKERS
+from gen_agent._runtime.turn import WORKERS
 from gen_agent.backends import mock
 from gen_agent.backends.mock import MockBackend, MockRaised
 from gen_agent.telemetry import (

@@ -1,4 +1,4 @@
-"""Tests for gen_agent._options: the reserved start options, their defaults and validation
+"""Tests for gen_agent._runtime.options: the reserved start options, their defaults and validation
 (contract §2.2). Pure: no agents."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gen_agent._options import (
+from gen_agent._runtime.options import (
     DEFAULTS,
     RESERVED,
     AgentOptions,

@@ -15,8 +15,8 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from gen_agent._demo import MAX_RETRIES, DemoProgress, DemoReport, TurnRow
-from gen_agent._demo_script import TASKS
+from gen_agent.cli.demo import MAX_RETRIES, DemoProgress, DemoReport, TurnRow
+from gen_agent.cli.demo_script import TASKS
 
 __all__ = ["live_view", "report_json", "summary_notes", "summary_table"]
 

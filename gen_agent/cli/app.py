@@ -9,7 +9,7 @@ Commands:
   interrupts the turn, not the program; `/status`, `/reset`, `/quit`.
 - `gen-agent pool --backend B --workers N FILE`: one prompt per line through a supervised
   `Pool`, with a progress bar, then a results table (`--json`: JSON lines).
-- `gen-agent demo`: the embedded demo (see `gen_agent._demo`).
+- `gen-agent demo`: the embedded demo (see `gen_agent.cli.demo`).
 
 Exit codes: 0 all turns succeeded; 1 a turn failed; 2 bad input or set-up (unknown backend,
 missing CLI / SDK / API key, unreadable file); 130 Ctrl-C ended `run`. Errors are one line
@@ -34,7 +34,7 @@ from rich.table import Table
 from rich.text import Text
 
 import gen_agent
-from gen_agent._cli_support import (
+from gen_agent.cli.support import (
     BACKENDS,
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -422,8 +422,8 @@ def demo(
                                            help="Seconds the demo may take.")] = 180.0,
 ) -> None:
     """Supervised agents on a real client against a scripted model on 127.0.0.1."""
-    from gen_agent._demo import DEMO_BACKENDS, DemoOptions, run_demo
-    from gen_agent._demo_view import live_view, report_json, summary_notes, summary_table
+    from gen_agent.cli.demo import DEMO_BACKENDS, DemoOptions, run_demo
+    from gen_agent.cli.demo_view import live_view, report_json, summary_notes, summary_table
 
     if backend not in DEMO_BACKENDS:
         raise CliError(f"the demo runs on {' or '.join(DEMO_BACKENDS)}, not {backend!r}")

@@ -8,9 +8,9 @@ from typing import Any, Literal
 import pykka
 from loguru import logger
 
-from gen_agent._cancel import CancelSignal
-from gen_agent._capture import Capture
-from gen_agent._turn import TurnChannel
+from gen_agent._runtime.cancel import CancelSignal
+from gen_agent._runtime.capture import Capture
+from gen_agent._runtime.turn import TurnChannel
 from gen_agent.agent import Halt, NoReply, Prompt
 from gen_agent.event import monotonic_ms
 from gen_agent.ref import RequestRef

@@ -18,12 +18,12 @@ import pykka
 from loguru import logger
 
 from gen_agent import telemetry
-from gen_agent._cancel import CancelSignal
-from gen_agent._capture import Capture, LosslessBudget
-from gen_agent._context import set_current
-from gen_agent._controls import ControlsMixin
-from gen_agent._handle import AgentHandle
-from gen_agent._messages import (
+from gen_agent._runtime.cancel import CancelSignal
+from gen_agent._runtime.capture import Capture, LosslessBudget
+from gen_agent._runtime.context import set_current
+from gen_agent._runtime.controls import ControlsMixin
+from gen_agent._runtime.handle import AgentHandle
+from gen_agent._runtime.messages import (
     AbandonAskMsg,
     AskMsg,
     CallMsg,
@@ -48,9 +48,9 @@ from gen_agent._messages import (
     TurnWakeMsg,
     WatchdogMsg,
 )
-from gen_agent._options import AgentOptions
-from gen_agent._pending import BoundedQueue, check_admission
-from gen_agent._request import (
+from gen_agent._runtime.options import AgentOptions
+from gen_agent._runtime.pending import BoundedQueue, check_admission
+from gen_agent._runtime.request import (
     Request,
     Retry,
     StopAgent,
@@ -62,9 +62,9 @@ from gen_agent._request import (
     type_name,
     valid_decision,
 )
-from gen_agent._results import ResultCache
-from gen_agent._timers import TIMERS
-from gen_agent._turn import TurnChannel, TurnSpec, start_turn
+from gen_agent._runtime.results import ResultCache
+from gen_agent._runtime.timers import TIMERS
+from gen_agent._runtime.turn import TurnChannel, TurnSpec, start_turn
 from gen_agent.agent import BASE_STREAM_EVENT, Halt, NoReply, Proceed, Prompt, Skip
 from gen_agent.backend import SessionStartError, TurnContext
 from gen_agent.errors import (

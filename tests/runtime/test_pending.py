@@ -1,4 +1,4 @@
-"""Tests for gen_agent._pending: the admission rule and the bounded FIFO queues behind the
+"""Tests for gen_agent._runtime.pending: the admission rule and the bounded FIFO queues behind the
 prompt mailbox and the notification buffer (contract §4.17). Pure: no agents."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gen_agent import OverloadInfo
-from gen_agent._pending import BoundedQueue, check_admission
+from gen_agent._runtime.pending import BoundedQueue, check_admission
 
 # --- check_admission -------------------------------------------------------------------------
 

@@ -1,7 +1,7 @@
 """`gen-agent demo`: a supervised pool of agents on a real client, against a scripted model.
 
 `run_demo` starts `ScriptedModelServer` on 127.0.0.1 with the built-in script
-(`gen_agent._demo_script`), then a `Pool` of three `DemoAgent` workers on a real client: the
+(`gen_agent.cli.demo_script`), then a `Pool` of three `DemoAgent` workers on a real client: the
 official Anthropic SDK (`AnthropicAPI`, the default) or the Claude Code CLI (`ClaudeCLI`, which
 runs its tools on real files in a temporary workspace). It submits the eight tasks, waits for
 them while reporting progress, and returns a `DemoReport` with one `TurnRow` per turn.
@@ -31,9 +31,10 @@ from typing import Any, Final
 
 import msgspec
 
-from gen_agent._cli_support import CliError, describe_reason, require_cli, require_sdk
-from gen_agent._context import current_name
-from gen_agent._demo_script import (
+from gen_agent._runtime.context import current_name
+from gen_agent.agent import GenAgent, NoReply, Proceed, Prompt
+from gen_agent.backend import BackendError
+from gen_agent.cli.demo_script import (
     CRASH_MARK,
     TASKS,
     TOOL_RESULT_PREFIX,
@@ -43,8 +44,7 @@ from gen_agent._demo_script import (
     count_words,
     write_workspace,
 )
-from gen_agent.agent import GenAgent, NoReply, Proceed, Prompt
-from gen_agent.backend import BackendError
+from gen_agent.cli.support import CliError, describe_reason, require_cli, require_sdk
 from gen_agent.errors import CallTimeout, TurnError
 from gen_agent.event import Event
 from gen_agent.pool import Pool

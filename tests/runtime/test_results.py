@@ -1,4 +1,4 @@
-"""Tests for gen_agent._results: the bounded poll-result cache (contract §4.16). Pure."""
+"""Tests for gen_agent._runtime.results: the bounded poll-result cache (contract §4.16). Pure."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gen_agent import RequestRef, term_size
-from gen_agent._results import ResultCache
+from gen_agent._runtime.results import ResultCache
 
 
 def _size(ref: RequestRef, outcome: Any) -> int:

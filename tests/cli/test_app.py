@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-import gen_agent._cli_support as cli_support
+import gen_agent.cli.support as cli_support
 from gen_agent.backends import mock
-from gen_agent.cli import app
+from gen_agent.cli.app import app
 from gen_agent.testing.model_server import RecordedRequest, Reply, ScriptedModelServer
 
 WAIT_S = 30.0

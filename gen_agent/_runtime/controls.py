@@ -11,8 +11,8 @@ import threading
 from typing import Any
 
 from gen_agent import telemetry
-from gen_agent._messages import CheckpointMsg
-from gen_agent._request import Request, Retry, StopAgent, Turn, type_name, valid_session_id
+from gen_agent._runtime.messages import CheckpointMsg
+from gen_agent._runtime.request import Request, Retry, StopAgent, Turn, type_name, valid_session_id
 from gen_agent.backend import ResetError
 from gen_agent.errors import CheckpointError
 from gen_agent.status import CurrentTurn, PollResult, RuntimeSnapshot, Status

@@ -1,8 +1,8 @@
-"""Tests for `gen_agent._capture`: compact retention and the lossless budget (contract §4.6)."""
+"""Tests for `gen_agent._runtime.capture`: compact retention and the lossless budget (§4.6)."""
 
 from __future__ import annotations
 
-from gen_agent._capture import Capture, LosslessBudget
+from gen_agent._runtime.capture import Capture, LosslessBudget
 from gen_agent.event import Event
 from gen_agent.response import EventCoverage, Omission
 from gen_agent.size import term_size

@@ -1,0 +1,214 @@
+"""`AgentRef`: a handle on one incarnation of an agent, and the calls it shares with the client.
+
+The module-level functions of `gen_agent.client` resolve a name to an incarnation and then call
+the same implementations as an `AgentRef` does, so both behave alike (contract §2.1; the
+Elixir original addresses a pid or a registered name). Kept apart from `gen_agent.client` so
+the registry (`gen_agent.system`) can hand out refs without importing the client API.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from gen_agent._runtime.handle import AgentHandle
+from gen_agent._runtime.messages import (
+    AbandonAskMsg,
+    AskMsg,
+    CancelRequestMsg,
+    DrainMsg,
+    HaltMsg,
+    InfoMsg,
+    InterruptMsg,
+    InterruptRequestMsg,
+    NotifyMsg,
+    PollMsg,
+    ResetSessionMsg,
+    ResumeMsg,
+    SnapshotMsg,
+    StatusMsg,
+    TellMsg,
+)
+from gen_agent.errors import CallTimeout, RequestError, TurnError
+from gen_agent.ref import RequestRef
+from gen_agent.response import Response
+from gen_agent.status import PollResult, RuntimeSnapshot, Status
+
+__all__ = ["AgentRef"]
+
+
+def _check_prompt(prompt: Any, fn: str) -> None:
+    if type(prompt) is not str:
+        raise TypeError(f"{fn}: prompt must be a str, got {type(prompt).__name__}")
+
+
+def _unwrap(outcome: tuple[str, Any]) -> Any:
+    if outcome[0] == "ok":
+        return outcome[1]
+    raise TurnError(outcome[1])
+
+
+def _request(outcome: tuple[str, Any]) -> Any:
+    if outcome[0] == "ok":
+        return outcome[1]
+    raise RequestError(outcome[1])
+
+
+# ---------------------------------------------------------------------- implementations
+# Each takes the handle of one incarnation: module functions resolve it by name, an AgentRef
+# uses its own (so an old ref never reaches a restarted agent: it gets AgentDown).
+def _ask(handle: AgentHandle, prompt: str, timeout: float | None) -> Response:
+    _check_prompt(prompt, "ask")
+    ref = RequestRef.new()
+    caller = threading.current_thread()
+    try:
+        return _unwrap(handle.call(lambda r: AskMsg(prompt, r, ref, caller), timeout))
+    except CallTimeout:
+        raise  # a timed-out but live caller keeps its place (§4.14)
+    except BaseException as exc:
+        if not isinstance(exc, Exception):  # e.g. KeyboardInterrupt: the caller gave up
+            handle.send(AbandonAskMsg(ref))
+        raise
+
+
+def _tell(handle: AgentHandle, prompt: str, timeout: float | None, *, recipient: Any = None,
+          completion: bool = False, on_halt: str = "queue", stream_to: Any = None) -> RequestRef:
+    _check_prompt(prompt, "tell")
+    if on_halt not in ("queue", "fail"):
+        raise ValueError(f"on_halt must be 'queue' or 'fail', got {on_halt!r}")
+    return _unwrap(handle.call(
+        lambda r: TellMsg(prompt, r, recipient, completion, on_halt, stream_to), timeout))
+
+
+def _drain(handle: AgentHandle, timeout: float | None) -> None:
+    deadline = None if timeout is None else time.monotonic() + timeout
+    _request(handle.call(DrainMsg, timeout))
+    remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+    if not handle.exited.wait(remaining):
+        raise CallTimeout(timeout)
+    if handle.exit_reason != "normal":
+        raise RequestError(("agent_down", handle.exit_reason))
+
+
+# ---------------------------------------------------------------------- AgentRef
+class AgentRef:
+    """A handle on one incarnation of an agent. Thread-safe; share it freely.
+
+    Methods mirror the module-level functions of the same name (see their docs), but address
+    this incarnation, not the name: once it has stopped, synchronous methods raise
+    `AgentDown` (even if a new agent took the name) and casts are ignored. `is_alive()`
+    tells whether it still runs. Two refs are equal iff they denote the same incarnation.
+    """
+
+    __slots__ = ("_handle",)
+
+    def __init__(self, handle: AgentHandle) -> None:
+        self._handle = handle
+
+    @property
+    def name(self) -> Any:
+        """The registered name."""
+        return self._handle.name
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, AgentRef) and other._handle is self._handle
+
+    def __hash__(self) -> int:
+        return id(self._handle)
+
+    def __repr__(self) -> str:
+        state = "alive" if self.is_alive() else "dead"
+        return f"<AgentRef {self._handle.module.__name__} {state}>"
+
+    def is_alive(self) -> bool:
+        """True while this incarnation runs (it has not stopped or been killed)."""
+        return not self._handle.closed
+
+    def wait_stopped(self, timeout: float | None = None) -> bool:
+        """Block until this incarnation's thread finished; False if `timeout` (s) expired."""
+        return self._handle.exited.wait(timeout)
+
+    def on_exit(self, callback: Any) -> None:
+        """Call `callback(ref, reason)` once when this incarnation stops, for any reason
+        including a kill (at once if it already has). It runs in the thread that ends the
+        agent and must be quick: hand the news to your own thread or queue. A raising
+        callback is logged (type only) and ignored. Mirrors `Process.monitor/1` on the
+        agent's pid.
+        """
+        self._handle.on_exit(lambda _handle, reason: callback(self, reason))
+
+    @property
+    def exit_reason(self) -> Any:
+        """The reason this incarnation stopped (None while it runs)."""
+        return self._handle.exit_reason
+
+    def send_info(self, message: Any) -> None:
+        """Deliver `message` to this incarnation's `handle_info` (used for completions)."""
+        self._handle.send(InfoMsg(message))
+
+    def ask(self, prompt: str, timeout: float | None = None) -> Response:
+        """See `gen_agent.ask`."""
+        return _ask(self._handle, prompt, timeout)
+
+    def tell(self, prompt: str, timeout: float | None = None) -> RequestRef:
+        """See `gen_agent.tell`."""
+        return _tell(self._handle, prompt, timeout)
+
+    def tell_with_completion(self, prompt: str, recipient: Any, *, on_halt: str = "queue",
+                             stream_to: Any = None, timeout: float | None = None) -> RequestRef:
+        """See `gen_agent.tell_with_completion`."""
+        return _tell(self._handle, prompt, timeout, recipient=recipient, completion=True,
+                     on_halt=on_halt, stream_to=stream_to)
+
+    def poll(self, ref: RequestRef, timeout: float | None = None) -> PollResult:
+        """See `gen_agent.poll`."""
+        return self._handle.call(lambda r: PollMsg(ref, r), timeout)
+
+    def notify(self, event: Any) -> None:
+        """See `gen_agent.notify`."""
+        self._handle.send(NotifyMsg(event))
+
+    def notify_ack(self, event: Any, timeout: float | None = None) -> None:
+        """See `gen_agent.notify_ack`."""
+        _unwrap(self._handle.call(lambda r: NotifyMsg(event, r), timeout))
+
+    def interrupt(self) -> None:
+        """See `gen_agent.interrupt`."""
+        self._handle.send(InterruptMsg())
+
+    def interrupt_request(self, ref: RequestRef, timeout: float | None = None) -> str:
+        """See `gen_agent.interrupt_request`."""
+        return self._handle.call(lambda r: InterruptRequestMsg(ref, r), timeout)
+
+    def cancel_request(self, ref: RequestRef, timeout: float | None = None) -> str:
+        """See `gen_agent.cancel_request`."""
+        return self._handle.call(lambda r: CancelRequestMsg(ref, r), timeout)
+
+    def halt(self) -> None:
+        """See `gen_agent.halt`."""
+        self._handle.send(HaltMsg())
+
+    def resume(self) -> None:
+        """See `gen_agent.resume`."""
+        self._handle.send(ResumeMsg())
+
+    def reset_session(self, timeout: float | None = None) -> None:
+        """See `gen_agent.reset_session`."""
+        _request(self._handle.call(ResetSessionMsg, timeout))
+
+    def status(self, timeout: float | None = None) -> Status:
+        """See `gen_agent.status`."""
+        return self._handle.call(StatusMsg, timeout)
+
+    def runtime_snapshot(self, timeout: float | None = None) -> RuntimeSnapshot:
+        """See `gen_agent.runtime_snapshot`."""
+        return self._handle.call(SnapshotMsg, timeout)
+
+    def drain(self, timeout: float | None = None) -> None:
+        """See `gen_agent.drain`."""
+        _drain(self._handle, timeout)
+
+    def stop(self) -> None:
+        """See `gen_agent.stop`; a no-op if this incarnation already stopped."""
+        self._handle.system.stop_handle(self._handle)
