@@ -18,6 +18,7 @@ from gen_agent.agent_ref import AgentRef
 from gen_agent.backend import (
     Backend,
     BackendError,
+    Diagnostics,
     DispatchError,
     ResetError,
     SessionStartError,
@@ -104,6 +105,7 @@ __all__ = [
     "ChildInfo",
     "ChildSpec",
     "CurrentTurn",
+    "Diagnostics",
     "DispatchError",
     "Event",
     "EventCoverage",

@@ -27,6 +27,8 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, Protocol, runtime_checkable
 
+import msgspec
+
 from gen_agent._runtime.cancel import CancelSignal
 from gen_agent.errors import GenAgentError
 from gen_agent.event import Event
@@ -37,6 +39,7 @@ __all__ = [
     "Backend",
     "BackendError",
     "BackendProtocol",
+    "Diagnostics",
     "DispatchError",
     "ResetError",
     "SessionStartError",
@@ -383,11 +386,12 @@ def _retry_after(headers: Any) -> str | None:
 
 def _transport_retryable(exc: BaseException) -> bool | None:
     """None if `exc` is no transport error; else whether it is a timeout, close or reset."""
-    httpx = sys.modules.get("httpx")  # an httpx exception implies httpx is already imported
-    if httpx is not None and isinstance(exc, httpx.TransportError):
-        if isinstance(exc, httpx.TimeoutException | httpx.RemoteProtocolError):
-            return True
-        return any(_closed_or_reset(cause) for cause in _causes(exc))
+    for name in ("httpx", "httpx2"):  # the SDKs' HTTP client, under either package name
+        httpx = sys.modules.get(name)  # an httpx exception implies httpx is already imported
+        if httpx is not None and isinstance(exc, httpx.TransportError):
+            if isinstance(exc, httpx.TimeoutException | httpx.RemoteProtocolError):
+                return True
+            return any(_closed_or_reset(cause) for cause in _causes(exc))
     if isinstance(exc, TimeoutError | ConnectionError):
         return _closed_or_reset(exc)
     return None
@@ -408,6 +412,46 @@ def _causes(exc: BaseException) -> Iterable[BaseException]:
         current = current.__cause__ or current.__context__
 
 
+class Diagnostics(msgspec.Struct, frozen=True, kw_only=True):
+    """What a failed turn had learned before it failed: the facts a caller needs to decide.
+
+    Filled by the bundled backends on the `BackendError` of every failed turn (see the table
+    in `docs/pages/errors.md`); every field is optional. Payload text (`partial_text`,
+    `stderr_tail`) is data for the caller: it never appears in `str()` / `repr()` of the
+    error and must never be logged.
+
+    Fields:
+        partial_text: the assistant text streamed before the failure (`""`: none).
+        session_id: the provider session id known so far (a CLI's init line or thread id,
+            an SDK backend's session id), even when the turn failed before its result; None
+            when none was known. After `"session_not_found"` it is None (the id is dead).
+        exit_code: the CLI's exit status (negative: the signal that ended it), or None when
+            there is no process or it had not exited when the turn ended.
+        stderr_tail: the end of the CLI's stderr (text, at most `stderr_tail_bytes`), or
+            None without a process.
+        http_status: the HTTP status of the response the failure came with (200 for a
+            failure in the middle of a stream), or None when no response arrived.
+        response_id: the provider's id of the reply (`msg_...`, `resp_...`), or None.
+        stop_reason: why the reply stopped (e.g. an OpenAI incomplete reason
+            `"max_output_tokens"`), or None.
+        usage: the token counts the provider reported before the failure (tokens), or None.
+
+    Mirrors: nothing in the contract (a Python addition beside `%GenAgent.Backend.Error{}`).
+    """
+
+    partial_text: str = ""
+    session_id: str | None = None
+    exit_code: int | None = None
+    stderr_tail: str | None = None
+    http_status: int | None = None
+    response_id: str | None = None
+    stop_reason: str | None = None
+    usage: dict[str, Any] | None = None
+
+
+NO_DIAGNOSTICS: Final = Diagnostics()
+
+
 class BackendError(GenAgentError):
     """A provider failure, normalized; both a reason value and an exception.
 
@@ -423,9 +467,14 @@ class BackendError(GenAgentError):
         message: the provider's human-readable message, or None. May contain request data:
             it is never shown by `str()`/`repr()` and must never be logged.
         raw: the original term (response body and headers, exception, tuple...).
+        diagnostics: a `Diagnostics` record of what the failed turn had learned (partial
+            text, exit code and stderr tail, HTTP status, session id so far); keyword-only,
+            empty by default. The bundled backends fill it on every failed turn
+            (`with_diagnostics`).
 
-    Equality compares all seven fields; the hash covers all but `raw`. `str(err)` and
-    `repr(err)` show only kind, provider and status. `.reason` is `kind`.
+    Equality compares the seven contract fields (not `diagnostics`, which describes the
+    turn, not the failure); the hash covers all but `raw`. `str(err)` and `repr(err)` show
+    only kind, provider and status, never a message or diagnostics. `.reason` is `kind`.
 
     Raises:
         TypeError: from the constructor, when a field has the wrong type.
@@ -442,8 +491,14 @@ class BackendError(GenAgentError):
         retry_after: str | None = None,
         message: str | None = None,
         raw: Any = None,
+        *,
+        diagnostics: Diagnostics = NO_DIAGNOSTICS,
     ) -> None:
         _check_fields(provider, kind, retryable, status, retry_after, message)
+        if not isinstance(diagnostics, Diagnostics):
+            raise TypeError(
+                f"BackendError diagnostics must be a Diagnostics, got {type(diagnostics).__name__}"
+            )
         self.provider = provider
         self.kind = kind
         self.retryable = retryable
@@ -451,7 +506,25 @@ class BackendError(GenAgentError):
         self.retry_after = retry_after
         self.message = message
         self.raw = raw
+        self.diagnostics = diagnostics
         super().__init__(kind, self._summary())
+
+    def with_diagnostics(self, **changes: Any) -> BackendError:
+        """A copy of this error whose `diagnostics` has `changes` applied.
+
+        Args:
+            changes: `Diagnostics` fields (`partial_text=...`, `exit_code=...`); a value of
+                None leaves a field as it is.
+
+        Returns:
+            A new `BackendError`, equal to this one (diagnostics are not compared).
+
+        Raises:
+            TypeError: an unknown field name.
+        """
+        kept = {key: value for key, value in changes.items() if value is not None}
+        diagnostics = msgspec.structs.replace(self.diagnostics, **kept)
+        return type(self)(*self._fields(), diagnostics=diagnostics)
 
     def _summary(self) -> str:
         status = "" if self.status is None else f", status={self.status}"
@@ -475,7 +548,7 @@ class BackendError(GenAgentError):
         )
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), self._fields())
+        return (_rebuild, (type(self), self._fields(), self.diagnostics))
 
     @classmethod
     def http(
@@ -601,6 +674,10 @@ class BackendError(GenAgentError):
         if len(term) == 2 and isinstance(term[0], str):
             return cls.new(provider, term[0], term, message=_message_of(term[1]))
         return cls.new(provider, "provider_error", term)
+
+
+def _rebuild(cls: type[BackendError], fields: tuple[Any, ...], diagnostics: Any) -> BackendError:
+    return cls(*fields, diagnostics=diagnostics)
 
 
 def _check_fields(

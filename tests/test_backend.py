@@ -18,6 +18,7 @@ from gen_agent.backend import (
     Backend,
     BackendError,
     BackendProtocol,
+    Diagnostics,
     DispatchError,
     ResetError,
     SessionStartError,
@@ -555,3 +556,39 @@ def test_backend_error_pickles_with_all_fields() -> None:
 def test_backend_error_rejects_wrongly_typed_fields(fields: tuple[Any, ...]) -> None:
     with pytest.raises(TypeError):
         BackendError(*fields)
+
+
+# -- diagnostics ---------------------------------------------------------------------------
+
+
+def test_diagnostics_are_data_never_in_str_repr_nor_equality() -> None:
+    plain = BackendError.new("claude", "no_result", None, message="secret message")
+    told = plain.with_diagnostics(
+        partial_text="the partial answer", exit_code=3, stderr_tail="boom on stderr",
+        session_id="sess-1", http_status=200, usage={"input_tokens": 2},
+    )
+
+    assert plain.diagnostics == Diagnostics()
+    assert told.diagnostics == Diagnostics(
+        partial_text="the partial answer", exit_code=3, stderr_tail="boom on stderr",
+        session_id="sess-1", http_status=200, usage={"input_tokens": 2},
+    )
+    assert told == plain and hash(told) == hash(plain)
+    for shown in (str(told), repr(told)):
+        assert "partial" not in shown and "boom" not in shown and "secret" not in shown
+    # None leaves a field as it is; a copy keeps the contract fields.
+    again = told.with_diagnostics(exit_code=None, stop_reason="max_tokens")
+    assert (again.diagnostics.exit_code, again.diagnostics.stop_reason) == (3, "max_tokens")
+    assert (again.kind, again.message) == ("no_result", "secret message")
+
+
+def test_diagnostics_survive_pickling_and_are_type_checked() -> None:
+    told = BackendError.new("codex", "turn_failed", None).with_diagnostics(session_id="t-1")
+
+    copy = pickle.loads(pickle.dumps(told))
+
+    assert copy == told and copy.diagnostics.session_id == "t-1"
+    with pytest.raises(TypeError, match="diagnostics must be a Diagnostics"):
+        BackendError("codex", "x", diagnostics={"session_id": "t-1"})  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        told.with_diagnostics(unknown_field=1)

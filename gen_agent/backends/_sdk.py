@@ -26,6 +26,7 @@ import importlib
 import os
 import secrets
 import socket
+import sys
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -44,6 +45,7 @@ from gen_agent.backends._option_checks import (
     is_str_map,
     is_text,
 )
+from gen_agent.backends._sse import SSEDecoder, SSEFrame, SSEProtocolError
 from gen_agent.event import Event
 from gen_agent.size import term_size
 
@@ -111,8 +113,41 @@ class Transport:
         self._turn = 0
         self._cancelled_turn = -1
         self._closed = False
+        self._parked: tuple[Any, Iterator[bytes]] | None = None
         http_client = sdk.DefaultHttpxClient(event_hooks={"request": [self._on_request]})
         self.client = make_client(http_client)
+
+    def park(self, stream: Any, rest: Iterator[bytes]) -> None:
+        """Keep a finished turn's response (`stream`, its unread body `rest`) to be read to
+        its end later (`finish_parked`), so its connection goes back to the pool without the
+        reply waiting for the end of the body."""
+        with self._lock:
+            previous = self._parked
+            self._parked = None if self._closed else (stream, rest)
+            closed = self._closed
+        if previous is not None:
+            _close_quietly(previous[0])
+        if closed:
+            _close_quietly(stream)
+
+    def finish_parked(self) -> None:
+        """Read the parked response to its end and release it (its connection is reused).
+
+        Called by the next turn before its request. A body that fails or is cut is closed
+        instead (the pool then drops that connection). Quick in the usual case: the end of
+        the body arrived together with the last event.
+        """
+        with self._lock:
+            parked, self._parked = self._parked, None
+        if parked is None:
+            return
+        stream, rest = parked
+        try:
+            for _ in rest:
+                pass
+        except Exception as exc:  # noqa: BLE001 - the turn it belonged to is over; logged
+            logger.debug("gen_agent reading a body to its end raised {}", type(exc).__name__)
+        _close_quietly(stream)
 
     def begin_turn(self) -> int:
         """Start a turn; returns its token (a cancel before this call does not affect it)."""
@@ -140,6 +175,9 @@ class Transport:
             if self._closed:
                 return
             self._closed = True
+            parked, self._parked = self._parked, None
+        if parked is not None:
+            _close_quietly(parked[0])
         self.cancel()
         try:
             self.client.close()
@@ -290,11 +328,15 @@ class StreamTranslator:
 
     Subclasses set `_PROVIDER`, `_HANDLERS` (event `type` → method returning its events; other
     types produce nothing) and `_TRUNCATED` (the message of a stream that ended without an
-    outcome), and may extend `_error_fields` (ids the terminal error reports).
+    outcome), and may extend `_error_fields` (ids the terminal error reports) and
+    `diagnostics` (what a failed turn had learned).
 
     Args:
         session_id: the session id put in the result.
         model: the requested model (reported unless the reply names one).
+
+    Members: `http_status` is the status of the streamed response (set by `stream_turn`);
+    `finished` is True once a terminal event was made.
 
     Not thread-safe: one turn, one owner.
     """
@@ -307,6 +349,7 @@ class StreamTranslator:
         self.session_id = session_id
         self.model = model
         self.finished = False
+        self.http_status: int | None = None
 
     def translate(self, event: Mapping[str, Any]) -> list[Event]:
         """Translate one stream event (`{"type": ..., ...}`) into events.
@@ -331,10 +374,19 @@ class StreamTranslator:
         return self.error(reason)
 
     def error(self, reason: BackendError) -> Event:
-        """The terminal `error` event for `reason`; ends the turn."""
+        """The terminal `error` event for `reason`, its diagnostics filled; ends the turn."""
         self.finished = True
+        known = self.diagnostics()
+        if known.get("http_status") is None:
+            known["http_status"] = reason.status  # an HTTP error status, before any body
+        reason = reason.with_diagnostics(**known)
         data = {"reason": reason, "session_id": self.session_id, **self._error_fields()}
         return Event.new("error", {**data, "model": self.model, "provider": self._PROVIDER})
+
+    def diagnostics(self) -> dict[str, Any]:
+        """The `Diagnostics` fields known so far (`BackendError.with_diagnostics` keywords):
+        the session id and HTTP status here; subclasses add text, ids and usage."""
+        return {"session_id": self.session_id, "http_status": self.http_status}
 
     def _error_fields(self) -> dict[str, Any]:
         return {}
@@ -351,55 +403,121 @@ def stream_turn(
 ) -> Iterator[Event]:
     """One streamed request: its events, ending with exactly one terminal event.
 
-    The request is made when the stream is first read; every SDK failure (HTTP status,
-    mid-stream error, lost connection) is a terminal `error` event, a failure after a cancel
-    (of the transport or the turn) is kind `"cancelled"`, and a stream that ends without an
-    outcome is the translator's `truncated()` error.
+    The request is made when the stream is first read (after the previous turn's finished
+    body was read to its end, `Transport.finish_parked`). The SDK makes the request and
+    raises for an HTTP error status; the body is then read as bytes and decoded by
+    `_sse.SSEDecoder`, never by the SDK's own decoder, so that every fault has one outcome:
+
+    - an SDK failure → `error_from_sdk` (HTTP status, connection failure before the body);
+    - the connection closed (FIN) or reset (RST) mid-body, or another failure of the HTTP
+      client → kind `"transport"`, retryable; its read timeout → `"timeout"`, retryable;
+    - bytes that are not an event stream, or a `data:` payload that is not a JSON object →
+      `"protocol_error"`, not retryable;
+    - a failure after a cancel (of the transport or the turn) → `"cancelled"`;
+    - a body that ends without an outcome → the translator's `truncated()` error.
+
+    After the terminal event the rest of the body is not read now (the reply must not wait
+    for it) but parked on the transport and read to its end by the next turn, so the SDK's
+    connection pool reuses the connection.
 
     Args:
         session: the session (its `transport`).
         context: the `TurnContext` (its cancel signal).
         translator: the turn's fresh translator.
         sdk: the backend's `SDK`.
-        create: makes the request with the SDK client; returns the stream of SDK events.
+        create: makes the request with the SDK client; returns the SDK's stream object (its
+            `response` is the HTTP response, body unread).
         error_from_sdk: the backend's one SDK exception boundary (None: not the SDK's, which
             re-raises as a task crash).
 
     Returns:
-        A generator of `Event`s; closing it closes the SDK stream.
+        A generator of `Event`s; closing it early closes the response.
     """
     transport = session.transport
     module = sdk.load()
+    transport.finish_parked()
     token = transport.begin_turn()
     stream = None
     try:
         stream = create(transport.client)
-        for raw in stream:
-            yield from translator.translate(_as_dict(raw))
-            if translator.finished:
-                return
+        response = stream.response
+        translator.http_status = response.status_code
+        decoder = SSEDecoder()
+        body = response.iter_bytes()
+        for chunk in body:
+            for frame in decoder.feed(chunk):
+                event = _frame_event(frame)
+                if event is None:
+                    continue
+                events = translator.translate(event)
+                if translator.finished:
+                    transport.park(stream, body)
+                    stream = None
+                    yield from events
+                    return
+                yield from events
+        decoder.finish()
         end = translator.truncated()
         if end is not None:
             yield end
-    except Exception as exc:  # SDK failures become the terminal error; others re-raise
+    except Exception as exc:  # every failure becomes the terminal error; bugs re-raise
         if transport.cancelled(token) or context.cancelled:
             reason = BackendError.new(sdk.provider, "cancelled", None, message="turn cancelled")
             yield translator.error(reason)
             return
-        mapped = error_from_sdk(exc, module)
+        mapped = _wire_error(sdk.provider, exc)
         if mapped is None:
-            raise  # not an SDK failure: a bug, reported as a task crash
+            mapped = error_from_sdk(exc, module)
+        if mapped is None:
+            raise  # not a failure of the SDK or the wire: a bug, reported as a task crash
         logger.debug("gen_agent {} turn failed with {}", sdk.provider, type(exc).__name__)
         yield translator.error(mapped)
     finally:
         if stream is not None:
-            stream.close()
+            _close_quietly(stream)
 
 
-def _as_dict(event: Any) -> Mapping[str, Any]:
-    if isinstance(event, Mapping):
-        return event
-    return event.to_dict()
+class _MalformedEvent(ValueError):
+    """A `data:` payload that is not a JSON object."""
+
+
+def _frame_event(frame: SSEFrame) -> Mapping[str, Any] | None:
+    """The JSON object a frame carries (None for an empty payload or the `[DONE]` sentinel)."""
+    if frame.data == "[DONE]" or not frame.data.strip():
+        return None
+    try:
+        value = msgspec.json.decode(frame.data)
+    except msgspec.DecodeError:
+        raise _MalformedEvent(f"a {frame.event!r} event's data is not JSON") from None
+    if not isinstance(value, dict):
+        raise _MalformedEvent(f"a {frame.event!r} event's data is not a JSON object")
+    return value
+
+
+def _wire_error(provider: str, exc: BaseException) -> BackendError | None:
+    """A failure of the body itself (the bytes, or the HTTP client reading them)."""
+    if isinstance(exc, SSEProtocolError | _MalformedEvent):
+        return BackendError.new(provider, "protocol_error", None, message=str(exc))
+    for name in ("httpx2", "httpx"):  # the SDKs' HTTP client, under either package name
+        httpx = sys.modules.get(name)
+        if httpx is None:
+            continue
+        if isinstance(exc, httpx.TimeoutException):
+            return transport_error(provider, exc, timeout=True)
+        if isinstance(exc, httpx.TransportError):
+            return transport_error(provider, exc, timeout=False)
+    if isinstance(exc, TimeoutError):
+        return transport_error(provider, exc, timeout=True)
+    if isinstance(exc, OSError):
+        return transport_error(provider, exc, timeout=False)
+    return None
+
+
+def _close_quietly(stream: Any) -> None:
+    try:
+        stream.close()
+    except Exception as exc:  # noqa: BLE001 - closing is best effort; logged
+        logger.debug("gen_agent closing a response raised {}", type(exc).__name__)
 
 
 def connection_error(provider: str, exc: BaseException, sdk: Any) -> BackendError | None:

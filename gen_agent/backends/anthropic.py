@@ -14,16 +14,22 @@ Normalization (raw stream events, as dicts, to `Event`s; `AnthropicStreamTransla
 
 - `message_start` → nothing (its id, model and input usage are remembered);
 - a text delta → `text` {text} (immediately, as it arrives);
-- a `tool_use` block, once complete → `tool_use` {id, name, input};
-- any other block type (e.g. `thinking`), once complete → `anthropic.<type>` with the block;
+- a `tool_use` block, once complete → `tool_use` {id, name, input}: the input assembled from
+  its `input_json_delta` fragments (`{}` for a tool called without arguments);
+- any other block type (`thinking`, `server_tool_use` with its input assembled the same way,
+  ...), once complete → `anthropic.<type>` with the block;
+- a delta of another kind (`citations_delta`, or one this module does not know) →
+  `anthropic.<delta type>` {index, delta}, at once (never dropped);
 - `message_delta` → remembered (stop reason; usage counts are cumulative: the last wins, they
   are never summed);
 - `message_stop` → `usage` {input_tokens, output_tokens, cache_*} then the terminal `result`
   {text (the joined text blocks), session_id, stop_reason, model, message_id, provider};
   a refusal is a `result` with `stop_reason: "refusal"` (contract §7.6);
 - an HTTP error, a mid-stream `error` event, a connection failure, or a stream that ends
-  before `message_stop` → the terminal `error` whose reason is a `BackendError`
-  (`_error_from_sdk` is the one place SDK exceptions are translated).
+  before `message_stop` → the terminal `error` whose reason is a `BackendError` with its
+  `diagnostics` (partial text, message id, usage, HTTP status); `_error_from_sdk` is the one
+  place SDK exceptions are translated, `_sdk.stream_turn` the one place the body's faults are
+  (the body is decoded by `_sse`, not by the SDK: see `docs/pages/errors.md`).
 
 SDK retries are off by default (`max_retries=0`): the agent's retry policy owns retries.
 """
@@ -177,6 +183,17 @@ class AnthropicStreamTranslator(StreamTranslator):
         self._blocks: dict[int, dict[str, Any]] = {}
         self._json: dict[int, list[str]] = {}
 
+    def diagnostics(self) -> dict[str, Any]:
+        """The base fields plus the text streamed so far, the message id, the stop reason
+        and the usage reported before the failure."""
+        return {
+            **super().diagnostics(),
+            "partial_text": "".join(self._texts),
+            "response_id": self.message_id,
+            "stop_reason": self.stop_reason,
+            "usage": dict(self.usage) if self.usage else None,
+        }
+
     # -- per event type -------------------------------------------------------------
 
     def _message_start(self, event: Mapping[str, Any]) -> list[Event]:
@@ -207,29 +224,41 @@ class AnthropicStreamTranslator(StreamTranslator):
         if not isinstance(delta, Mapping) or not isinstance(index, int):
             return []
         kind = delta.get("type")
-        if kind == "text_delta" and isinstance(delta.get("text"), str) and delta["text"]:
+        if kind == "text_delta" and isinstance(delta.get("text"), str):
+            if not delta["text"]:
+                return []
             if self._blocks.get(index, {}).get("type") == "text" and self._texts:
                 self._texts[-1] += delta["text"]
             return [Event.new("text", {"text": delta["text"]})]
         if kind == "input_json_delta" and isinstance(delta.get("partial_json"), str):
             self._json.setdefault(index, []).append(delta["partial_json"])
-        elif index in self._blocks:
-            _merge_delta(self._blocks[index], delta)
-        return []
+            return []
+        block = self._blocks.get(index)
+        if kind in _MERGED_DELTAS and block is not None:
+            _merge_delta(block, delta)
+            return []
+        # Citations and any delta kind this translator does not know: kept, as an event.
+        name = kind if is_text(kind) else "delta"
+        return [Event.new(f"anthropic.{name}", {"index": index, "delta": dict(delta)})]
 
     def _block_stop(self, event: Mapping[str, Any]) -> list[Event]:
         index = event.get("index")
         block = self._blocks.pop(index, None) if isinstance(index, int) else None
-        pieces = self._json.pop(index, []) if isinstance(index, int) else []
+        pieces = self._json.pop(index, None) if isinstance(index, int) else None
         if block is None or block.get("type") == "text":
             return []
+        if pieces is not None:
+            block["input"] = _tool_input("".join(pieces))
         if block.get("type") == "tool_use":
             data = {"id": block.get("id"), "name": block.get("name"), "input": block.get("input")}
-            if pieces:
-                data["input"] = _decode_json("".join(pieces))
+            if not isinstance(data["input"], Mapping):
+                data["input"] = {} if data["input"] is None else data["input"]
             return [Event.new("tool_use", data)]
         name = block.get("type") if is_text(block.get("type")) else "content_block"
         return [Event.new(f"anthropic.{name}", block)]
+
+    def _error(self, event: Mapping[str, Any]) -> list[Event]:
+        return [self.error(_stream_error(event))]
 
     def _message_delta(self, event: Mapping[str, Any]) -> list[Event]:
         delta = event.get("delta")
@@ -269,12 +298,17 @@ _HANDLERS: Final = {
     "content_block_stop": AnthropicStreamTranslator._block_stop,
     "message_delta": AnthropicStreamTranslator._message_delta,
     "message_stop": AnthropicStreamTranslator._message_stop,
+    "error": AnthropicStreamTranslator._error,
 }
 AnthropicStreamTranslator._HANDLERS = _HANDLERS
 
 
+# Deltas that extend a block's own fields (the block is an event once complete).
+_MERGED_DELTAS: Final = frozenset({"thinking_delta", "signature_delta"})
+
+
 def _merge_delta(block: dict[str, Any], delta: Mapping[str, Any]) -> None:
-    # Deltas of other block types (thinking, signature, citations) extend string fields.
+    # thinking and signature deltas extend the block's string fields.
     for key, value in delta.items():
         if key == "type":
             continue
@@ -284,7 +318,12 @@ def _merge_delta(block: dict[str, Any], delta: Mapping[str, Any]) -> None:
             block[key] = value
 
 
-def _decode_json(text: str) -> Any:
+def _tool_input(text: str) -> Any:
+    """A tool call's input from its joined `input_json_delta` fragments: `{}` for none (a
+    tool called without arguments streams one empty fragment), else the decoded JSON, or
+    `{"_unparsed": text}` when the fragments do not make JSON."""
+    if not text.strip():
+        return {}
     try:
         return msgspec.json.decode(text)
     except msgspec.DecodeError:
@@ -315,20 +354,24 @@ def _error_from_sdk(exc: BaseException, sdk: Any) -> BackendError | None:
     if isinstance(exc, sdk.APIStatusError):
         if exc.status_code >= 400:
             return status_error(PROVIDER, exc)
-        return _stream_error(exc)
+        return _stream_error(exc.body, exc)
     if isinstance(exc, sdk.APIError):
         return BackendError.new(PROVIDER, "provider_error", exc, message=exc.message)
     return None
 
 
-def _stream_error(exc: Any) -> BackendError:
-    body: Mapping[str, Any] = exc.body if isinstance(exc.body, Mapping) else {}
+def _stream_error(body: Any, raw: Any = None) -> BackendError:
+    """The error of a mid-stream `error` event (`{"type": "error", "error": {"type",
+    "message"}}`): the kind and retryable flag of the status its error type stands for,
+    `status` None (the response itself was 200); `raw` the event (or `raw`)."""
+    body = body if isinstance(body, Mapping) else {}
     found = body.get("error")
     error: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
     error_type = error.get("type")
     status = _ERROR_TYPE_STATUS.get(error_type, 500) if isinstance(error_type, str) else 500
-    like = BackendError.http(PROVIDER, status, body)
-    return BackendError(PROVIDER, like.kind, like.retryable, None, None, like.message, exc)
+    like = BackendError.http(PROVIDER, status, dict(body))
+    raw = dict(body) if raw is None else raw
+    return BackendError(PROVIDER, like.kind, like.retryable, None, None, like.message, raw)
 
 
 # -- the session and the backend -------------------------------------------------------------

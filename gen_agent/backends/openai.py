@@ -19,15 +19,18 @@ Normalization (stream events, as dicts, to `Event`s; `OpenAIStreamTranslator`):
 - `response.output_text.delta` → `text` {text}, the first delta of each further message item
   with `message_boundary: True`; `response.output_text.done` adds only text that no delta
   carried (so a done event repeating the deltas never duplicates text);
-- a completed `function_call` item → `tool_use` {id (the call id), name, arguments, input,
-  item_id}; other completed items (reasoning, web search...) → `openai.<item type>`;
+- a completed `function_call` item → `tool_use` {id (the call id), name, arguments, input
+  (`{}` for empty arguments), item_id}; other completed items (reasoning, web search...) →
+  `openai.<item type>`;
 - refusal deltas are collected, never shown as text;
 - `response.completed` → `usage` {input_tokens, output_tokens, total_tokens,
   reasoning_tokens, cached_tokens} then the terminal `result` {text, session_id,
   response_id, model, stop_reason, provider}; or, when the reply was a refusal, the terminal
   `error` with a `BackendError` of kind `"refusal"`;
-- `response.failed` → terminal `error`, kind `"response_failed"`; `response.incomplete` →
-  kind `"response_incomplete"` (after its usage); an `error` event → kind `"stream_error"`;
+- `response.failed` → `usage` then terminal `error`, kind `"response_failed"`;
+  `response.incomplete` → `usage` then kind `"response_incomplete"` (contract §7.6), whose
+  `diagnostics` keep the partial text, the incomplete reason (`stop_reason`) and the usage;
+  an `error` event → kind `"stream_error"`;
   a final response in another status → `"unexpected_response_status"`;
 - an HTTP error or a lost connection → terminal `error` (`_error_from_sdk` is the one place
   SDK exceptions are translated); a stream that ends without an outcome →
@@ -171,9 +174,22 @@ class OpenAIStreamTranslator(StreamTranslator):
         self._message_items: list[Any] = []
         self._texts: list[str] = []
         self._refusals: list[str] = []
+        self._stop_reason: str | None = None
+        self._usage: dict[str, int] = {}
 
     def _error_fields(self) -> dict[str, Any]:
         return {"response_id": self.response_id}
+
+    def diagnostics(self) -> dict[str, Any]:
+        """The base fields plus the text streamed so far, the response id, and the
+        incomplete reason and usage of a final response that reported them."""
+        return {
+            **super().diagnostics(),
+            "partial_text": "\n\n".join(self._texts),
+            "response_id": self.response_id,
+            "stop_reason": self._stop_reason,
+            "usage": self._usage or None,
+        }
 
     # -- per event type -------------------------------------------------------------
 
@@ -234,7 +250,7 @@ class OpenAIStreamTranslator(StreamTranslator):
                 "id": item.get("call_id"),
                 "name": item.get("name"),
                 "arguments": arguments,
-                "input": _decode_json(arguments) if isinstance(arguments, str) else None,
+                "input": _tool_input(arguments),
                 "item_id": item.get("id"),
             }
             return [Event.new("tool_use", data)]
@@ -293,6 +309,8 @@ class OpenAIStreamTranslator(StreamTranslator):
         found = response.get("error")
         error: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
         code = error.get("code")
+        if is_text(code):
+            self._stop_reason = code
         reason = BackendError.new(
             PROVIDER,
             "response_failed",
@@ -300,7 +318,7 @@ class OpenAIStreamTranslator(StreamTranslator):
             retryable=code in _RETRYABLE_CODES,
             message=error.get("message") if isinstance(error.get("message"), str) else None,
         )
-        return [self.error(reason)]
+        return [*self._usage_events(response), self.error(reason)]
 
     def _incomplete(self, event: Mapping[str, Any]) -> list[Event]:
         response = event.get("response")
@@ -308,6 +326,8 @@ class OpenAIStreamTranslator(StreamTranslator):
         response = response if isinstance(response, Mapping) else {}
         details = response.get("incomplete_details")
         why = details.get("reason") if isinstance(details, Mapping) else None
+        if is_text(why):
+            self._stop_reason = why
         message = f"the response is incomplete: {why}" if why else "the response is incomplete"
         reason = BackendError.new(PROVIDER, "response_incomplete", response, message=message)
         return [*self._usage_events(response), self.error(reason)]
@@ -334,6 +354,7 @@ class OpenAIStreamTranslator(StreamTranslator):
 
     def _usage_events(self, response: Mapping[str, Any]) -> list[Event]:
         usage = _usage_data(response.get("usage"))
+        self._usage = usage
         return [Event.new("usage", usage)] if usage else []
 
 
@@ -374,9 +395,13 @@ def _usage_data(usage: Any) -> dict[str, int]:
     return data
 
 
-def _decode_json(text: str) -> Any:
+def _tool_input(arguments: Any) -> Any:
+    """A function call's input from its `arguments` JSON text: `{}` for none (a call
+    without arguments), else the decoded JSON, or None when it is not JSON."""
+    if not isinstance(arguments, str) or not arguments.strip():
+        return {}
     try:
-        return msgspec.json.decode(text)
+        return msgspec.json.decode(arguments)
     except msgspec.DecodeError:
         return None
 
