@@ -12,7 +12,7 @@ with `logger.enable("gen_agent")`.
 
 from loguru import logger
 
-from gen_agent._runtime.context import current_name
+from gen_agent._runtime.context import current_name, current_request
 from gen_agent.agent import GenAgent, Halt, NoReply, Proceed, Prompt, Skip
 from gen_agent.agent_ref import AgentRef
 from gen_agent.backend import (
@@ -28,11 +28,13 @@ from gen_agent.client import (
     ask,
     backend_session,
     cancel_request,
+    demonitor,
     drain,
     halt,
     interrupt,
     interrupt_request,
     list_agents,
+    monitor,
     notify,
     notify_ack,
     poll,
@@ -48,6 +50,7 @@ from gen_agent.client import (
     tell_with_completion,
     whereis,
 )
+from gen_agent.debug import set_debug
 from gen_agent.errors import (
     AgentDown,
     AgentNotFound,
@@ -64,6 +67,7 @@ from gen_agent.errors import (
 from gen_agent.event import Event
 from gen_agent.pool import Pool, PoolRef, PoolStatus
 from gen_agent.ref import RequestRef
+from gen_agent.request import RequestInfo, RequestOptions
 from gen_agent.response import EventCoverage, Omission, Response, TextAccumulator
 from gen_agent.size import term_size
 from gen_agent.status import (
@@ -124,6 +128,8 @@ __all__ = [
     "Proceed",
     "Prompt",
     "RequestError",
+    "RequestInfo",
+    "RequestOptions",
     "RequestRef",
     "ResetError",
     "Response",
@@ -141,11 +147,14 @@ __all__ = [
     "cancel_request",
     "child_spec",
     "current_name",
+    "current_request",
+    "demonitor",
     "drain",
     "halt",
     "interrupt",
     "interrupt_request",
     "list_agents",
+    "monitor",
     "notify",
     "notify_ack",
     "poll",
@@ -154,6 +163,7 @@ __all__ = [
     "runtime_snapshot",
     "send",
     "send_after",
+    "set_debug",
     "shutdown",
     "start_agent",
     "status",

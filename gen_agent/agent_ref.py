@@ -12,6 +12,8 @@ import threading
 import time
 from typing import Any
 
+import pykka
+
 from gen_agent._runtime.handle import AgentHandle
 from gen_agent._runtime.messages import (
     AbandonAskMsg,
@@ -30,8 +32,10 @@ from gen_agent._runtime.messages import (
     StatusMsg,
     TellMsg,
 )
+from gen_agent._runtime.watch import Watch
 from gen_agent.errors import CallTimeout, RequestError, TurnError
 from gen_agent.ref import RequestRef
+from gen_agent.request import RequestOptions, check_options
 from gen_agent.response import Response
 from gen_agent.status import PollResult, RuntimeSnapshot, Status
 
@@ -41,6 +45,22 @@ __all__ = ["AgentRef"]
 def _check_prompt(prompt: Any, fn: str) -> None:
     if type(prompt) is not str:
         raise TypeError(f"{fn}: prompt must be a str, got {type(prompt).__name__}")
+
+
+def _check_timeout(timeout: Any, fn: str) -> None:
+    if timeout is not None and type(timeout) not in (int, float):
+        raise TypeError(f"{fn}: timeout must be seconds (an int or float) or None, "
+                        f"got {type(timeout).__name__} {timeout!r}"[:200])
+
+
+def _check_recipient(recipient: Any, fn: str, arg: str = "recipient") -> None:
+    """A recipient the library can deliver to: see `deliver_to`."""
+    if (isinstance(recipient, pykka.ActorRef) or hasattr(recipient, "send_info")
+            or hasattr(recipient, "put_nowait") or hasattr(recipient, "put")
+            or callable(recipient)):
+        return
+    raise TypeError(f"{fn}: {arg} must be a pykka ActorRef, an AgentRef, an object with put() "
+                    f"(e.g. queue.Queue) or a callable, got {type(recipient).__name__}")
 
 
 def _unwrap(outcome: tuple[str, Any]) -> Any:
@@ -58,14 +78,19 @@ def _request(outcome: tuple[str, Any]) -> Any:
 # ---------------------------------------------------------------------- implementations
 # Each takes the handle of one incarnation: module functions resolve it by name, an AgentRef
 # uses its own (so an old ref never reaches a restarted agent: it gets AgentDown).
-def _ask(handle: AgentHandle, prompt: str, timeout: float | None) -> Response:
+def _ask(handle: AgentHandle, prompt: str, timeout: float | None,
+         options: RequestOptions | None = None, cancel_on_timeout: bool = False) -> Response:
     _check_prompt(prompt, "ask")
+    _check_timeout(timeout, "ask")
+    opts = check_options(options, "ask")
     ref = RequestRef.new()
     caller = threading.current_thread()
     try:
-        return _unwrap(handle.call(lambda r: AskMsg(prompt, r, ref, caller), timeout))
+        return _unwrap(handle.call(lambda r: AskMsg(prompt, r, ref, caller, opts), timeout))
     except CallTimeout:
-        raise  # a timed-out but live caller keeps its place (§4.14)
+        if cancel_on_timeout:
+            handle.send(AbandonAskMsg(ref, timed_out=True))
+        raise  # without cancel_on_timeout a timed-out but live caller keeps its place (§4.14)
     except BaseException as exc:
         if not isinstance(exc, Exception):  # e.g. KeyboardInterrupt: the caller gave up
             handle.send(AbandonAskMsg(ref))
@@ -73,12 +98,62 @@ def _ask(handle: AgentHandle, prompt: str, timeout: float | None) -> Response:
 
 
 def _tell(handle: AgentHandle, prompt: str, timeout: float | None, *, recipient: Any = None,
-          completion: bool = False, on_halt: str = "queue", stream_to: Any = None) -> RequestRef:
-    _check_prompt(prompt, "tell")
+          completion: bool = False, on_halt: str = "queue", stream_to: Any = None,
+          options: RequestOptions | None = None, monitor: bool = False) -> RequestRef:
+    fn = "tell_with_completion" if completion else "tell"
+    _check_prompt(prompt, fn)
+    _check_timeout(timeout, fn)
+    opts = check_options(options, fn)
     if on_halt not in ("queue", "fail"):
         raise ValueError(f"on_halt must be 'queue' or 'fail', got {on_halt!r}")
-    return _unwrap(handle.call(
-        lambda r: TellMsg(prompt, r, recipient, completion, on_halt, stream_to), timeout))
+    if completion:
+        _check_recipient(recipient, fn)
+    if stream_to is not None:
+        _check_recipient(stream_to, fn, "stream_to")
+    if type(monitor) is not bool:
+        raise TypeError(f"{fn}: monitor must be a bool, got {type(monitor).__name__}")
+    if not monitor:
+        return _unwrap(handle.call(
+            lambda r: TellMsg(prompt, r, recipient, completion, on_halt, stream_to, opts),
+            timeout))
+    ref = RequestRef.new()
+    watch = Watch(recipient, handle.name, ref)
+    try:
+        result = _unwrap(handle.call(
+            lambda r: TellMsg(prompt, r, recipient, completion, on_halt, stream_to, opts, ref,
+                              watch), timeout))
+    except BaseException:
+        watch.claim()  # no ref was issued: nothing is delivered for it
+        raise
+    watch.attach(handle)  # from now on, exactly one completion or down record
+    return result
+
+
+def _monitor(handle: AgentHandle, recipient: Any) -> RequestRef:
+    _check_recipient(recipient, "monitor")
+    ref = RequestRef.new()
+    watch = Watch(recipient, handle.name, ref, forget=_forget_monitor)
+    _MONITORS[ref] = watch
+    watch.attach(handle)
+    return ref
+
+
+def demonitor(ref: RequestRef) -> bool:
+    """Cancel the monitor `ref` (from `gen_agent.monitor`): no `Down` record is delivered
+    for it afterwards. Returns False if it already fired or was cancelled.
+
+    Mirrors: `Process.demonitor/1`.
+    """
+    watch = _MONITORS.pop(ref, None)
+    return watch is not None and watch.claim()
+
+
+# Live monitors by ref (a fired monitor removes itself).
+_MONITORS: dict[RequestRef, Watch] = {}
+
+
+def _forget_monitor(ref: RequestRef) -> None:
+    _MONITORS.pop(ref, None)
 
 
 def _drain(handle: AgentHandle, timeout: float | None) -> None:
@@ -147,19 +222,27 @@ class AgentRef:
         """Deliver `message` to this incarnation's `handle_info` (used for completions)."""
         self._handle.send(InfoMsg(message))
 
-    def ask(self, prompt: str, timeout: float | None = None) -> Response:
+    def ask(self, prompt: str, timeout: float | None = None, *,
+            options: RequestOptions | None = None, cancel_on_timeout: bool = False) -> Response:
         """See `gen_agent.ask`."""
-        return _ask(self._handle, prompt, timeout)
+        return _ask(self._handle, prompt, timeout, options, cancel_on_timeout)
 
-    def tell(self, prompt: str, timeout: float | None = None) -> RequestRef:
+    def tell(self, prompt: str, timeout: float | None = None, *,
+             options: RequestOptions | None = None) -> RequestRef:
         """See `gen_agent.tell`."""
-        return _tell(self._handle, prompt, timeout)
+        return _tell(self._handle, prompt, timeout, options=options)
 
     def tell_with_completion(self, prompt: str, recipient: Any, *, on_halt: str = "queue",
-                             stream_to: Any = None, timeout: float | None = None) -> RequestRef:
+                             stream_to: Any = None, timeout: float | None = None,
+                             options: RequestOptions | None = None,
+                             monitor: bool = False) -> RequestRef:
         """See `gen_agent.tell_with_completion`."""
         return _tell(self._handle, prompt, timeout, recipient=recipient, completion=True,
-                     on_halt=on_halt, stream_to=stream_to)
+                     on_halt=on_halt, stream_to=stream_to, options=options, monitor=monitor)
+
+    def monitor(self, recipient: Any) -> RequestRef:
+        """See `gen_agent.monitor` (this incarnation: at once if it has already stopped)."""
+        return _monitor(self._handle, recipient)
 
     def poll(self, ref: RequestRef, timeout: float | None = None) -> PollResult:
         """See `gen_agent.poll`."""

@@ -32,6 +32,7 @@ import msgspec
 from gen_agent._runtime.cancel import CancelSignal
 from gen_agent.errors import GenAgentError
 from gen_agent.event import Event
+from gen_agent.request import DEFAULT_OPTIONS, RequestOptions
 
 __all__ = [
     "OPTIONAL_HOOKS",
@@ -102,12 +103,14 @@ class TurnContext:
         cancelled: whether `cancel_event` is set.
         wait_cancelled(timeout): block until cancelled or `timeout` seconds passed.
         checkpoint(session_id): report a provider session id early (contract §7.3).
+        options: the request's `RequestOptions` (per-request settings a backend may honour;
+            see `gen_agent.request`).
 
     Mirrors: the context map passed to `prompt/3` (contract §4.6, §7.3), plus the cancel
     signal that replaces BEAM's task kill (contract §12.7).
     """
 
-    __slots__ = ("_agent", "_attempt", "_cancel_event", "_checkpoint", "_ref")
+    __slots__ = ("_agent", "_attempt", "_cancel_event", "_checkpoint", "_options", "_ref")
 
     def __init__(
         self,
@@ -117,8 +120,10 @@ class TurnContext:
         attempt: int,
         cancel_event: threading.Event | CancelSignal,
         checkpoint: Callable[[str], None],
+        options: RequestOptions | None = None,
     ) -> None:
         self._agent = agent
+        self._options = DEFAULT_OPTIONS if options is None else options
         self._ref = ref
         self._attempt = attempt
         self._cancel_event = cancel_event
@@ -138,6 +143,11 @@ class TurnContext:
     def attempt(self) -> int:
         """The attempt number of this turn, 1-based."""
         return self._attempt
+
+    @property
+    def options(self) -> RequestOptions:
+        """The request's `RequestOptions` (the same for every attempt of the request)."""
+        return self._options
 
     @property
     def cancel_event(self) -> threading.Event:
@@ -473,8 +483,9 @@ class BackendError(GenAgentError):
             (`with_diagnostics`).
 
     Equality compares the seven contract fields (not `diagnostics`, which describes the
-    turn, not the failure); the hash covers all but `raw`. `str(err)` and `repr(err)` show
-    only kind, provider and status, never a message or diagnostics. `.reason` is `kind`.
+    turn, not the failure); the hash covers all but `raw`. `str(err)` shows kind, provider,
+    status and retry_after, `repr(err)` kind, provider and status, never a message or
+    diagnostics. `.reason` is `kind`.
 
     Raises:
         TypeError: from the constructor, when a field has the wrong type.
@@ -528,7 +539,8 @@ class BackendError(GenAgentError):
 
     def _summary(self) -> str:
         status = "" if self.status is None else f", status={self.status}"
-        return f"{self.kind} (provider={self.provider}{status})"
+        retry = "" if self.retry_after is None else f", retry_after={self.retry_after}"
+        return f"{self.kind} (provider={self.provider}{status}{retry})"
 
     def _fields(self) -> tuple[Any, ...]:
         return tuple(getattr(self, name) for name in _FIELDS)

@@ -29,16 +29,27 @@ from gen_agent._runtime.messages import (
     StatusMsg,
 )
 from gen_agent._runtime.timers import TIMERS, TimerHandle
-from gen_agent.agent_ref import AgentRef, _ask, _drain, _request, _tell, _unwrap
+from gen_agent.agent_ref import (
+    AgentRef,
+    _ask,
+    _drain,
+    _monitor,
+    _request,
+    _tell,
+    _unwrap,
+    demonitor,
+)
 from gen_agent.errors import AgentNotFound
 from gen_agent.ref import RequestRef
+from gen_agent.request import RequestOptions
 from gen_agent.response import Response
 from gen_agent.status import PollResult, RuntimeSnapshot, Status
 from gen_agent.system import AgentSystem, current_system
 
 __all__ = [
-    "AgentRef", "ask", "backend_session", "cancel_request", "current_name", "drain", "halt",
-    "interrupt", "interrupt_request", "list_agents", "notify", "notify_ack", "poll",
+    "AgentRef", "ask", "backend_session", "cancel_request", "current_name", "demonitor",
+    "drain", "halt", "interrupt", "interrupt_request", "list_agents", "monitor", "notify",
+    "notify_ack", "poll",
     "reset_session", "resume", "runtime_snapshot", "send", "send_after", "start_agent",
     "status", "stop", "tell", "tell_with_completion", "whereis",
 ]
@@ -103,20 +114,28 @@ def start_agent(module: type, *, name: Any, backend: Any, **opts: Any) -> AgentR
     return current_system().start_agent(module, name=name, backend=backend, **opts)
 
 
-def ask(name: Any, prompt: str, timeout: float | None = None) -> Response:
+def ask(name: Any, prompt: str, timeout: float | None = None, *,
+        options: RequestOptions | None = None, cancel_on_timeout: bool = False) -> Response:
     """Send `prompt` as a turn and wait for its `Response`.
 
     Dispatched now when the agent is idle, else queued FIFO. With caller-owned retries the
     caller waits across attempts and sees only the final outcome.
 
     Args:
-        name: the agent's name. prompt: a `str`. timeout: seconds to wait, None = forever.
+        name: the agent's name. prompt: a `str`. timeout: seconds to wait (int or float),
+            None = forever.
+        options: the request's `RequestOptions` (None = the defaults).
+        cancel_on_timeout: when `timeout` expires, also cancel the request: a queued ask is
+            removed, a pending retry dropped, a running turn interrupted (its `handle_error`
+            sees "interrupted"). Default False, the contract's behaviour: a timed-out ask
+            stays queued or running (docs: errors page, "Timeouts").
 
     Returns:
         The `Response` of the successful turn.
 
     Raises:
-        TypeError: `prompt` is not a `str` (nothing is sent).
+        TypeError: `prompt` is not a `str`, `timeout` not a number, `options` not a
+            `RequestOptions` (nothing is sent).
         AgentNotFound, AgentDown, CallTimeout: see the module docstring.
         TurnError: the request failed; `.reason` per contract §4.20 (e.g. "timeout",
             "interrupted", ("task_crashed", exc), ("overloaded", info), "draining",
@@ -124,15 +143,18 @@ def ask(name: Any, prompt: str, timeout: float | None = None) -> Response:
 
     Mirrors: `GenAgent.ask/3` (contract §2.4).
     """
-    return _ask(_lookup(None, name), prompt, timeout)
+    return _ask(_lookup(None, name), prompt, timeout, options, cancel_on_timeout)
 
 
-def tell(name: Any, prompt: str, timeout: float | None = None) -> RequestRef:
+def tell(name: Any, prompt: str, timeout: float | None = None, *,
+         options: RequestOptions | None = None) -> RequestRef:
     """Queue `prompt` as a turn and return its `RequestRef` at once; read the outcome with
     `poll`. For an idle agent this returns after `pre_turn` ran and the turn started.
 
+    `options` is the request's `RequestOptions` (None = the defaults).
+
     Raises:
-        TypeError: `prompt` is not a `str`.
+        TypeError: `prompt` is not a `str`, `timeout` not a number, bad `options`.
         TurnError: ("overloaded", OverloadInfo) (no ref issued) or "draining".
         AgentNotFound: no agent has that name.
         AgentDown: the agent stopped while the call waited.
@@ -140,27 +162,40 @@ def tell(name: Any, prompt: str, timeout: float | None = None) -> RequestRef:
 
     Mirrors: `GenAgent.tell/3` (contract §2.5).
     """
-    return _tell(_lookup(None, name), prompt, timeout)
+    return _tell(_lookup(None, name), prompt, timeout, options=options)
 
 
 def tell_with_completion(name: Any, prompt: str, recipient: Any, *, on_halt: str = "queue",
                          stream_to: Any = None, timeout: float | None = None,
+                         options: RequestOptions | None = None, monitor: bool = False,
                          _system: AgentSystem | None = None) -> RequestRef:
     """Like `tell`, and deliver exactly one completion message to `recipient`.
 
-    The message is `("gen_agent", "completion", name, ref, ("ok", response))` or
-    `(..., ("error", reason))`. A recipient is a pykka `ActorRef` (told), an `AgentRef`
-    (its `handle_info`), a queue (`put_nowait`, else `put`: a full queue drops the message,
-    never blocking the agent) or a callable. It may arrive before this function returns.
+    The message is a `gen_agent.messages.Completion`, the tuple
+    `("gen_agent", "completion", name, ref, ("ok", response))` or `(..., ("error", reason))`.
+    A recipient is a pykka `ActorRef` (told), an `AgentRef` (its `handle_info`), a queue
+    (`put_nowait`, else `put`: a full queue drops the message, never blocking the agent) or a
+    callable. It may arrive before this function returns.
+
+    Without `monitor`, an agent that crashes, is killed or stops before the request
+    completes sends nothing (the contract's behaviour: Elixir callers monitor the process).
+    With `monitor=True` the recipient gets exactly one message either way: the completion,
+    or a `gen_agent.messages.Down` `("gen_agent", "down", name, ref, reason)` with reason
+    `("agent_terminated", r)` (orderly stop) or `("agent_down", r)` (anything else).
 
     Args:
         on_halt: "queue" (default; wait for resume) or "fail" (fail with "halted" if the
             agent is halted now or halts before dispatch).
-        stream_to: a recipient of `("gen_agent", "event", name, ref, event)` for each event
-            of this request's turns, relayed after `handle_stream_event`; None = off.
+        stream_to: a recipient of `("gen_agent", "event", name, ref, event)` (a
+            `gen_agent.messages.StreamEvent`) for each event of this request's turns,
+            relayed after `handle_stream_event`; None = off.
+        options: the request's `RequestOptions` (None = the defaults).
+        monitor: also deliver a `Down` record if the agent ends first (see above).
 
     Raises:
         ValueError: `on_halt` is not "queue" or "fail" (nothing is sent).
+        TypeError: `recipient` or `stream_to` is nothing gen_agent can deliver to, `prompt`
+            not a `str`, `timeout` not a number, bad `options` (nothing is sent).
         TurnError: "halted" (on_halt="fail" and the agent is halted), ("overloaded", info),
             "draining". AgentNotFound, AgentDown, CallTimeout.
 
@@ -169,7 +204,27 @@ def tell_with_completion(name: Any, prompt: str, recipient: Any, *, on_halt: str
     if on_halt not in ("queue", "fail"):
         raise ValueError(f"on_halt must be 'queue' or 'fail', got {on_halt!r}")
     return _tell(_lookup(_system, name), prompt, timeout, recipient=recipient,
-                 completion=True, on_halt=on_halt, stream_to=stream_to)
+                 completion=True, on_halt=on_halt, stream_to=stream_to, options=options,
+                 monitor=monitor)
+
+
+def monitor(name: Any, recipient: Any, *, _system: AgentSystem | None = None) -> RequestRef:
+    """Monitor the agent `name`: when its current incarnation ends, for any reason, deliver
+    exactly one `gen_agent.messages.Down` record `("gen_agent", "down", name, ref, reason)`
+    to `recipient` (any recipient `tell_with_completion` accepts). `reason` is
+    `("agent_terminated", r)` for an orderly stop (`"normal"`, `"shutdown"`) and
+    `("agent_down", r)` otherwise (a crash, a kill). A restarted agent under the same name
+    is a new incarnation: monitor it again.
+
+    Returns:
+        The monitor's ref (the record's `ref`); `demonitor(ref)` cancels it.
+
+    Raises:
+        AgentNotFound: no agent has that name. TypeError: not a recipient.
+
+    Mirrors: `Process.monitor/1` on the agent's pid (docs: Elixir mapping page).
+    """
+    return _monitor(_lookup(_system, name), recipient)
 
 
 def poll(name: Any, ref: RequestRef, timeout: float | None = None, *,

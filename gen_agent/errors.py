@@ -22,6 +22,7 @@ Backend-side exceptions (`SessionStartError`, `DispatchError`, `BackendError`) l
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 __all__ = [
@@ -36,26 +37,88 @@ __all__ = [
     "PreRunError",
     "RequestError",
     "TurnError",
+    "describe_reason",
 ]
 
 
 class GenAgentError(Exception):
-    """Base of every runtime error gen_agent raises. Carries `reason` when there is one."""
+    """Base of every runtime error gen_agent raises. Carries `reason` when there is one.
+
+    `str(exc)` renders the whole reason structure (see `describe_reason`), never payload text
+    (prompts, responses, provider messages); a library-written `detail` (an option's accepted
+    values, the message of a `ValueError` raised by gen_agent's own validation) may follow in
+    parentheses. The exception that caused it, when there is one, is `exc.__cause__`.
+    """
 
     def __init__(self, reason: Any = None, message: str | None = None) -> None:
         self.reason = reason
-        super().__init__(message if message is not None else _describe(reason))
+        super().__init__(message if message is not None else describe_reason(reason))
+        cause = _cause_in(reason)
+        if cause is not None and cause is not self:
+            self.__cause__ = cause
 
 
-def _describe(reason: Any) -> str:
-    # Only the shape of a reason is shown: its head string, never payload text (§3.14).
-    if isinstance(reason, str):
+def _cause_in(reason: Any) -> BaseException | None:
+    """The exception carried by a reason (`exc`, `("task_crashed", exc)`), if any."""
+    if isinstance(reason, BaseException):
         return reason
+    if isinstance(reason, tuple):
+        for item in reason:
+            if isinstance(item, BaseException):
+                return item
+    return None
+
+
+_BARE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
+_HIDDEN_FIELDS = frozenset({"message", "raw", "text", "prompt", "data", "events", "response",
+                            "final_message"})
+_MAX_SHOWN = 80
+
+
+def describe_reason(reason: Any) -> str:
+    """Render a reason readably, without payload text.
+
+    A string is shown as is; a tuple headed by a string as `head: rest`, nested tuples as
+    `head rest`; identifiers bare, other strings quoted (and cut at 80 characters); exceptions by
+    type name (a `GenAgentError` by its own rendering); msgspec records as
+    `Type(field=value, ...)` without payload-carrying fields (`message`, `raw`, `text`, ...).
+
+    Examples: `("callback_failed", "error", "ValueError")` → `callback_failed: error ValueError`;
+    `("backend_start_failed", ("unknown_option", "modle"))` →
+    `backend_start_failed: unknown_option 'modle'`.
+    """
     if isinstance(reason, tuple) and reason and isinstance(reason[0], str):
-        return reason[0]
+        if len(reason) == 1:
+            return reason[0]
+        return f"{reason[0]}: " + " ".join(_part(item, reason[0]) for item in reason[1:])
     if reason is None:
         return ""
-    return type(reason).__name__
+    if isinstance(reason, str):
+        return reason
+    return _part(reason, None)
+
+
+def _part(value: Any, head: str | None) -> str:
+    if isinstance(value, str):
+        if head in ("unknown_option", "invalid_option") or not _BARE.match(value):
+            return repr(value[:_MAX_SHOWN] + ("…" if len(value) > _MAX_SHOWN else ""))
+        return value
+    if isinstance(value, tuple):
+        if value and isinstance(value[0], str):
+            return " ".join([value[0], *(_part(item, value[0]) for item in value[1:])])
+        return "(" + ", ".join(_part(item, None) for item in value) + ")"
+    if isinstance(value, GenAgentError):
+        return str(value)
+    if isinstance(value, BaseException):
+        return type(value).__name__
+    if value is None or isinstance(value, (bool, int, float)):
+        return repr(value)
+    fields = getattr(value, "__struct_fields__", None)
+    if fields is not None:
+        shown = ", ".join(f"{f}={_part(getattr(value, f), None)}" for f in fields
+                          if f not in _HIDDEN_FIELDS)
+        return f"{type(value).__name__}({shown})"
+    return type(value).__name__
 
 
 class AgentNotFound(GenAgentError, LookupError):
@@ -68,7 +131,10 @@ class AgentNotFound(GenAgentError, LookupError):
 
     def __init__(self, name: Any = None) -> None:
         self.name = name
-        super().__init__("not_found", "no agent registered under that name")
+        shown = repr(name)
+        if len(shown) > _MAX_SHOWN:
+            shown = shown[:_MAX_SHOWN] + "…"
+        super().__init__("not_found", f"no agent named {shown}")
 
 
 class AlreadyStarted(GenAgentError):

@@ -99,11 +99,12 @@ class AgentSystem:
             self._agents[name] = handle
         try:
             options = build_options(reserved)
-        except ValueError:
+        except ValueError as exc:
             self._unregister(handle)
             logger.bind(gen_agent=name).error(
-                "gen_agent initialization failed (error: ValueError)")
-            raise AgentStartError(("init_failed", "error", "ValueError")) from None
+                "gen_agent initialization failed (error: ValueError in a reserved option)")
+            raise AgentStartError(("init_failed", "error", "ValueError"),
+                                  f"init_failed: {exc}") from exc
         init_reply = Reply()
         try:
             AgentActor.start(handle, module, backend, options, forwarded, init_reply)

@@ -184,7 +184,7 @@ def test_backend_exceptions_carry_their_reason(cls: type[GenAgentError]) -> None
     exc = cls(("unknown_option", "x"))
     assert isinstance(exc, GenAgentError)
     assert exc.reason == ("unknown_option", "x")
-    assert str(exc) == "unknown_option"
+    assert str(exc) == "unknown_option: 'x'"
 
 
 # --- BackendError: the examples of §7.4 ----------------------------------------------------

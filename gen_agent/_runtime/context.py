@@ -28,6 +28,23 @@ def current_name() -> Any:
     return getattr(_local, "name", None)
 
 
+def set_request(info: Any) -> None:
+    """Record the request the actor thread is handling now (None when none)."""
+    _local.request = info
+
+
+def current_request() -> Any:
+    """Return the `RequestInfo` of the request whose callback calls this, else None.
+
+    Set in the agent's thread while `pre_turn`, `handle_response`, `handle_error` and
+    `post_turn` run for a request (its ref, origin, prompt, attempt and `RequestOptions`), so
+    that `handle_error` can read the prompt that failed and retry it. None in the other
+    callbacks and in other threads. In the spirit of `current_name()`; the Elixir original
+    passes nothing comparable.
+    """
+    return getattr(_local, "request", None)
+
+
 def current_handle() -> Any:
     """The internal handle of the agent the calling thread works for, else None."""
     return getattr(_local, "handle", None)

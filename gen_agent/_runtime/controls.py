@@ -11,6 +11,7 @@ import threading
 from typing import Any
 
 from gen_agent import telemetry
+from gen_agent._runtime.crash import log_exception
 from gen_agent._runtime.messages import CheckpointMsg
 from gen_agent._runtime.request import Request, Retry, StopAgent, Turn, type_name, valid_session_id
 from gen_agent.backend import ResetError
@@ -24,6 +25,7 @@ class ControlsMixin:
     # Provided by AgentActor.
     turn: Turn | None
     self_chain: Any
+    _session_used: bool
     mailbox: Any
     pending: Any
     results: Any
@@ -110,7 +112,7 @@ class ControlsMixin:
             try:
                 fn(self.state)
             except Exception as exc:  # noqa: BLE001 - protected (§3.11)
-                self.log.warning("gen_agent post_run/1 raised {}", type_name(exc))
+                log_exception(self.log, "WARNING", "gen_agent post_run/1 raised", exc)
         self._emit(telemetry.HALTED, self._now(), {"agent_state": self.state})
 
     def _fail_halt_aware(self) -> None:
@@ -209,6 +211,7 @@ class ControlsMixin:
         else:
             try:
                 self.session = reset(self.session)
+                self._session_used = False
                 reply.resolve(("ok", None))
             except ResetError as exc:
                 reply.resolve(("error", exc.reason))

@@ -8,6 +8,7 @@ so that however the agent ends every waiting caller is answered (`close`).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import threading
 from typing import Any
 
@@ -22,9 +23,9 @@ class AgentHandle:
     """The per-incarnation link between callers and one agent actor. Thread-safe."""
 
     __slots__ = (
-        "__weakref__", "_listeners", "_lock", "actor_ref", "actor_thread", "closed",
-        "exit_reason", "exited", "module", "name", "outstanding", "session_id", "shutdown_ms",
-        "system",
+        "__weakref__", "_listeners", "_lock", "_tokens", "actor_ref", "actor_thread", "closed",
+        "exit_cause", "exit_reason", "exited", "module", "name", "outstanding", "session_id",
+        "shutdown_ms", "system",
     )
 
     def __init__(self, system: Any, name: Any, module: type, shutdown_ms: int | None) -> None:
@@ -38,8 +39,10 @@ class AgentHandle:
         self.closed = False
         self.exited = threading.Event()
         self.exit_reason: Any = None
+        self.exit_cause: BaseException | None = None  # the exception that stopped it, if any
         self.session_id: str | None = None  # last provider session id seen (for resume)
-        self._listeners: list[Any] = []
+        self._listeners: dict[int, Any] = {}
+        self._tokens = itertools.count(1)
         self._lock = threading.Lock()
 
     @property
@@ -75,28 +78,45 @@ class AgentHandle:
             raise RequestError("calling_self")
         reply = self.reply()
         if not self.send(make(reply)):
-            reply.fail(AgentDown(self.exit_reason or "noproc"))
+            reply.fail(self.down_error())
         return reply.wait(timeout)
 
-    def on_exit(self, listener: Any) -> None:
+    def on_exit(self, listener: Any) -> int | None:
         """Call `listener(handle, reason)` once when this incarnation closes (at once if it
-        already has). Listeners run in the closing thread and must be quick (supervisors)."""
+        already has). Listeners run in the closing thread and must be quick (supervisors).
+        Returns a token for `remove_exit_listener` (None when it already ran)."""
         with self._lock:
             if not self.closed:
-                self._listeners.append(listener)
-                return
+                token = next(self._tokens)
+                self._listeners[token] = listener
+                return token
         listener(self, self.exit_reason)
+        return None
 
-    def close(self, reason: Any) -> None:
-        """Stop accepting, record the exit reason, fail every outstanding reply, then tell
-        the exit listeners."""
+    def remove_exit_listener(self, token: int | None) -> bool:
+        """Forget the listener `on_exit` returned `token` for; False if it is not pending."""
+        with self._lock:
+            return token is not None and self._listeners.pop(token, None) is not None
+
+    def down_error(self) -> AgentDown:
+        """The `AgentDown` a caller gets from this (ended) incarnation, chained to the
+        exception that stopped it when there was one."""
+        error = AgentDown(self.exit_reason or "noproc")
+        if self.exit_cause is not None:
+            error.__cause__ = self.exit_cause
+        return error
+
+    def close(self, reason: Any, cause: BaseException | None = None) -> None:
+        """Stop accepting, record the exit reason (and the exception behind it), fail every
+        outstanding reply, then tell the exit listeners."""
         with self._lock:
             if self.closed:
                 return
             self.closed = True
             self.exit_reason = reason
-            listeners, self._listeners = self._listeners, []
-        fail_all(self.outstanding, AgentDown(reason))
+            self.exit_cause = cause
+            listeners, self._listeners = list(self._listeners.values()), {}
+        fail_all(self.outstanding, self.down_error())
         for listener in listeners:
             try:
                 listener(self, reason)

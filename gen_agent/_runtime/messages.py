@@ -22,6 +22,7 @@ class AskMsg(Msg, frozen=True):
     reply: Any
     ref: Any
     caller: Any  # the calling thread, to drop a queued ask whose caller is gone (§4.14)
+    options: Any = None  # the request's RequestOptions (None = the defaults)
 
 
 class TellMsg(Msg, frozen=True):
@@ -31,6 +32,9 @@ class TellMsg(Msg, frozen=True):
     completion: bool = False
     on_halt: str = "queue"
     stream_to: Any = None
+    options: Any = None  # the request's RequestOptions (None = the defaults)
+    ref: Any = None  # made by the caller when it monitors the request
+    watch: Any = None  # a monitor=True request's `Watch` (exactly one completion or down)
 
 
 class PollMsg(Msg, frozen=True):
@@ -63,6 +67,7 @@ class CancelRequestMsg(Msg, frozen=True):
 
 class AbandonAskMsg(Msg, frozen=True):
     ref: Any
+    timed_out: bool = False  # the caller's timeout expired (ask(cancel_on_timeout=True))
 
 
 class HaltMsg(Msg, frozen=True):

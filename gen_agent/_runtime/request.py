@@ -14,6 +14,7 @@ from gen_agent._runtime.turn import TurnChannel
 from gen_agent.agent import Halt, NoReply, Prompt
 from gen_agent.event import monotonic_ms
 from gen_agent.ref import RequestRef
+from gen_agent.request import DEFAULT_OPTIONS, RequestOptions
 
 _DECISIONS = (NoReply, Prompt, Halt)
 
@@ -31,23 +32,25 @@ def valid_decision(value: Any) -> bool:
 class StopAgent(Exception):
     """Unwinds the actor's handling of a message to stop the agent with `reason`."""
 
-    def __init__(self, reason: Any) -> None:
+    def __init__(self, reason: Any, cause: BaseException | None = None) -> None:
         super().__init__()
         self.reason = reason
+        self.cause = cause
 
 
 class Request:
     """One logical request: an ask, a tell, or a generated prompt (event / self_chain)."""
 
     __slots__ = (
-        "caller", "completion", "on_halt", "origin", "prompt", "recipient", "ref", "reply",
-        "stream_to",
+        "caller", "completion", "on_halt", "options", "origin", "prompt", "recipient", "ref",
+        "reply", "stream_to", "watch",
     )
 
     def __init__(
         self, origin: Origin, prompt: str, *, ref: RequestRef | None = None, reply: Any = None,
         recipient: Any = None, completion: bool = False, on_halt: str = "queue",
-        stream_to: Any = None, caller: Any = None,
+        stream_to: Any = None, caller: Any = None, options: RequestOptions | None = None,
+        watch: Any = None,
     ) -> None:
         self.ref = ref if ref is not None else RequestRef.new()
         self.origin = origin
@@ -58,6 +61,8 @@ class Request:
         self.on_halt = on_halt
         self.stream_to = stream_to
         self.caller = caller
+        self.options = DEFAULT_OPTIONS if options is None else options
+        self.watch = watch
 
     @property
     def generated(self) -> bool:

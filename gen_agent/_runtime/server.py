@@ -20,8 +20,9 @@ from loguru import logger
 from gen_agent import telemetry
 from gen_agent._runtime.cancel import CancelSignal
 from gen_agent._runtime.capture import Capture, LosslessBudget
-from gen_agent._runtime.context import set_current
+from gen_agent._runtime.context import set_current, set_request
 from gen_agent._runtime.controls import ControlsMixin
+from gen_agent._runtime.crash import log_exception
 from gen_agent._runtime.handle import AgentHandle
 from gen_agent._runtime.messages import (
     AbandonAskMsg,
@@ -66,22 +67,38 @@ from gen_agent._runtime.results import ResultCache
 from gen_agent._runtime.timers import TIMERS
 from gen_agent._runtime.turn import TurnChannel, TurnSpec, start_turn
 from gen_agent.agent import BASE_STREAM_EVENT, Halt, NoReply, Proceed, Prompt, Skip
-from gen_agent.backend import SessionStartError, TurnContext
+from gen_agent.backend import ResetError, SessionStartError, TurnContext
 from gen_agent.errors import (
-    AgentDown,
     AgentStartError,
     InitAgentError,
     PreRunError,
     RequestError,
     TurnError,
+    describe_reason,
 )
 from gen_agent.event import monotonic_ms
+from gen_agent.messages import Completion, StreamEvent
 from gen_agent.ref import RequestRef
+from gen_agent.request import DEFAULT_OPTIONS, RequestInfo, RequestOptions
 from gen_agent.size import term_size
 from gen_agent.telemetry import attached
 
 _GRACEFUL = ("normal", "shutdown")
 _RETRY_GENERATED_S = 0.010
+
+
+def _info(request: Request, prompt: str, attempt: int) -> RequestInfo:
+    return RequestInfo(ref=request.ref, origin=request.origin, prompt=prompt, attempt=attempt,
+                       options=request.options)
+
+
+def _with_detail(reason: Any, exc: BaseException) -> str:
+    """`str()` of a start error: the reason, and the backend's own message when it has one."""
+    shown = describe_reason(reason)
+    detail = str(exc)
+    if detail and detail != describe_reason(getattr(exc, "reason", None)):
+        return f"{shown} ({detail})"
+    return shown
 
 
 class AgentActor(ControlsMixin, pykka.ThreadingActor):
@@ -99,6 +116,7 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
         self.backend = backend
         self.opts = options
         self._init_opts = init_opts
+        self._backend_opts: dict[str, Any] = {}
         self._init_reply = init_reply
         self.impl: Any = None
         self.session: Any = None
@@ -109,6 +127,8 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
         self.draining = False
         self.turn: Turn | None = None
         self.self_chain: str | Retry | None = None
+        self._chain_options = DEFAULT_OPTIONS  # the options of a str self_chain follow-up
+        self._session_used = False  # a turn ran on the session since it started / was reset
         self.mailbox: BoundedQueue[Request] = BoundedQueue(
             "prompts", options.max_pending_prompts, options.max_pending_prompt_bytes)
         self.pending: BoundedQueue[tuple[str, Any]] = BoundedQueue(
@@ -135,17 +155,23 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
         try:
             self.impl = self.module()
             backend_opts, state = self._init_agent()
+            self._backend_opts = backend_opts
             try:
                 self.session = self._start_session(backend_opts)
             except SessionStartError as exc:
-                raise AgentStartError(("backend_start_failed", exc.reason)) from None
+                failed = ("backend_start_failed", exc.reason)
+                raise AgentStartError(failed, _with_detail(failed, exc)) from exc
             self.state = state
         except AgentStartError as exc:
-            self._fail_start(exc.reason)
+            self._fail_start(exc)
             return
         except Exception as exc:  # noqa: BLE001 - reported as ("init_failed", kind, type)
-            self.log.error("gen_agent initialization failed (error: {})", type_name(exc))
-            self._fail_start(("init_failed", "error", type_name(exc)))
+            log_exception(self.log, "ERROR", "gen_agent initialization failed", exc)
+            reason = ("init_failed", "error", type_name(exc))
+            error = AgentStartError(reason, f"{describe_reason(reason)} (raised during start; "
+                                    "the original exception is __cause__)")
+            error.__cause__ = exc
+            self._fail_start(error)
             return
         self._stream_cb = self._optional("handle_stream_event")
         if self._stream_cb is not None and getattr(
@@ -170,16 +196,16 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
         try:
             result = self.impl.init_agent(dict(self._init_opts))
         except InitAgentError as exc:
-            raise AgentStartError(("init_agent_failed", exc.reason)) from None
+            raise AgentStartError(("init_agent_failed", exc.reason)) from exc
         if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], dict)):
             raise AgentStartError(("init_agent_failed", result))
         return result
 
-    def _fail_start(self, reason: Any) -> None:
+    def _fail_start(self, error: AgentStartError) -> None:
         # Free the name before the starter hears of the failure, so it can retry at once.
         self._terminated = True
-        self._exit(reason, unregister=True)
-        self._init_reply.fail(AgentStartError(reason))
+        self._exit(error.reason, unregister=True, cause=error.__cause__)
+        self._init_reply.fail(error)
 
     def _run_pre_run(self) -> None:
         fn = self._optional("pre_run")
@@ -188,10 +214,10 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
         try:
             self.state = fn(self.state)
         except PreRunError as exc:
-            self._terminate(("pre_run_failed", exc.reason))
+            self._terminate(("pre_run_failed", exc.reason), cause=exc)
         except Exception as exc:  # noqa: BLE001 - stops the agent with the crash type
-            self.log.error("gen_agent pre_run/1 crashed ({})", type_name(exc))
-            self._terminate(("pre_run_crashed", type_name(exc)))
+            log_exception(self.log, "ERROR", "gen_agent pre_run/1 crashed", exc)
+            self._terminate(("pre_run_crashed", type_name(exc)), cause=exc)
 
     def _optional(self, name: str) -> Any:
         return getattr(self.impl, name, None)
@@ -208,10 +234,10 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
             if self._replies:
                 self._flush_replies()
         except StopAgent as stop:
-            self._terminate(stop.reason)
+            self._terminate(stop.reason, cause=stop.cause)
         except Exception as exc:  # noqa: BLE001 - a bug in message handling stops the agent
-            self.log.error("gen_agent state callback failed (error: {})", type_name(exc))
-            self._terminate(("callback_failed", "error", type_name(exc)))
+            log_exception(self.log, "ERROR", "gen_agent state callback failed", exc)
+            self._terminate(("callback_failed", "error", type_name(exc)), cause=exc)
         return None
 
     def _flush_replies(self) -> None:
@@ -237,7 +263,7 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
     def _refuse(self, message: Any) -> None:
         reply = getattr(message, "reply", None)
         if reply is not None:
-            reply.fail(AgentDown(self.handle.exit_reason))
+            reply.fail(self.handle.down_error())
 
     def _handle(self, msg: Any) -> None:
         match msg:
@@ -265,7 +291,7 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
             case CancelRequestMsg():
                 msg.reply.resolve(self._cancel_request(msg.ref))
             case AbandonAskMsg():
-                self._abandon_ask(msg.ref)
+                self._abandon_ask(msg.ref, msg.timed_out)
             case HaltMsg():
                 self._on_halt()
             case ResumeMsg():
@@ -357,7 +383,8 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
             self._input_rejected("draining")
             msg.reply.resolve(("error", "draining"))
             return
-        request = Request("ask", msg.prompt, ref=msg.ref, reply=msg.reply, caller=msg.caller)
+        request = Request("ask", msg.prompt, ref=msg.ref, reply=msg.reply, caller=msg.caller,
+                          options=msg.options)
         if self._can_dispatch_now():
             self._dispatch_and_continue(request, request.prompt, 1)
         elif (reason := self._admit_prompt(request)) is not None:
@@ -371,8 +398,9 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
         if msg.on_halt == "fail" and self.halted and self.turn is None:
             msg.reply.resolve(("error", "halted"))
             return
-        request = Request("tell", msg.prompt, recipient=msg.recipient, completion=msg.completion,
-                          on_halt=msg.on_halt, stream_to=msg.stream_to)
+        request = Request("tell", msg.prompt, ref=msg.ref, recipient=msg.recipient,
+                          completion=msg.completion, on_halt=msg.on_halt,
+                          stream_to=msg.stream_to, options=msg.options, watch=msg.watch)
         if self._can_dispatch_now():
             # The reply waits for pre_turn and the task start (§2.5); a completion may
             # already have been delivered by then (§2.6).
@@ -385,9 +413,20 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
         else:
             msg.reply.resolve(("ok", request.ref))
 
-    def _abandon_ask(self, ref: RequestRef) -> None:
+    def _abandon_ask(self, ref: RequestRef, timed_out: bool) -> None:
+        """The caller of ask `ref` gave up: drop it if queued; after its timeout with
+        `cancel_on_timeout=True` also drop its pending retry or interrupt its running turn."""
         for request in self.mailbox.remove_where(lambda r: r.ref == ref and r.origin == "ask"):
             self._caller_gone(request)
+        if not timed_out:
+            return
+        slot = self.self_chain
+        if isinstance(slot, Retry) and slot.request.ref == ref:
+            self.self_chain = None
+            self._caller_gone(slot.request)
+            slot.request.reply.resolve(("error", "cancelled"))
+        elif self.turn is not None and self.turn.request.ref == ref:
+            self._interrupt()
 
     # ------------------------------------------------------------------ dispatch (§4.4, §4.6)
     def _dispatch_and_continue(self, request: Request, prompt: str, attempt: int) -> None:
@@ -420,7 +459,7 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
                 outcome = self._dispatch(slot.request, slot.prompt, slot.attempt)
             elif slot is not None:
                 self.self_chain = None
-                request = Request("self_chain", slot)
+                request = Request("self_chain", slot, options=self._chain_options)
                 outcome = self._dispatch(request, slot, 1)
             elif len(self.mailbox):
                 request = self.mailbox.pop()
@@ -441,6 +480,11 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
         if isinstance(accepted, str):
             return accepted
         final_prompt, self.state = accepted
+        if request.options.fresh_session and not request.generated and self._session_used:
+            failure = self._fresh_session()
+            if failure is not None:
+                return self._reject_external(request, attempt, failure)
+        self._session_used = True
         task_id = next(self._task_ids)
         cancel_event = CancelSignal()
         turn = Turn(request, attempt, task_id, final_prompt,
@@ -460,7 +504,7 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
                                     self.opts.max_event_bytes_per_turn)
         context = TurnContext(agent=self.name, ref=request.ref, attempt=attempt,
                               cancel_event=turn.cancel_event,
-                              checkpoint=self._checkpoint_fn(turn))
+                              checkpoint=self._checkpoint_fn(turn), options=request.options)
         self._set_phase("processing")
         thread = start_turn(TurnSpec(
             handle=self.handle, task_id=task_id, backend=self.backend, session=self.session,
@@ -473,19 +517,42 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
                 lambda: self.handle.tell_unchecked(WatchdogMsg(task_id)))
         return "started"
 
+    def _fresh_session(self) -> Any:
+        """Replace the session before a `fresh_session` request: the backend's
+        `reset_session`, else terminate it and start a new one with the start options.
+        Returns None, or the reason the request fails with (the old session is kept)."""
+        reset = getattr(self.backend, "reset_session", None)
+        try:
+            if reset is not None:
+                self.session = reset(self.session)
+            else:
+                fresh = self.backend.start_session(dict(self._backend_opts))
+                old, self.session = self.session, fresh
+                self.backend.terminate_session(old)
+        except ResetError as exc:
+            return ("fresh_session_failed", exc.reason)
+        except Exception as exc:  # noqa: BLE001 - the request fails; the agent survives
+            log_exception(self.log, "WARNING", "gen_agent fresh session failed", exc)
+            return ("fresh_session_failed", type_name(exc))
+        self._session_used = False
+        return None
+
     def _pre_turn(self, request: Request, prompt: str, attempt: int) -> tuple[str, Any] | str:
         """Apply pre_turn (§3.5): `(prompt, state)` when accepted, else the rejection kind."""
         fn = self._optional("pre_turn")
         if fn is None:
             return prompt, self.state
+        set_request(_info(request, prompt, attempt))
         try:
             result = fn(prompt, self.state)
         except Exception as exc:  # noqa: BLE001 - protected callback (§3.5)
-            self.log.warning("gen_agent pre_turn/2 raised {}", type_name(exc))
+            set_request(None)
+            log_exception(self.log, "WARNING", "gen_agent pre_turn/2 raised", exc)
             if request.generated:
                 return self._reject_generated(request, attempt, ("pre_turn_crashed",
                                                                  type_name(exc)))
             return self._reject_external(request, attempt, "pre_turn_skipped")
+        set_request(None)
         if type(result) is Proceed and type(result.prompt) is str:
             return result.prompt, result.state
         if type(result) is Skip:
@@ -533,11 +600,14 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
         return check_admission("self_chain", occupied, 0, term_size(prompt), 1,
                                self.opts.max_pending_prompt_bytes)
 
-    def _offer_self_chain(self, prompt: str, *, recovery: bool = False) -> bool:
-        """Put a follow-up in the reserved slot (§4.9); on overload tell handle_error."""
+    def _offer_self_chain(self, prompt: str, *, recovery: bool = False,
+                          options: RequestOptions = DEFAULT_OPTIONS) -> bool:
+        """Put a follow-up in the reserved slot (§4.9); on overload tell handle_error.
+        The follow-up carries `options`, those of the request that chained it."""
         info = self._self_chain_overload(prompt)
         if info is None:
             self.self_chain = prompt
+            self._chain_options = options
             return True
         reason = ("overloaded", info)
         self._input_rejected(reason)
@@ -564,7 +634,7 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
             add(item[0], item[1])
             taken += item[1]
             if stream_to is not None:
-                deliver_to(stream_to, ("gen_agent", "event", self.name, ref, item[0]))
+                deliver_to(stream_to, StreamEvent("gen_agent", "event", self.name, ref, item[0]))
         channel.taken(taken)
 
     def _on_turn_done(self, msg: TurnDoneMsg) -> None:
@@ -613,7 +683,7 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
             try:
                 cancel(self.session)
             except Exception as exc:  # noqa: BLE001 - cancellation is best effort; logged
-                self.log.warning("gen_agent backend cancel raised {}", type_name(exc))
+                log_exception(self.log, "WARNING", "gen_agent backend cancel raised", exc)
         self._retire(turn)
 
     def _interrupt(self) -> None:
@@ -634,11 +704,12 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
     # ------------------------------------------------------------------ turn completion (§4.7)
     def _finish_turn(self, turn: Turn, response: Any, session: Any, stream_state: Any) -> None:
         request = turn.request
+        set_request(_info(request, turn.prompt, turn.attempt))
         try:
             decision = self.impl.handle_response(request.ref, response, stream_state)
         except Exception as exc:  # noqa: BLE001 - not protected: the agent stops (§3.7)
-            self.log.error("gen_agent state callback failed (error: {})", type_name(exc))
-            raise StopAgent(("callback_failed", "error", type_name(exc))) from None
+            log_exception(self.log, "ERROR", "gen_agent handle_response/3 crashed", exc)
+            raise StopAgent(("callback_failed", "error", type_name(exc)), cause=exc) from None
         if not valid_decision(decision):
             self.log.error("gen_agent state callback failed (error: other)")
             raise StopAgent(("callback_failed", "error", "other"))
@@ -646,8 +717,9 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
         if isinstance(response.session_id, str) and response.session_id:
             self.handle.session_id = response.session_id
         self.state = self._post_turn(("ok", response), request.ref, decision.state)
+        set_request(None)
         self._deliver(request, ("ok", response))
-        self._transition(decision)
+        self._transition(decision, request.options)
 
     def _finish_error(self, reason: Any, state: Any, session: Any, turn: Turn) -> None:
         request, attempt = turn.request, turn.attempt
@@ -658,15 +730,17 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
                    self._turn_meta(request, attempt, reason=reason, agent_state=state))
         self._emit(telemetry.TURN_ERROR, {"duration_ms": elapsed},
                    self._turn_meta(request, attempt, reason_kind=reason_kind(reason)))
+        set_request(_info(request, turn.prompt, attempt))
         decision = self._call_handle_error(request.ref, reason)
         self.state = self._post_turn(("error", reason), request.ref, decision.state)
+        set_request(None)
         if (type(decision) is Prompt and not self.draining and reason != "interrupted"
                 and not request.generated):
             self._own_retry(request, decision.text, attempt, reason)
             self._transition(NoReply(self.state))
             return
         self._deliver(request, ("error", reason))
-        self._transition(decision)
+        self._transition(decision, request.options)
 
     def _own_retry(self, request: Request, prompt: str, attempt: int, reason: Any) -> None:
         """Keep the caller waiting and retry under the same ref (§4.8)."""
@@ -679,10 +753,10 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
         self._deliver(request, ("error", reason))
         self._generated_failure(RequestRef.new(), overload)
 
-    def _transition(self, decision: Any) -> None:
+    def _transition(self, decision: Any, options: RequestOptions = DEFAULT_OPTIONS) -> None:
         if type(decision) is Prompt:
             if not self.draining:
-                self._offer_self_chain(decision.text)
+                self._offer_self_chain(decision.text, options=options)
             halt = self._drain_pending()
         elif type(decision) is Halt:
             halt = True
@@ -701,7 +775,7 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
         try:
             return fn(outcome, ref, state)
         except Exception as exc:  # noqa: BLE001 - protected (§3.10)
-            self.log.warning("gen_agent post_turn/3 raised {}", type_name(exc))
+            log_exception(self.log, "WARNING", "gen_agent post_turn/3 raised", exc)
             return state
 
     def _call_handle_error(self, ref: RequestRef, reason: Any) -> Any:
@@ -711,7 +785,7 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
         try:
             decision = fn(ref, reason, self.state)
         except Exception as exc:  # noqa: BLE001 - protected (§3.8)
-            self.log.error("gen_agent handle_error/3 failed (error: {})", type_name(exc))
+            log_exception(self.log, "ERROR", "gen_agent handle_error/3 failed", exc)
             return NoReply(self.state)
         if not valid_decision(decision):
             self.log.error("gen_agent handle_error/3 returned unexpected shape")
@@ -724,9 +798,8 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
             self._replies.append((request.reply, outcome))
         elif request.origin == "tell":
             self.results.put(request.ref, outcome)
-            if request.completion:
-                deliver_to(request.recipient,
-                           ("gen_agent", "completion", self.name, request.ref, outcome))
+            if request.completion and (request.watch is None or request.watch.claim()):
+                deliver_to(request.recipient, Completion.of(self.name, request.ref, outcome))
 
     # ------------------------------------------------------------------ notifications (§4.10)
     def _on_notify(self, msg: NotifyMsg) -> None:
@@ -786,7 +859,7 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
         try:
             decision = fn(payload, self.state)
         except Exception as exc:  # noqa: BLE001 - protected (§3.9)
-            self.log.error("gen_agent {} failed (error: {})", label, type_name(exc))
+            log_exception(self.log, "ERROR", f"gen_agent {label} failed", exc)
             return NoReply(self.state)
         if not valid_decision(decision):
             self.log.error("gen_agent {} returned unexpected shape", label)
@@ -814,8 +887,10 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
         return type(decision) is Halt
 
     # ------------------------------------------------------------------ termination (§4.19)
-    def _terminate(self, reason: Any, *, stop_actor: bool = True) -> None:
+    def _terminate(self, reason: Any, *, stop_actor: bool = True,
+                   cause: BaseException | None = None) -> None:
         self._terminated = True
+        set_request(None)
         self._flush_replies()
         turn = self.turn
         if reason in _GRACEFUL:
@@ -836,20 +911,21 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
             try:
                 fn(reason, self.state)
             except Exception as exc:  # noqa: BLE001 - protected (§3.12)
-                self.log.error("gen_agent terminate_agent/2 failed (error: {})", type_name(exc))
+                log_exception(self.log, "ERROR", "gen_agent terminate_agent/2 failed", exc)
         try:
             self.backend.terminate_session(self.session)
         except Exception as exc:  # noqa: BLE001 - protected (§4.19)
-            self.log.error("gen_agent terminate_session failed (error: {})", type_name(exc))
+            log_exception(self.log, "ERROR", "gen_agent terminate_session failed", exc)
         self._emit(telemetry.TERMINATED, self._now(), {"reason": reason})
         if reason not in _GRACEFUL:
             self.log.error("gen_agent agent stopped ({})", redacted(reason))
-        self._exit(reason, unregister=True, stop_actor=stop_actor)
+        self._exit(reason, unregister=True, stop_actor=stop_actor, cause=cause)
 
-    def _exit(self, reason: Any, *, unregister: bool, stop_actor: bool = True) -> None:
+    def _exit(self, reason: Any, *, unregister: bool, stop_actor: bool = True,
+              cause: BaseException | None = None) -> None:
         if unregister:
             self.handle.system._unregister(self.handle)
-        self.handle.close(reason)
+        self.handle.close(reason, cause)
         if stop_actor:
             self.stop()  # on_stop, run next in this thread, marks the handle exited
 

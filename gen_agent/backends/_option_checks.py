@@ -180,7 +180,7 @@ def validate_options(
             valid = ", ".join(sorted(checks))
             raise SessionStartError(
                 ("unknown_option", key),
-                f"unknown {backend} option {key!r}; valid options: {valid}",
+                f"unknown {backend} option {key!r}; accepted: {valid}",
             )
         check, expected = checks[key]
         if value is not None and not check(value):

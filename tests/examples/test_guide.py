@@ -47,8 +47,10 @@ def test_the_echo_backend_rejects_unknown_options() -> None:
 def test_telemetry_and_logging() -> None:
     assert telemetry_logging.turn_durations() == [
         ("quiet", "ask", "ok", True), ("quiet", "tell", "backend_or_callback_error", True)]
-    assert telemetry_logging.warnings_logged() == [
-        "WARNING [quiet Quiet] gen_agent post_turn/3 raised ValueError\n"]
+    [line] = telemetry_logging.warnings_logged()
+    assert line.startswith("WARNING [quiet Quiet] gen_agent post_turn/3 raised (error: "
+                           "ValueError at ")
+    assert line.endswith("telemetry_logging.py:25 in post_turn)\n")
 
 
 def test_the_http_backends_offline() -> None:

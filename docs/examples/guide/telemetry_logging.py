@@ -73,7 +73,8 @@ def warnings_logged() -> list[str]:
     finally:
         logger.remove(sink)
         logger.disable("gen_agent")
-    print(lines)   # ['WARNING [quiet Quiet] gen_agent post_turn/3 raised ValueError\n']
+    print(lines)   # ['WARNING [quiet Quiet] gen_agent post_turn/3 raised
+    #                  (error: ValueError at .../telemetry_logging.py:25 in post_turn)\n']
     # --8<-- [end:logging]
     return lines
 

@@ -171,15 +171,18 @@ def test_logs_name_types_and_never_payloads_or_messages(
     text = sink.text()
     assert SECRET not in text
     assert all(SECRET not in r.getMessage() for r in caplog.records)
-    for expected in ("handle_error/3 failed (error: ValueError)", "post_turn/3 raised ValueError",
-                     "pre_turn/2 raised ValueError", "pre_turn/2 returned unexpected shape",
-                     "handle_event/2 failed (error: ValueError)",
+    for expected in ("handle_error/3 failed (error: ValueError at ",
+                     "post_turn/3 raised (error: ValueError at ",
+                     "pre_turn/2 raised (error: ValueError at ",
+                     "pre_turn/2 returned unexpected shape",
+                     "handle_event/2 failed (error: ValueError at ",
                      "handle_event/2 returned unexpected shape",
-                     "handle_info/2 failed (error: ValueError)", "post_run/1 raised ValueError",
-                     "state callback failed (error: ValueError)",
-                     "terminate_agent/2 failed (error: ValueError)",
-                     "initialization failed (error: ValueError)",
-                     "pre_run/1 crashed (ValueError)"):
+                     "handle_info/2 failed (error: ValueError at ",
+                     "post_run/1 raised (error: ValueError at ",
+                     "handle_response/3 crashed (error: ValueError at ",
+                     "terminate_agent/2 failed (error: ValueError at ",
+                     "initialization failed (error: ValueError at ",
+                     "pre_run/1 crashed (error: ValueError at "):
         assert expected in text, expected
     agent_records = [r for r in sink.records if r["extra"].get("gen_agent") == NAME]
     assert agent_records

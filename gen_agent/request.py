@@ -1,0 +1,78 @@
+"""Per-request options, and what a callback can learn about the request it is handling.
+
+`RequestOptions` is the one record of options that belong to a single request rather than to
+the agent. It travels with the request: through the mailbox, `pre_turn`, every caller-owned
+retry (`Prompt` from `handle_error`), and the follow-ups it chains (`Prompt` from
+`handle_response`, which inherit it); backends read it as `TurnContext.options`, callbacks as
+`current_request().options`. A new per-request option is one new field here, with a default
+that keeps today's behaviour.
+
+Mirrors: nothing in the Elixir original (its requests carry only the prompt); this is the
+Python port's single home for per-request settings.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+from gen_agent._runtime.context import current_request
+from gen_agent.ref import RequestRef
+
+__all__ = ["RequestInfo", "RequestOptions", "current_request"]
+
+
+class RequestOptions(msgspec.Struct, frozen=True, kw_only=True):
+    """Options of one request (frozen; every field has a default that changes nothing).
+
+    Fields:
+        fresh_session: run every attempt of this request on a fresh backend session: before
+            dispatch the agent resets its session (the backend's `reset_session`) unless
+            nothing ran on it since it started or was last reset. Follow-ups the request
+            chains continue its conversation (they are not reset). Requests without the
+            option share the agent's conversation, as usual. Default False.
+
+    Raises:
+        TypeError: a field has the wrong type (from the constructor).
+    """
+
+    fresh_session: bool = False
+
+    def __post_init__(self) -> None:
+        if type(self.fresh_session) is not bool:
+            raise TypeError("RequestOptions: fresh_session must be a bool, "
+                            f"got {type(self.fresh_session).__name__}")
+
+
+DEFAULT_OPTIONS = RequestOptions()
+
+
+def check_options(options: Any, fn: str) -> RequestOptions:
+    """`options` or the default; a TypeError naming `fn` for anything else."""
+    if options is None:
+        return DEFAULT_OPTIONS
+    if type(options) is not RequestOptions:
+        raise TypeError(f"{fn}: options must be a gen_agent.RequestOptions or None, "
+                        f"got {type(options).__name__}")
+    return options
+
+
+class RequestInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """The request a callback is handling, from `current_request()`.
+
+    Fields:
+        ref: its `RequestRef`.
+        origin: `"ask"`, `"tell"`, `"event"` (a prompt from handle_event/handle_info) or
+            `"self_chain"` (a follow-up from handle_response/handle_error).
+        prompt: the prompt of this attempt as dispatched (after `pre_turn`'s rewrite; in
+            `pre_turn`, the prompt it was given).
+        attempt: the attempt number, 1-based (caller-owned retries increase it).
+        options: its `RequestOptions`.
+    """
+
+    ref: RequestRef
+    origin: Literal["ask", "tell", "event", "self_chain"]
+    prompt: str
+    attempt: int
+    options: RequestOptions

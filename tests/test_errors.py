@@ -1,0 +1,65 @@
+"""`str()` of every GenAgentError renders its whole reason, without payload text (#15)."""
+
+from __future__ import annotations
+
+import pytest
+
+import gen_agent
+from gen_agent.backend import BackendError, SessionStartError
+from gen_agent.errors import AgentNotFound, AgentStartError, TurnError, describe_reason
+from gen_agent.status import OverloadInfo
+
+
+def test_reasons_render_whole_and_readably() -> None:
+    assert describe_reason("timeout") == "timeout"
+    assert describe_reason(("callback_failed", "error", "ValueError")) == \
+        "callback_failed: error ValueError"
+    assert describe_reason(("backend_start_failed", ("unknown_option", "modle"))) == \
+        "backend_start_failed: unknown_option 'modle'"
+    assert describe_reason(("agent_terminated", "shutdown")) == "agent_terminated: shutdown"
+    assert describe_reason(("task_crashed", RuntimeError("secret text"))) == \
+        "task_crashed: RuntimeError"
+    info = OverloadInfo(queue="prompts", limit="count", pending_count=2, pending_bytes=10,
+                        incoming_bytes=3, max_count=2, max_bytes=100)
+    assert describe_reason(("overloaded", info)) == (
+        "overloaded: OverloadInfo(queue=prompts, limit=count, pending_count=2, "
+        "pending_bytes=10, incoming_bytes=3, max_count=2, max_bytes=100)")
+
+
+def test_payload_text_stays_out() -> None:
+    error = BackendError("anthropic", "rate_limited", True, 429, "2", "secret provider text")
+    assert str(TurnError(error)) == "rate_limited (provider=anthropic, status=429, retry_after=2)"
+    assert "secret" not in describe_reason(("wrapped", error))
+    long = "x y " * 100
+    assert len(describe_reason(("init_agent_failed", long))) < 120
+
+
+def test_agent_not_found_names_the_agent() -> None:
+    with pytest.raises(AgentNotFound) as info:
+        gen_agent.ask("greeter", "hi", timeout=1)
+    assert str(info.value) == "no agent named 'greeter'"
+
+
+def test_a_turn_error_is_chained_to_the_exception_in_its_reason() -> None:
+    exc = OSError("boom")
+    assert TurnError(("task_crashed", exc)).__cause__ is exc
+    backend = BackendError("openai", "server_error")
+    assert TurnError(backend).__cause__ is backend
+    assert TurnError("timeout").__cause__ is None
+
+
+def test_backend_start_failed_shows_the_accepted_options() -> None:
+    class Agent(gen_agent.GenAgent):
+        def init_agent(self, opts: dict) -> tuple[dict, None]:
+            return {"modle": "x"}, None
+
+    from gen_agent.backends.anthropic import AnthropicAPI
+
+    with pytest.raises(AgentStartError) as info:
+        gen_agent.start_agent(Agent, name="typo", backend=AnthropicAPI)
+    assert info.value.reason == ("backend_start_failed", ("unknown_option", "modle"))
+    assert isinstance(info.value.__cause__, SessionStartError)
+    text = str(info.value)
+    assert text.startswith("backend_start_failed: unknown_option 'modle' (unknown ")
+    assert "accepted: " in text
+    assert "model" in text and "max_tokens" in text
