@@ -198,14 +198,16 @@ class Pool:
         self._down_reason: Any = None
         self._inbox: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
         specs = [self._spec(self._new_slot()) for _ in range(size)]
+        self._system = system if system is not None else current_system()
         self._supervisor = Supervisor(
             specs, strategy="one_for_one", max_restarts=max_restarts, max_seconds=max_seconds,
             name=f"{self.name_prefix}-supervisor", listener=self._on_child_event,
-            system=system if system is not None else current_system())
+            system=self._system)
         self._supervisor.on_exit(lambda _s, reason: self._inbox.put(("supervisor_down", reason)))
         self._thread = threading.Thread(target=self._run, name=f"gen_agent-{self.name_prefix}",
                                         daemon=True)
         self._thread.start()
+        self._system._track("pool", self)
 
     def __repr__(self) -> str:
         return f"<Pool {self.name_prefix!r} size={self.size} {self.routing}>"
@@ -530,6 +532,7 @@ class Pool:
                 self._supervisor.stop(None)
         finally:
             self._stopped.set()
+            self._system._untrack("pool", self)
             with self._cond:
                 self._cond.notify_all()
 

@@ -46,6 +46,7 @@ __all__ = [
     "ChildInfo",
     "ChildSpec",
     "Supervisor",
+    "SupervisorSnapshot",
     "SupervisorSpec",
     "child_spec",
     "should_restart",
@@ -126,6 +127,31 @@ class ChildInfo(msgspec.Struct, frozen=True, kw_only=True):
     restart: RestartType
     restarts: int
     last_exit_reason: Any = None
+
+
+class SupervisorSnapshot(msgspec.Struct, frozen=True, kw_only=True):
+    """A point-in-time view of one `Supervisor`, as `Supervisor.snapshot` reports it.
+
+    Fields:
+        name, strategy, max_restarts, max_seconds: the supervisor's settings.
+        alive: whether it still runs.
+        restarts_in_window: restarts charged within the last `max_seconds` seconds (count).
+        intensity_left: restarts it may still make in that window before it gives up
+            (`max_restarts - restarts_in_window`, never below 0).
+        children: one `ChildInfo` per child, in start order (a nested supervisor's `ref` is
+            that `Supervisor`).
+        exit_reason: None while it runs, then its exit reason.
+    """
+
+    name: Any
+    strategy: Strategy
+    alive: bool
+    max_restarts: int
+    max_seconds: float
+    restarts_in_window: int
+    intensity_left: int
+    children: tuple[ChildInfo, ...]
+    exit_reason: Any = None
 
 
 class ChildEvent(msgspec.Struct, frozen=True, kw_only=True):
@@ -347,6 +373,8 @@ class Supervisor:
         if not _nested:
             # system shutdown stops the tree top-down instead of racing its restarts
             self._system.add_shutdown_hook(self.stop)
+            self._system._track("supervisor", self)
+            self._exit_listeners.append(lambda s, _r: s._system._untrack("supervisor", s))
         try:
             self._call(lambda: self._start_initial(specs))
         except BaseException:
@@ -413,6 +441,22 @@ class Supervisor:
             RequestError: `("supervisor_down", reason)` once the supervisor has stopped.
         """
         return self._call(lambda: [child.info() for child in self._children])
+
+    def snapshot(self) -> SupervisorSnapshot:
+        """A point-in-time `SupervisorSnapshot`: children, restart counts, intensity left.
+
+        Read without waiting for the supervisor thread, so it answers at once even while the
+        supervisor is stopping or restarting a child (and may then be a moment behind it);
+        works after the supervisor stopped too. Read-only introspection (`gen_agent.observer`).
+        """
+        children = tuple(child.info() for child in list(self._children))
+        since = time.monotonic() - self.max_seconds
+        recent = sum(1 for t in list(self._restart_times) if t > since)
+        return SupervisorSnapshot(
+            name=self.name, strategy=self.strategy, alive=self.is_alive(),
+            max_restarts=self.max_restarts, max_seconds=self.max_seconds,
+            restarts_in_window=recent, intensity_left=max(0, self.max_restarts - recent),
+            children=children, exit_reason=self.exit_reason)
 
     def whereis(self, child_id: Any) -> Any:
         """The running incarnation of `child_id` (`AgentRef` / `Supervisor`), or None."""

@@ -48,6 +48,8 @@ class AgentSystem:
         self._lock = threading.RLock()
         self._agents: dict[Any, AgentHandle] = {}
         self._shutdown_hooks: list[Any] = []
+        self._supervisors: list[Any] = []
+        self._pools: list[Any] = []
 
     def add_shutdown_hook(self, hook: Any) -> None:
         """Run `hook()` first when this system shuts down (newest hook first).
@@ -80,6 +82,32 @@ class AgentSystem:
         """Return the registered names (a point-in-time, unordered list). Mirrors `list/0`."""
         with self._lock:
             return [name for name, handle in self._agents.items() if not handle.closed]
+
+    def supervisors(self) -> list[Any]:
+        """Return the running top-level `Supervisor`s of this system, oldest first (a
+        point-in-time list; nested supervisors are reached through their parent's
+        `snapshot()` / `which_children()`, a `Pool`'s through `Pool.supervisor`). Read-only
+        introspection, e.g. for `gen_agent.observer`."""
+        with self._lock:
+            return [s for s in self._supervisors if s.is_alive()]
+
+    def pools(self) -> list[Any]:
+        """Return the running `Pool`s of this system, oldest first (a point-in-time list).
+        Read-only introspection, e.g. for `gen_agent.observer`."""
+        with self._lock:
+            return [p for p in self._pools if not p.wait_stopped(0)]
+
+    def _track(self, kind: str, item: Any) -> None:
+        """Add a started supervisor (`kind="supervisor"`) or pool (`"pool"`) to the lists
+        `supervisors()` / `pools()` read."""
+        with self._lock:
+            (self._supervisors if kind == "supervisor" else self._pools).append(item)
+
+    def _untrack(self, kind: str, item: Any) -> None:
+        with self._lock:
+            items = self._supervisors if kind == "supervisor" else self._pools
+            if item in items:
+                items.remove(item)
 
     def _unregister(self, handle: AgentHandle) -> None:
         with self._lock:

@@ -61,7 +61,9 @@ HandlerFunction = Callable[[EventName, dict[str, Any], dict[str, Any], Any], Any
 TURN_START: Final = ("gen_agent", "turn", "start")
 """Measurements `system_time`; metadata `agent, ref, attempt, origin`."""
 TURN_STOP: Final = ("gen_agent", "turn", "stop")
-"""Measurements `duration_ms` (dispatch → outcome, agent clock); metadata as TURN_START."""
+"""Measurements `duration_ms` (dispatch → outcome, agent clock), plus `input_tokens`,
+`output_tokens` (tokens) and `cost_usd` (US dollars) when the backend reported them; metadata
+as TURN_START."""
 TURN_ERROR: Final = ("gen_agent", "turn", "error")
 """Measurements `duration_ms`; metadata `agent, ref, attempt, origin, reason_kind`."""
 TURN_REJECTED: Final = ("gen_agent", "turn", "rejected")

@@ -653,7 +653,7 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
                            self._turn_meta(turn.request, turn.attempt,
                                            agent_state=msg.stream_state))
             if attached(telemetry.TURN_STOP):
-                self._emit(telemetry.TURN_STOP, {"duration_ms": self._elapsed(turn)},
+                self._emit(telemetry.TURN_STOP, _stop_measurements(self._elapsed(turn), response),
                            self._turn_meta(turn.request, turn.attempt))
             self._retire(turn)
             self._finish_turn(turn, response, session, msg.stream_state)
@@ -931,3 +931,19 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
 
 
 __all__ = ["AgentActor", "TurnError", "deliver_to"]
+
+
+def _stop_measurements(duration_ms: int, response: Any) -> dict[str, Any]:
+    """TURN_STOP measurements: `duration_ms`, plus `input_tokens` / `output_tokens` (ints)
+    and `cost_usd` (float) when the backend reported them. Numbers only, never content."""
+    measurements: dict[str, Any] = {"duration_ms": duration_ms}
+    usage = response.usage
+    if isinstance(usage, dict):
+        for key in ("input_tokens", "output_tokens"):
+            value = usage.get(key)
+            if type(value) is int:
+                measurements[key] = value
+    cost = response.cost_usd
+    if isinstance(cost, int | float) and not isinstance(cost, bool):
+        measurements["cost_usd"] = float(cost)
+    return measurements
