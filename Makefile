@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint demo bench docs clean
+.PHONY: test lint demo bench docs clean observer-screenshot
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -39,7 +39,23 @@ $(CODEX_STAMP):
 		echo "node/npm not found: skipping the Codex CLI install (real_cli tests skip)"; \
 	fi
 
-test: $(STAMP) $(CLAUDE_STAMP) $(CODEX_STAMP)
+# Debian's chromium and chromium-driver for the observer's browser test (tests/observer), with
+# apt as root where there is apt (one `apt-get update` first); elsewhere that test skips.
+BROWSER_STAMP := $(VENV)/.chromium
+
+$(BROWSER_STAMP):
+	@if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then \
+		touch $@; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		export DEBIAN_FRONTEND=noninteractive; \
+		apt-get update -qq && apt-get install -y -qq --no-install-recommends \
+			chromium chromium-driver >/dev/null && touch $@ \
+			|| echo "WARNING: apt-get install chromium chromium-driver failed: the browser test skips"; \
+	else \
+		echo "chromium/chromedriver not found and no root apt: the observer's browser test skips"; \
+	fi
+
+test: $(STAMP) $(CLAUDE_STAMP) $(CODEX_STAMP) $(BROWSER_STAMP)
 	$(BIN)/ruff check gen_agent tests
 	$(BIN)/python -m pytest -q
 
@@ -74,6 +90,11 @@ bench: $(STAMP)
 # (tests/test_docs.py).
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict -f docs/mkdocs.yml
+
+# Refresh the observer's screenshot on its docs page from the real-browser test.
+observer-screenshot: $(STAMP) $(BROWSER_STAMP)
+	GEN_AGENT_OBSERVER_SCREENSHOT=docs/pages/observer.png $(BIN)/python -m pytest -q \
+		tests/observer/test_browser.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info benchmarks.json

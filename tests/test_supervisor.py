@@ -598,3 +598,27 @@ def test_a_crashed_claude_cli_agent_resumes_its_conversation(events, tmp_path):
         assert any("The code word is 4711." in text for text in texts)  # the old conversation
         assert any("CRASH-MARKER" in text for text in texts)
         sup.stop(timeout=30)
+
+
+# ----------------------------------------------------------------------------- introspection
+
+
+def test_snapshot_reports_children_restarts_and_intensity_left(
+        agent_system: gen_agent.AgentSystem) -> None:
+    with Supervisor([spec("a"), supervisor_spec([spec("inner")], name="nested")],
+                    name="top", max_restarts=2, max_seconds=60) as sup:
+        snap = sup.snapshot()
+        assert (snap.name, snap.strategy, snap.alive, snap.max_restarts) == (
+            "top", "one_for_one", True, 2)
+        assert (snap.restarts_in_window, snap.intensity_left) == (0, 2)
+        assert [(c.id, c.type, c.restarts) for c in snap.children] == [
+            ("a", "worker", 0), ("nested", "supervisor", 0)]
+        assert isinstance(snap.children[1].ref, Supervisor)
+        crash("a")
+        sup.which_children()  # answered after the restart
+        snap = sup.snapshot()
+        assert (snap.restarts_in_window, snap.intensity_left) == (1, 1)
+        assert snap.children[0].restarts == 1 and snap.children[0].last_exit_reason == CRASH
+        assert agent_system.supervisors() == [sup]  # top-level only
+    assert agent_system.supervisors() == []
+    assert sup.snapshot().alive is False

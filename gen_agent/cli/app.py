@@ -10,6 +10,8 @@ Commands:
 - `gen-agent pool --backend B --workers N FILE`: one prompt per line through a supervised
   `Pool`, with a progress bar, then a results table (`--json`: JSON lines).
 - `gen-agent demo`: the embedded demo (see `gen_agent.cli.demo`).
+- `gen-agent observe`: the demo's agents, round after round, with the observer's web view
+  (`gen_agent.observer`; extra `gen_agent[observer]`).
 
 Exit codes: 0 all turns succeeded; 1 a turn failed; 2 bad input or set-up (unknown backend,
 missing CLI / SDK / API key, unreadable file); 130 Ctrl-C ended `run`. Errors are one line
@@ -444,6 +446,75 @@ def demo(
     problems = report.problems()
     if problems:
         _fail("the demo did not go as scripted: " + "; ".join(problems), EXIT_FAILED)
+    raise typer.Exit(EXIT_OK)
+
+
+# -- observe ----------------------------------------------------------------------------------
+
+
+@app.command()
+@_guarded
+def observe(
+    backend: Annotated[str, typer.Option(
+        "--backend", "-b", help="The demo's client: anthropic or claude.")] = "anthropic",
+    host: Annotated[str, typer.Option(
+        "--host", help="Address to listen on (loopback unless --allow-remote).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", min=0, max=65535,
+                                      help="Port to listen on (0: any free one).")] = 8765,
+    allow_remote: Annotated[bool, typer.Option(
+        "--allow-remote", help="Allow a non-loopback --host; every request then needs the "
+                               "token.")] = False,
+    token: Annotated[str | None, typer.Option(
+        "--token", envvar="GEN_AGENT_OBSERVER_TOKEN", show_default=False,
+        help="The observer's token (>= 16 characters; default: a random one).")] = None,
+    show_text: Annotated[bool, typer.Option(
+        "--show-text", help="Also show each turn's prompt on the page.")] = False,
+    rounds: Annotated[int, typer.Option(
+        "--rounds", min=0, help="Demo runs before exiting (0: until Ctrl-C).")] = 0,
+    pause: Annotated[float, typer.Option(
+        "--pause", min=0, help="Seconds between two demo runs.")] = 5.0,
+    fast: Annotated[bool, typer.Option("--fast", help="No artificial model delays.")] = False,
+    cli_path: CliPathOpt = None,
+    timeout: Annotated[float, typer.Option("--timeout", min=1,
+                                           help="Seconds one demo run may take.")] = 180.0,
+) -> None:
+    """Run the demo's agents, round after round, with the observer's live web view."""
+    import time
+
+    from gen_agent.cli.demo import DEMO_BACKENDS, DemoOptions, run_demo
+
+    if backend not in DEMO_BACKENDS:
+        raise CliError(f"the demo runs on {' or '.join(DEMO_BACKENDS)}, not {backend!r}")
+    try:
+        from gen_agent.observer import serve
+    except ImportError as exc:
+        raise CliError(f"{exc}; install it with: pip install 'gen-agent[observer]'") from None
+    options = DemoOptions(backend=backend, fast=fast, cli_path=cli_path, timeout=timeout)
+    console = _out()
+    with gen_agent.AgentSystem() as system:
+        try:
+            watcher = serve(host, port, system, allow_remote=allow_remote, token=token,
+                            show_text=show_text)
+        except ValueError as exc:
+            raise CliError(str(exc)) from None
+        except OSError as exc:
+            raise CliError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+        with watcher:
+            console.print(f"[bold]gen-agent observe[/]: open {watcher.url}", soft_wrap=True)
+            console.print("Ctrl-C stops.")
+            done = 0
+            try:
+                while rounds == 0 or done < rounds:
+                    report = run_demo(options, system=system)
+                    done += 1
+                    problems = report.problems()
+                    console.print(f"round {done}: {len(report.outcomes)} tasks, "
+                                  + ("as scripted" if not problems else "; ".join(problems)),
+                                  markup=False)
+                    if rounds == 0 or done < rounds:
+                        time.sleep(pause)
+            except KeyboardInterrupt:
+                console.print("stopped")
     raise typer.Exit(EXIT_OK)
 
 

@@ -21,6 +21,7 @@ What the demo agent does beyond answering:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 import threading
@@ -385,12 +386,15 @@ class DemoReport(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def run_demo(options: DemoOptions,
-             on_progress: Callable[[DemoProgress], Any] | None = None) -> DemoReport:
+             on_progress: Callable[[DemoProgress], Any] | None = None,
+             system: AgentSystem | None = None) -> DemoReport:
     """Run the demo scenario once and return its report.
 
     Args:
         options: the `DemoOptions`.
         on_progress: called in the calling thread about every 0.1 s with a `DemoProgress`.
+        system: the `AgentSystem` to run the agents in (e.g. one an observer watches);
+            default: a fresh one, shut down at the end.
 
     Returns:
         The `DemoReport` (check `problems()`).
@@ -414,9 +418,10 @@ def run_demo(options: DemoOptions,
         home.mkdir()
         notes = write_workspace(workspace)
         model = DemoModel(tool="Bash" if cli else "word_count", fast=options.fast)
-        with ScriptedModelServer([model] * _SCRIPT_ITEMS) as server, AgentSystem():
+        agents = AgentSystem() if system is None else contextlib.nullcontext(system)
+        with ScriptedModelServer([model] * _SCRIPT_ITEMS) as server, agents as used:
             backend, backend_opts = _client(options, cli, server.url, workspace, home)
-            report = _run_pool(options, backend, backend_opts, workspace, on_progress)
+            report = _run_pool(options, backend, backend_opts, workspace, on_progress, used)
         words = count_words(notes.read_text(encoding="utf-8"))
     return msgspec.structs.replace(
         report, words=words, unmatched_requests=model.unmatched,
@@ -448,10 +453,11 @@ def _client(options: DemoOptions, cli: str | None, url: str, workspace: Path,
 
 
 def _run_pool(options: DemoOptions, backend: Any, backend_opts: dict[str, Any],
-              workspace: Path, on_progress: Callable[[DemoProgress], Any] | None) -> DemoReport:
+              workspace: Path, on_progress: Callable[[DemoProgress], Any] | None,
+              system: AgentSystem) -> DemoReport:
     recorder = Recorder()
     deadline = time.monotonic() + options.timeout
-    pool = Pool(DemoAgent, size=WORKERS, backend=backend, name_prefix="demo",
+    pool = Pool(DemoAgent, size=WORKERS, backend=backend, name_prefix="demo", system=system,
                 routing="round_robin", resume_session=True, max_restarts=3, max_seconds=60,
                 backend_opts=backend_opts, recorder=recorder, workspace=str(workspace),
                 watchdog_ms=int(options.timeout * 1000))

@@ -14,7 +14,7 @@ from gen_agent.errors import GenAgentError
 from gen_agent.observer.collector import describe_reason
 from gen_agent.system import AgentSystem
 
-__all__ = ["AGENT_ACTIONS", "ACTIONS", "ActionError", "run_action"]
+__all__ = ["ACTIONS", "AGENT_ACTIONS", "ActionError", "run_action"]
 
 AGENT_ACTIONS: Final = ("interrupt", "halt", "resume", "stop")
 """Actions on one agent (`{"agent": label}`)."""

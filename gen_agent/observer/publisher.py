@@ -11,6 +11,7 @@ latest one.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from typing import Any
 
@@ -132,7 +133,6 @@ class Publisher:
 
 
 def _offer(subscription: Subscription, data: Any) -> None:
-    try:
+    # A closed loop raises RuntimeError: its stream is gone, nothing to tell.
+    with contextlib.suppress(RuntimeError):
         subscription.loop.call_soon_threadsafe(subscription._offer, data)
-    except RuntimeError:
-        pass  # its loop has closed: the stream is gone

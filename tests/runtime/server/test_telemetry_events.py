@@ -469,3 +469,19 @@ def test_an_ask_caller_thread_is_not_the_emitting_thread(rec: TelemetryRecorder)
         gen_agent.telemetry.detach(handler_id)
 
     assert threads and threads[0] != threading.get_ident()  # handlers run in the agent thread
+
+
+def test_turn_stop_carries_the_reported_tokens_and_cost(rec: TelemetryRecorder) -> None:
+    reported = [gen_agent.Event.new("text", {"text": "hi"}),
+                gen_agent.Event.new("usage", {"input_tokens": 12, "output_tokens": 5,
+                                              "cache_read_input_tokens": 3}),
+                gen_agent.Event.new("result", {"text": "hi", "cost_usd": 0.0042})]
+    odd = [gen_agent.Event.new("usage", {"input_tokens": "12"}),
+           gen_agent.Event.new("result", {"text": "", "cost_usd": True})]
+    ref = start(scripts=[reported, odd])
+    ref.ask("q", timeout=WAIT_S)
+    ref.ask("q", timeout=WAIT_S)
+    first, second = (r.measurements for r in rec.named(TURN_STOP))
+    assert first == {"duration_ms": first["duration_ms"], "input_tokens": 12,
+                     "output_tokens": 5, "cost_usd": 0.0042}
+    assert set(second) == {"duration_ms"}  # only ints and real numbers are reported
