@@ -130,8 +130,9 @@ def serve(host: str = "127.0.0.1", port: int = 0, system: AgentSystem | None = N
             always need it, on loopback too.
         show_text: also show each turn's dispatched prompt (its first 500 characters).
             Default False: no page or stream ever contains prompt or response text.
-        max_turns, max_events: sizes of the rings of recent turns and timeline events
-            (count), kept only while the observer runs.
+        max_turns: size of the ring of recent turns (count), kept only while the observer
+            runs.
+        max_events: size of the ring of recent timeline events (count), likewise.
         turns_per_agent: recent turns listed under each agent (count).
         min_interval_ms: least time between two pushed views (milliseconds).
 
