@@ -77,7 +77,8 @@ demo: $(STAMP) $(if $(DEMO_CLAUDE),$(CLAUDE_STAMP))
 # Bench-only packages, never runtime deps: the claude-agent-sdk parser that stream decoding is
 # compared with (pinned, so figures stay comparable) and pyinstrument for `--profiler
 # pyinstrument`. Without them the SDK row says n/a. Options: `make bench BENCH_ARGS="--only
-# scale"`, `BENCH_ARGS="--profile event_throughput"` (see tests/benchmarks/run.py --help).
+# NAME"`, `BENCH_ARGS="--profile event_throughput"` (see tests/benchmarks/README.md, which
+# also says how to add a benchmark, and tests/benchmarks/run.py --help).
 bench: $(STAMP)
 	@$(BIN)/python -c "import importlib.metadata as m, sys; \
 		sys.exit(m.version('claude-agent-sdk') != '0.2.189')" 2>/dev/null \

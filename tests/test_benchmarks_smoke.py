@@ -1,4 +1,4 @@
-"""Smoke test of the benchmark harness (tests/benchmarks, `make bench`, issue 9).
+"""Smoke test of the benchmark harness (tests/benchmarks, `make bench`, issues 9 and 14).
 
 Every measurement runs at a tiny size, so the harness cannot rot while the core changes. The
 figures are not compared with the targets here (timings on a shared test machine say
@@ -9,6 +9,7 @@ exact coverage) are exercised.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 from pathlib import Path
@@ -18,31 +19,49 @@ import msgspec
 import pytest
 from benchmarks import runner
 from benchmarks._common import Figure, percentile
+from benchmarks._harness import (
+    Measured,
+    figure,
+    is_comparison,
+    run_comparison,
+    summarize_comparison,
+)
 from benchmarks.profiling import profile_call
 
 _RETENTION_LIMIT = runner.params_of(runner.by_name("retention"), "smoke")["max_event_bytes"][0]
 HEADLINES = {
-    "turn_overhead": "agent_vs_pykka_median",
-    "event_throughput": "prebuilt_events_per_s",
-    "stream_parsing": "gen_agent_mb_per_s",
-    "scale": "turns_per_s",
+    "turn_overhead": "mock_ask_vs_pykka_ask",
+    "event_throughput": "built",
+    "stream_parsing": "gen_agent",
+    "concurrency": "agents_10_turns_per_s",
+    "growth": "most_agents",
     "retention": f"coverage_retained_{_RETENTION_LIMIT}",
 }
+
+
+def test_every_measurement_module_is_discovered_and_has_a_headline() -> None:
+    assert {module.NAME for module in runner.MEASUREMENTS} == set(HEADLINES)
 
 
 @pytest.mark.parametrize("module", runner.MEASUREMENTS, ids=lambda module: module.NAME)
 def test_each_measurement_runs_at_a_tiny_size(module: ModuleType) -> None:
     params = runner.params_of(module, "smoke")
 
-    result = module.run_once(params)
-    figures = module.summarize([result], params)
+    results, error = runner.run_measurement(module, "smoke", 1, in_process=True)
+    figures = runner.summarize(module, results, params)
 
-    assert json.loads(msgspec.json.encode(result)) == result
+    assert error is None
+    assert json.loads(msgspec.json.encode(results)) == results
     assert figures and all(type(figure) is Figure for figure in figures)
     keys = [figure.key for figure in figures]
     assert len(set(keys)) == len(keys)
     headline = {figure.key: figure for figure in figures}[HEADLINES[module.NAME]]
     assert headline.value is not None and headline.value > 0
+    if is_comparison(module):  # both placements measured, with a spread over the rounds
+        assert headline.pinned is not None and headline.pinned > 0
+        assert headline.low is not None and headline.high is not None
+        assert headline.low <= headline.value <= headline.high
+        assert headline.rounds == params["rounds"]
     if module.NAME == "retention":
         assert headline.met is True  # the coverage matched the contract's rule exactly
 
@@ -56,12 +75,74 @@ def test_main_prints_the_table_and_writes_the_json(
 
     assert status == 0
     printed = capsys.readouterr().out
-    assert "SUMMARY" in printed and "agent / pykka, median" in printed
+    assert "SUMMARY" in printed and "mock_ask / pykka_ask" in printed
+    assert "pinned median [min-max]" in printed
     report = json.loads(out.read_text(encoding="utf-8"))
     assert set(report["measurements"]) == {"turn_overhead", "retention"}
     figures = report["measurements"]["turn_overhead"]["figures"]
-    assert figures["agent_vs_pykka_median"]["unit"] == "x"
+    ratio = figures["mock_ask_vs_pykka_ask"]
+    assert ratio["unit"] == "x" and ratio["target"] == "<= 2"
+    assert ratio["value"] > 0 and ratio["pinned"] > 0
+    results = report["measurements"]["turn_overhead"]["results"]
+    assert set(results) == {"unpinned", "pinned"}
+    assert len(results["pinned"]["cpus"]) == 1
     assert report["machine"]["cores"] >= 1
+
+    table = runner.markdown_table(report)
+    assert "| turn_overhead | mock_ask / pykka_ask |" in table
+    moved_report = json.loads(json.dumps(report))
+    moved_report["measurements"]["turn_overhead"]["figures"]["mock_ask_vs_pykka_ask"][
+        "value"] = ratio["value"] * 1.5
+    lines, moved = runner.compare_reports(report, moved_report)
+    assert moved == ["turn_overhead.mock_ask_vs_pykka_ask"]
+    assert any(line.startswith("  ok") for line in lines)
+
+
+def test_rounds_interleave_the_figures_and_pinning_is_undone() -> None:
+    calls: list[str] = []
+    module = ModuleType("bench_fake")
+    module.NAME = "fake"
+
+    def first(env: dict[str, object], params: dict[str, object]) -> float:
+        calls.append("a")
+        return 2.0
+
+    def second(env: dict[str, object], params: dict[str, object]) -> Measured:
+        calls.append("b")
+        return Measured(1.0, {"p99_us": 4.0})
+
+    first.__module__ = second.__module__ = "bench_fake"
+    figure(unit="us")(first)
+    figure(unit="us", peer="first", target="<= 0.75")(second)
+    allowed = os.sched_getaffinity(0)
+
+    pinned = run_comparison(module, {"rounds": 3, "warmup_rounds": 1}, "pinned")
+
+    assert calls == ["a", "b"] * 4
+    assert len(pinned["cpus"]) == 1 and os.sched_getaffinity(0) == allowed
+    rows = {row.key: row for row in summarize_comparison(module, {"pinned": pinned})}
+    assert rows["second_vs_first"].pinned == 0.5 and rows["second_vs_first"].met is True
+    assert rows["second_p99_us"].pinned == 4.0 and rows["second_p99_us"].value is None
+
+
+def test_growth_stops_cleanly_at_the_first_failure_and_says_where() -> None:
+    module = runner.by_name("growth")
+    started: list[int] = []
+
+    def start(index: int) -> object:
+        if len(started) == 25:
+            raise RuntimeError("can't start new thread")
+        started.append(index)
+        return module.start_idle(index)
+
+    result = module.run_once({"sizes": [10, 40, 80], "start_budget_s": 30.0}, start=start)
+
+    assert [step["size"] for step in result["steps"]] == [10, 40]
+    assert result["stopped"] == {"size": 40, "at": 15,
+                                 "why": "RuntimeError: can't start new thread"}
+    figures = {f.key: f for f in module.summarize([result], {})}
+    assert figures["most_agents"].value == 15
+    assert "agent 15: RuntimeError: can't start new thread" in figures["most_agents"].note
 
 
 def test_the_profiler_sees_work_done_in_other_threads() -> None:
@@ -84,8 +165,9 @@ def test_param_overrides_apply_to_the_measurements_that_have_the_key() -> None:
 
     params = runner.params_of(module, "full", ["events=5000", "agents=3", "note=plain"])
 
-    assert params == {"events": 5000}
-    assert runner.params_of(runner.by_name("scale"), "smoke", ["agents=3"])["agents"] == 3
+    assert params == {"events": 5000, "rounds": 5, "warmup_rounds": 1}
+    assert runner.params_of(runner.by_name("growth"), "smoke", ["sizes=[3]"])["sizes"] == [3]
+    assert runner.params_of(runner.by_name("turn_overhead"), "full", ["rounds=4"])["rounds"] == 4
 
 
 def test_percentile_is_nearest_rank_and_values_format_for_the_table() -> None:
@@ -105,9 +187,10 @@ def test_stream_parsing_without_the_sdk_reports_it_missing(
     module = runner.by_name("stream_parsing")
     params = runner.params_of(module, "smoke")
 
-    figures = {f.key: f for f in module.summarize([module.run_once(params)], params)}
+    results, _ = runner.run_measurement(module, "smoke", 1, True, placements=("unpinned",))
+    figures = {f.key: f for f in runner.summarize(module, results, params)}
 
-    assert figures["sdk_mb_per_s"].value is None
-    assert "make bench" in figures["sdk_mb_per_s"].note
+    assert figures["sdk"].value is None
+    assert "make bench" in figures["sdk"].note
     assert figures["gen_agent_vs_sdk"].met is None
-    assert figures["gen_agent_mb_per_s"].value is not None
+    assert figures["gen_agent"].value is not None

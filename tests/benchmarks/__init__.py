@@ -1,4 +1,5 @@
-"""`make bench`: the benchmark runner and one module per measurement (issue 9).
+"""`make bench`: the benchmark runner and one module per measurement (issues 9, 14; how to add
+one: tests/benchmarks/README.md).
 
 Run `python tests/benchmarks/run.py --help`. Kept out of `make test` (`--ignore=tests/benchmarks`
 in pyproject); `tests/test_benchmarks_smoke.py` runs every measurement at a tiny size so the

@@ -45,15 +45,21 @@ MIB = 1 << 20
 
 
 class Figure(msgspec.Struct, frozen=True, kw_only=True):
-    """One row of the results table (a median over repetitions).
+    """One row of the results table.
 
     Fields:
         key: stable identifier in benchmarks.json (`str`).
         label: the table's text (`str`).
-        value: the figure, or None when it could not be measured (see `note`).
+        value: the figure (the median over the rounds or repetitions; a comparison's
+            unpinned median), or None when it could not be measured (see `note`).
         unit: the unit of `value` (`"us"`, `"events/s"`, `"MB/s"`, `"KiB"`, `"s"`, `"x"`...).
+        low / high: the minimum / maximum behind `value` (None when not repeated).
+        pinned / pinned_low / pinned_high: median / min / max with every thread pinned to one
+            CPU (comparisons only; None otherwise).
+        rounds: how many rounds (or repetitions) the spread is over.
         target: the issue's goal for this figure as text, `""` when it has none.
-        met: whether `value` meets `target`; None when there is no target or no value.
+        met: whether `value` (and `pinned`, when measured) meets `target`; None when there is
+            no target or no value.
         note: what exactly was timed, or why the value is missing.
     """
 
@@ -61,6 +67,12 @@ class Figure(msgspec.Struct, frozen=True, kw_only=True):
     label: str
     value: float | None
     unit: str
+    low: float | None = None
+    high: float | None = None
+    pinned: float | None = None
+    pinned_low: float | None = None
+    pinned_high: float | None = None
+    rounds: int = 0
     target: str = ""
     met: bool | None = None
     note: str = ""

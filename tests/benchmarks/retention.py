@@ -1,4 +1,4 @@
-"""5. Retention bound: a turn streaming `events` tool_result events of `payload_bytes` each
+"""6. Retention bound: a turn streaming `events` tool_result events of `payload_bytes` each
 (200 x 1 MB by default) keeps its resident growth under 2 x max_event_bytes_per_turn + 20 MiB,
 and its coverage counts are exact.
 
@@ -31,12 +31,13 @@ from gen_agent import Event, EventCoverage, Omission, term_size
 from ._common import MIB, BenchAgent, Figure, PeakRss, StreamBackend, median
 
 NAME = "retention"
-TITLE = "5. Retention bound (one turn of large tool results)"
+TITLE = "6. Retention bound (one turn of large tool results)"
+ORDER = 60
 FULL: dict[str, Any] = {"events": 200, "payload_bytes": 1_000_000, "max_events": 1000,
                         "max_event_bytes": [1 * MIB]}
 SMOKE: dict[str, Any] = {"events": 12, "payload_bytes": 100_000, "max_events": 1000,
                          "max_event_bytes": [256 * 1024]}
-REPS = 5
+REPS = 3
 SLACK_MIB = 20
 
 

@@ -1,4 +1,4 @@
-"""`make bench`: run the benchmarks of issue 9 (see `benchmarks.runner` for the options).
+"""`make bench`: run the benchmarks (see tests/benchmarks/README.md and `benchmarks.runner`).
 
     .venv/bin/python tests/benchmarks/run.py [--only NAME ...] [--size smoke] [--profile NAME]
 """

@@ -7,8 +7,8 @@ them, and a `str` copy, decoded untimed, as the SDK's text stream hands them ove
 counts the transcript's bytes with newlines (10^6 bytes per MB). Timed over the whole
 transcript, per variant:
 
-- `msgspec`: `msgspec.json.decode(line)` per `bytes` line (generic dicts): the limit.
-- `json`: `json.loads(line)` per `str` line.
+- `msgspec_decode`: `msgspec.json.decode(line)` per `bytes` line (generic dicts): the limit.
+- `json_loads`: `json.loads(line)` per `str` line.
 - `gen_agent` (the headline): `translate_lines(turn_lines)` per turn of `bytes` lines, the
   backend's public decode + normalize pipeline (blank-line check, `decode_line`,
   `ClaudeStreamTranslator`), producing the turn's `Event`s.
@@ -21,8 +21,9 @@ transcript, per variant:
   UTF-8 decoding are not timed. Skipped when claude-agent-sdk is not installed (`make bench`
   installs it into the venv).
 
-Each repetition times every variant twice, in forward then reverse order, and keeps the
-faster pass of each (the least disturbed one).
+Every variant is one figure; each round runs them all once over the whole transcript,
+interleaved, after a `gc.collect()`. The transcript and the check that both gen_agent
+variants make the same events are done once, in `setup`.
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ import gc
 import json
 import time
 import warnings
-from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -40,14 +41,14 @@ import msgspec
 
 from gen_agent.backends.claude import ClaudeStreamTranslator, translate_lines
 
-from ._common import Figure, median
+from ._harness import Ratio, Target, figure
 
 NAME = "stream_parsing"
 TITLE = "3. Stream parsing (Claude CLI stream-json)"
-FULL: dict[str, Any] = {"megabytes": 24}
-SMOKE: dict[str, Any] = {"megabytes": 0.2}
-REPS = 5
-TARGET_VS_SDK = 2.0
+ORDER = 30
+README = ("msgspec_decode", "gen_agent", "sdk", "gen_agent_vs_sdk", "msgspec_decode_vs_gen_agent")
+FULL: dict[str, Any] = {"megabytes": 8, "rounds": 9, "warmup_rounds": 1}
+SMOKE: dict[str, Any] = {"megabytes": 0.2, "rounds": 2, "warmup_rounds": 1}
 TARGET_VS_MSGSPEC = 1.5
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "claude-cli"
@@ -90,17 +91,6 @@ def sdk_parser() -> tuple[Callable[[dict[str, Any]], Any] | None, str]:
 Transcript = tuple[list[list[bytes]], list[list[str]]]
 
 
-def _per_line(fn: Callable[[Any], Any], text: bool) -> Callable[[Transcript], int]:
-    def run(transcript: Transcript) -> int:
-        count = 0
-        for turn in transcript[1 if text else 0]:
-            for line in turn:
-                if fn(line) is not None:
-                    count += 1
-        return count
-    return run
-
-
 def _gen_agent(transcript: Transcript) -> int:
     return sum(len(translate_lines(turn)) for turn in transcript[0])
 
@@ -115,97 +105,80 @@ def _gen_agent_loop(transcript: Transcript) -> int:
     return count
 
 
-def _variants() -> tuple[dict[str, Callable[[Transcript], int]], str]:
-    variants: dict[str, Callable[[Transcript], int]] = {
-        "msgspec": _per_line(msgspec.json.decode, text=False),
-        "json": _per_line(json.loads, text=True),
-        "gen_agent": _gen_agent,
-        "gen_agent_loop": _gen_agent_loop,
-    }
-    parse_message, sdk_note = sdk_parser()
-    if parse_message is not None:
-        loads = json.loads
-        variants["sdk"] = _per_line(lambda line: parse_message(loads(line)), text=True)
-    return variants, sdk_note
-
-
-def run_once(params: dict[str, Any]) -> dict[str, Any]:
-    """One repetition: every variant over the same transcript, twice; the faster pass counts.
-
-    Args:
-        params: `megabytes`, the transcript size (10^6 bytes).
-
-    Returns:
-        `{"transcript": {...}, "mb_per_s": {variant: MB/s}, "items": {variant: count},
-        "ratios": {...}, "sdk": version or why it is missing}`.
+@contextmanager
+def setup(params: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Build the transcript; check both gen_agent variants produce the same events.
 
     Raises:
-        AssertionError: the two gen_agent variants disagree on the events produced.
+        AssertionError: `translate_lines` and the per-line loop disagree.
     """
     turns = build_transcript(params["megabytes"])
     transcript = (turns, [[line.decode() for line in turn] for turn in turns])
+    made, looped = _gen_agent(transcript), _gen_agent_loop(transcript)
+    if made != looped:
+        raise AssertionError(f"translate_lines made {made} events, the per-line loop {looped}")
     size = sum(len(line) + 1 for turn in turns for line in turn)
-    kinds = Counter(json.loads(line).get("type") for turn in turns[:4] for line in turn)
-    variants, sdk_note = _variants()
-    best: dict[str, float] = {}
-    items: dict[str, int] = {}
-    for order in (list(variants), list(reversed(variants))):
-        for name in order:
-            gc.collect()
-            started = time.perf_counter()
-            items[name] = variants[name](transcript)
-            elapsed = time.perf_counter() - started
-            best[name] = min(best.get(name, elapsed), elapsed)
-    rates = {name: size / elapsed / 1e6 for name, elapsed in best.items()}
-    if items["gen_agent"] != items["gen_agent_loop"]:
-        raise AssertionError(f"translate_lines made {items['gen_agent']} events, the per-line "
-                             f"loop {items['gen_agent_loop']}")
-    ratios = {"msgspec_vs_gen_agent": rates["msgspec"] / rates["gen_agent"],
-              "gen_agent_vs_json": rates["gen_agent"] / rates["json"]}
-    if "sdk" in rates:
-        ratios["gen_agent_vs_sdk"] = rates["gen_agent"] / rates["sdk"]
-        ratios["json_vs_sdk"] = rates["json"] / rates["sdk"]
-    return {
-        "transcript": {"bytes": size, "turns": len(turns),
-                       "lines": sum(len(turn) for turn in turns),
-                       "line_types_per_4_turns": dict(kinds)},
-        "mb_per_s": rates,
-        "items": items,
-        "ratios": ratios,
-        "sdk": sdk_note,
-    }
+    parse_message, sdk_note = sdk_parser()
+    yield {"transcript": transcript, "bytes": size, "parse_message": parse_message,
+           "notes": {"sdk": sdk_note,
+                     "msgspec": f"{size / 1e6:.1f} MB, {sum(len(t) for t in turns)} lines "
+                                "of the real CLI's turns"}}
 
 
-def summarize(reps: list[dict[str, Any]], params: dict[str, Any]) -> list[Figure]:
-    """Medians over the repetitions; ratios per repetition, then median."""
-    def rate(name: str) -> float | None:
-        return median(rep["mb_per_s"].get(name) for rep in reps)
+def _rate(env: dict[str, Any], run: Callable[[Transcript], Any]) -> float:
+    gc.collect()
+    started = time.perf_counter()
+    run(env["transcript"])
+    return env["bytes"] / (time.perf_counter() - started) / 1e6
 
-    def ratio(name: str) -> float | None:
-        return median(rep["ratios"].get(name) for rep in reps)
 
-    sdk_note = reps[0]["sdk"] if reps else ""
-    vs_sdk, vs_msgspec = ratio("gen_agent_vs_sdk"), ratio("msgspec_vs_gen_agent")
-    transcript = reps[0]["transcript"] if reps else {}
-    return [
-        Figure(key="msgspec_mb_per_s", label="msgspec.json.decode per line (the limit)",
-               unit="MB/s", value=rate("msgspec"),
-               note=f"{transcript.get('bytes', 0) / 1e6:.1f} MB, {transcript.get('lines')} "
-                    "lines of the real CLI's turns"),
-        Figure(key="json_mb_per_s", label="json.loads per line", unit="MB/s",
-               value=rate("json")),
-        Figure(key="gen_agent_mb_per_s", label="gen_agent translate_lines (decode+normalize)",
-               unit="MB/s", value=rate("gen_agent")),
-        Figure(key="gen_agent_loop_mb_per_s", label="gen_agent translate_raw per line",
-               unit="MB/s", value=rate("gen_agent_loop")),
-        Figure(key="sdk_mb_per_s", label="claude-agent-sdk json.loads+parse_message",
-               unit="MB/s", value=rate("sdk"), note=sdk_note),
-        Figure(key="gen_agent_vs_sdk", label="gen_agent / sdk", unit="x", value=vs_sdk,
-               target=f">= {TARGET_VS_SDK:g}x",
-               met=None if vs_sdk is None else vs_sdk >= TARGET_VS_SDK),
-        Figure(key="msgspec_vs_gen_agent", label="msgspec / gen_agent", unit="x",
-               value=vs_msgspec, target=f"<= {TARGET_VS_MSGSPEC:g}x",
-               met=None if vs_msgspec is None else vs_msgspec <= TARGET_VS_MSGSPEC),
-        Figure(key="gen_agent_vs_json", label="gen_agent / json.loads", unit="x",
-               value=ratio("gen_agent_vs_json")),
-    ]
+def _per_line(fn: Callable[[Any], Any], text: bool) -> Callable[[Transcript], None]:
+    def run(transcript: Transcript) -> None:
+        for turn in transcript[1 if text else 0]:
+            for line in turn:
+                fn(line)
+    return run
+
+
+_MSGSPEC = _per_line(msgspec.json.decode, text=False)
+_JSON = _per_line(json.loads, text=True)
+
+
+@figure(unit="MB/s", label="msgspec.json.decode per line (the limit)")
+def msgspec_decode(env: dict[str, Any], params: dict[str, Any]) -> float:
+    """Raw msgspec over every `bytes` line (generic dicts)."""
+    return _rate(env, _MSGSPEC)
+
+
+@figure(unit="MB/s", label="json.loads per line")
+def json_loads(env: dict[str, Any], params: dict[str, Any]) -> float:
+    """`json.loads` over every `str` line."""
+    return _rate(env, _JSON)
+
+
+@figure(unit="MB/s", label="gen_agent translate_lines (decode+normalize)", peer="sdk",
+        target=">= 2")
+def gen_agent(env: dict[str, Any], params: dict[str, Any]) -> float:
+    """The backend's public decode + normalize pipeline, per turn."""
+    return _rate(env, _gen_agent)
+
+
+@figure(unit="MB/s", label="gen_agent translate_raw per line")
+def gen_agent_loop(env: dict[str, Any], params: dict[str, Any]) -> float:
+    """What the live backend runs per line."""
+    return _rate(env, _gen_agent_loop)
+
+
+@figure(unit="MB/s", label="claude-agent-sdk json.loads+parse_message")
+def sdk(env: dict[str, Any], params: dict[str, Any]) -> float | None:
+    """The SDK's parser per `str` line; None when claude-agent-sdk is missing."""
+    parse_message = env["parse_message"]
+    if parse_message is None:
+        return None
+    loads = json.loads
+    return _rate(env, _per_line(lambda line: parse_message(loads(line)), text=True))
+
+
+RATIOS = [Ratio("msgspec_decode", "gen_agent", Target.parse(f"<= {TARGET_VS_MSGSPEC}"),
+                label="msgspec / gen_agent"),
+          Ratio("gen_agent", "json_loads", label="gen_agent / json.loads")]
