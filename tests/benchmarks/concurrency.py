@@ -30,7 +30,7 @@ TITLE = "4. Concurrency (N agents busy at once vs N bare pykka actors)"
 ORDER = 40
 LEVELS = (1, 10, 100, 1000)
 README = tuple(key for n in LEVELS for key in
-               (f"agents_{n}_vs_pykka_{n}", f"agents_{n}_p99_us", f"agents_{n}_turns_per_s"))
+               (f"agents_{n}_vs_pykka_{n}", f"agents_{n}_turns_per_s"))
 FULL: dict[str, Any] = {"levels": list(LEVELS), "turns": 2000, "min_asks": 5, "rounds": 7,
                         "warmup_rounds": 1}
 SMOKE: dict[str, Any] = {"levels": [1, 10], "turns": 20, "min_asks": 2, "rounds": 2,
