@@ -64,7 +64,7 @@ def stream(obs: Any, query: str = "", count: int = 1,
         assert response.getheader("content-type").startswith("text/event-stream")
         seen = 0
         while True:
-            line = response.fp.readline()
+            line = response.readline()
             assert line, "the stream ended"
             if line.startswith(b"data: "):
                 view = json.loads(line[6:])
@@ -209,8 +209,16 @@ def test_stop_closes_the_port_and_detaches_telemetry(tree: Supervisor) -> None:
     obs = observer.serve()
     handlers = [h.id for h in gen_agent.telemetry.list_handlers(("gen_agent",))]
     assert any(isinstance(h, tuple) and h[0] == "gen_agent.observer" for h in handlers)
-    next(stream(obs))  # an open stream does not hold the stop up
+    # An open stream does not hold the stop up: it is ended by the server.
+    connection = http.client.HTTPConnection("127.0.0.1", obs.port, timeout=10)
+    connection.request("GET", "/api/stream")
+    response = connection.getresponse()
+    while not response.readline().startswith(b"data: "):
+        pass
     obs.stop()
+    rest = response.read()  # the chunked body ends: no hang, no error
+    assert b"data: " not in rest
+    connection.close()
     obs.stop()  # idempotent
     assert not obs.running
     handlers = [h.id for h in gen_agent.telemetry.list_handlers(("gen_agent",))]
