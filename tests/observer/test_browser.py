@@ -108,9 +108,10 @@ def test_tree_live_phase_restart_and_interrupt_in_a_real_browser(
         agent_system: gen_agent.AgentSystem, tmp_path: Path) -> None:
     first = mock.gate(_turn("first answer", 120, 34, 0.0021))
     held = mock.gate(_turn("never finished", 1, 1, 0.0))
+    queued = _turn("third answer", 10, 2, 0.0001)
     tree = Supervisor([
         child_spec(Worker, name="alpha", backend=MockBackend, restart="permanent",
-                   scripts=[first, held], watchdog_ms=60_000),
+                   scripts=[first, held, queued], watchdog_ms=60_000),
         child_spec(Worker, name="beta", backend=MockBackend, restart="permanent",
                    scripts=[mock.text_turn("crash")]),
     ], name="tree", max_restarts=3, max_seconds=60)
@@ -159,6 +160,8 @@ def test_tree_live_phase_restart_and_interrupt_in_a_real_browser(
         assert held.wait_blocked(WAIT_S)
         _until(driver, lambda d: _attr(d, "#agent-alpha", "data-phase") == "processing",
                "alpha processing the second turn")
+        third = gen_agent.tell("alpha", "third question", timeout=5)  # waits in the queue
+        _until(driver, lambda d: _text(d, "#agent-alpha .queue") == "1", "a queued prompt")
         _screenshot(driver, tmp_path)
         with TelemetryRecorder([TURN_ERROR]) as recorder:
             driver.find_element(By.ID, "act-interrupt-alpha").send_keys(Keys.ENTER)
@@ -175,8 +178,12 @@ def test_tree_live_phase_restart_and_interrupt_in_a_real_browser(
                "the action's result")
         _until(driver, lambda d: "interrupted" in _text(d, "#agent-alpha"),
                "the interrupted turn")
-        assert _attr(driver, "#agent-alpha", "data-phase") == "idle"
         assert gen_agent.poll("alpha", held_ref).reason == "interrupted"
+        # The queued prompt runs next; the page follows it to the end.
+        _until(driver, lambda d: "10/2" in _text(d, "#agent-alpha"), "the queued turn")
+        _until(driver, lambda d: _attr(d, "#agent-alpha", "data-phase") == "idle"
+               and _text(d, "#agent-alpha .queue") == "0", "alpha idle with nothing queued")
+        assert gen_agent.poll("alpha", third).status == "completed"
 
         # Readable on a phone: nothing wider than a 390 px screen.
         driver.set_window_size(390, 844)
