@@ -14,6 +14,7 @@ takes them in batches, and order is kept (the outcome is the channel's last item
 
 from __future__ import annotations
 
+import queue
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -133,11 +134,12 @@ class TurnSpec:
 
 
 class _Worker:
-    __slots__ = ("spec", "thread", "wake")
+    __slots__ = ("inbox", "thread")
 
     def __init__(self) -> None:
-        self.spec: TurnSpec | None = None
-        self.wake = threading.Event()
+        # The next spec is handed over through a C SimpleQueue: one put and one get, cheaper
+        # than a threading.Event's condition (issue 20).
+        self.inbox: queue.SimpleQueue[TurnSpec] = queue.SimpleQueue()
         self.thread: threading.Thread | None = None
 
 
@@ -165,8 +167,7 @@ class TurnWorkers:
                 target=self._loop, args=(worker, spec), name="gen_agent-turn", daemon=True)
             worker.thread.start()
         else:
-            worker.spec = spec
-            worker.wake.set()
+            worker.inbox.put(spec)
         assert worker.thread is not None
         return worker.thread
 
@@ -190,16 +191,15 @@ class TurnWorkers:
             with self._lock:
                 self._idle.append(worker)
                 self._changed.notify_all()
-            if not worker.wake.wait(self.idle_s):
+            try:
+                spec = worker.inbox.get(timeout=self.idle_s)
+            except queue.Empty:
                 with self._lock:
                     if worker in self._idle:
                         self._idle.remove(worker)
                         self._changed.notify_all()
                         return
-                worker.wake.wait()  # claimed just as the wait timed out: the spec is coming
-            worker.wake.clear()
-            assert worker.spec is not None
-            spec, worker.spec = worker.spec, None
+                spec = worker.inbox.get()  # claimed just as the wait timed out: it is coming
 
 
 WORKERS = TurnWorkers()
