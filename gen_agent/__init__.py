@@ -78,6 +78,7 @@ from gen_agent.status import (
     RuntimeSnapshot,
     Status,
 )
+from gen_agent.streaming import TurnStream, stream
 from gen_agent.supervisor import (
     ChildEvent,
     ChildInfo,
@@ -142,6 +143,7 @@ __all__ = [
     "TextAccumulator",
     "TurnContext",
     "TurnError",
+    "TurnStream",
     "ask",
     "backend_session",
     "cancel_request",
@@ -168,6 +170,7 @@ __all__ = [
     "start_agent",
     "status",
     "stop",
+    "stream",
     "supervisor_spec",
     "tell",
     "tell_with_completion",

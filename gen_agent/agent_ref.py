@@ -97,9 +97,12 @@ def _ask(handle: AgentHandle, prompt: str, timeout: float | None,
         raise
 
 
-def _tell(handle: AgentHandle, prompt: str, timeout: float | None, *, recipient: Any = None,
-          completion: bool = False, on_halt: str = "queue", stream_to: Any = None,
-          options: RequestOptions | None = None, monitor: bool = False) -> RequestRef:
+def _tell_message(handle: AgentHandle, prompt: str, timeout: float | None, *,
+                  recipient: Any = None, completion: bool = False, on_halt: str = "queue",
+                  stream_to: Any = None, options: RequestOptions | None = None,
+                  monitor: bool = False) -> tuple[Any, Watch | None]:
+    """Check a tell's arguments (nothing is sent); return the mailbox message maker and, for
+    `monitor=True`, the request's `Watch` (the threaded and the async tell share this)."""
     fn = "tell_with_completion" if completion else "tell"
     _check_prompt(prompt, fn)
     _check_timeout(timeout, fn)
@@ -113,20 +116,37 @@ def _tell(handle: AgentHandle, prompt: str, timeout: float | None, *, recipient:
     if type(monitor) is not bool:
         raise TypeError(f"{fn}: monitor must be a bool, got {type(monitor).__name__}")
     if not monitor:
-        return _unwrap(handle.call(
-            lambda r: TellMsg(prompt, r, recipient, completion, on_halt, stream_to, opts),
-            timeout))
+        return (lambda r: TellMsg(prompt, r, recipient, completion, on_halt, stream_to, opts),
+                None)
     ref = RequestRef.new()
     watch = Watch(recipient, handle.name, ref)
+    return (lambda r: TellMsg(prompt, r, recipient, completion, on_halt, stream_to, opts, ref,
+                              watch), watch)
+
+
+def _tell_answered(handle: AgentHandle, watch: Watch | None, outcome: Any) -> RequestRef:
+    """The agent answered a tell: its ref, or raise. A monitored request whose ref was issued
+    gets exactly one completion or down record from now on; one refused gets nothing."""
     try:
-        result = _unwrap(handle.call(
-            lambda r: TellMsg(prompt, r, recipient, completion, on_halt, stream_to, opts, ref,
-                              watch), timeout))
+        ref = _unwrap(outcome)
     except BaseException:
-        watch.claim()  # no ref was issued: nothing is delivered for it
+        if watch is not None:
+            watch.claim()  # no ref was issued: nothing is delivered for it
         raise
-    watch.attach(handle)  # from now on, exactly one completion or down record
-    return result
+    if watch is not None:
+        watch.attach(handle)
+    return ref
+
+
+def _tell(handle: AgentHandle, prompt: str, timeout: float | None, **opts: Any) -> RequestRef:
+    make, watch = _tell_message(handle, prompt, timeout, **opts)
+    try:
+        outcome = handle.call(make, timeout)
+    except BaseException:
+        if watch is not None:
+            watch.claim()
+        raise
+    return _tell_answered(handle, watch, outcome)
 
 
 def _monitor(handle: AgentHandle, recipient: Any) -> RequestRef:

@@ -117,6 +117,14 @@ class AgentSystem:
     # ------------------------------------------------------------------ start / stop
     def start_agent(self, module: type, *, name: Any, backend: Any, **opts: Any) -> Any:
         """Start an agent in this system. See `gen_agent.start_agent` for the full contract."""
+        handle, init_reply = self._launch(module, name=name, backend=backend, **opts)
+        init_reply.wait()  # raises AgentStartError after a failed init
+        return AgentRef(handle)
+
+    def _launch(self, module: type, *, name: Any, backend: Any,
+                **opts: Any) -> tuple[AgentHandle, Reply]:
+        """Register `name` and start its actor; return the handle and the reply that
+        `init_agent` answers (the threaded and async start both wait on it)."""
         shutdown_ms = validate_shutdown(opts.get("shutdown_ms"))
         reserved, forwarded = split_options(opts)
         with self._lock:
@@ -139,8 +147,7 @@ class AgentSystem:
         except BaseException:
             self._unregister(handle)
             raise
-        init_reply.wait()  # raises AgentStartError after a failed init
-        return AgentRef(handle)
+        return handle, init_reply
 
     def stop(self, name: Any) -> None:
         """Stop `name` gracefully within its `shutdown_ms`, then kill it. See `gen_agent.stop`.
@@ -159,9 +166,13 @@ class AgentSystem:
         """
         if handle.closed:
             return
+        self._check_stop(handle)
+        self._stop_handle(handle, "shutdown")
+
+    @staticmethod
+    def _check_stop(handle: AgentHandle) -> None:
         if current_handle() is handle:
             raise RequestError("self_stop")
-        self._stop_handle(handle, "shutdown")
 
     def _stop_handle(self, handle: AgentHandle, reason: Any) -> None:
         handle.send(StopMsg(reason, handle.reply()))

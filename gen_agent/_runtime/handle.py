@@ -74,12 +74,21 @@ class AgentHandle:
             RequestError: "calling_self" when called from this agent's own thread (it would
                 wait for itself forever; a turn task may call its agent).
         """
+        return self.request(make).wait(timeout)
+
+    def request(self, make: Any) -> Reply:
+        """Send `make(reply)` and return the reply without waiting (the async client awaits
+        it). A reply the agent can no longer take is failed with `AgentDown` at once.
+
+        Raises:
+            RequestError: "calling_self" from this agent's own thread (see `call`).
+        """
         if threading.get_ident() == self.actor_thread:
             raise RequestError("calling_self")
         reply = self.reply()
         if not self.send(make(reply)):
             reply.fail(self.down_error())
-        return reply.wait(timeout)
+        return reply
 
     def on_exit(self, listener: Any) -> int | None:
         """Call `listener(handle, reason)` once when this incarnation closes (at once if it

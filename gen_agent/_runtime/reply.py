@@ -13,6 +13,8 @@ which is a measurable share of a turn's overhead; see `make bench`.)
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import threading
 from typing import Any
 
@@ -22,7 +24,7 @@ from gen_agent.errors import CallTimeout
 class Reply:
     """A once-only, thread-safe answer slot."""
 
-    __slots__ = ("_answered", "_error", "_once", "_outstanding", "_value")
+    __slots__ = ("_answered", "_callback", "_error", "_once", "_outstanding", "_value")
 
     def __init__(self, outstanding: set[Reply] | None = None) -> None:
         self._answered = threading.Lock()
@@ -31,6 +33,7 @@ class Reply:
         self._value: Any = None
         self._error: BaseException | None = None
         self._outstanding = outstanding
+        self._callback: Any = None
         if outstanding is not None:
             outstanding.add(self)
 
@@ -59,6 +62,25 @@ class Reply:
         self._answered.release()
         if self._outstanding is not None:
             self._outstanding.discard(self)
+        callback = self._callback
+        if callback is not None:
+            callback(self)
+
+    def add_done_callback(self, callback: Any) -> None:
+        """Call `callback(reply)` exactly once when the reply is answered: in the answering
+        thread, or at once in this thread if it already is. One callback per reply; it must be
+        quick and must not raise (the async client hands the answer to its loop from here)."""
+        once = threading.Lock()
+
+        def fire(reply: Reply) -> None:
+            if once.acquire(blocking=False):
+                callback(reply)
+
+        self._callback = fire
+        # answered before the callback was set? `_finish` may have missed it (fire is once-only)
+        if self._answered.acquire(blocking=False):
+            self._answered.release()
+            fire(self)
 
     def wait(self, timeout: float | None = None) -> Any:
         """Block until answered; `timeout` in seconds, None = forever. May be called again
@@ -80,3 +102,48 @@ def fail_all(outstanding: set[Reply], exc: BaseException) -> None:
     """Fail every reply still outstanding (the agent is gone)."""
     for reply in list(outstanding):
         reply.fail(exc)
+
+
+# ---------------------------------------------------------------------- asyncio callers
+def call_in_loop(loop: asyncio.AbstractEventLoop, fn: Any, *args: Any) -> None:
+    """From any thread, run `fn(*args)` in `loop`; nothing if the loop is closed (nobody is
+    left to tell)."""
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(fn, *args)
+
+
+def set_once(future: asyncio.Future[Any], value: Any = None) -> None:
+    """In the loop: resolve `future` unless it is already done (e.g. cancelled)."""
+    if not future.done():
+        future.set_result(value)
+
+
+def _settle(future: asyncio.Future[Any], reply: Reply) -> None:
+    if future.done():  # cancelled meanwhile
+        return
+    try:
+        future.set_result(reply.wait(0))
+    except BaseException as exc:  # noqa: BLE001 - the actor's failure is the caller's
+        future.set_exception(exc)
+
+
+async def await_reply(reply: Reply, timeout: float | None) -> Any:
+    """Await `reply` on the running loop; `timeout` seconds (None = forever).
+
+    Raises:
+        CallTimeout: no answer within `timeout` (the request is not touched here).
+        asyncio.CancelledError: the awaiting task was cancelled.
+        Whatever the actor failed the reply with (e.g. `AgentDown`).
+    """
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+    reply.add_done_callback(lambda r: call_in_loop(loop, _settle, future, r))
+    if timeout is None:
+        return await future
+    try:
+        async with asyncio.timeout(timeout):
+            return await future
+    except TimeoutError:
+        if future.done() and not future.cancelled():
+            return future.result()  # answered in the same loop iteration as the deadline
+        raise CallTimeout(timeout) from None

@@ -647,8 +647,12 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
         channel.scheduled = False
         items, add = channel.items, turn.capture.add
         stream_to, ref = turn.request.stream_to, turn.request.ref
+        # a streaming reader (gen_agent.stream) may hold the relay back: see `_relay_paused`
+        pause = None if stream_to is None else getattr(stream_to, "pause_relay", None)
         taken = 0
         while items:
+            if pause is not None and self._relay_paused(pause, channel):
+                break
             item = items.popleft()
             if type(item) is TurnDoneMsg:
                 self._on_turn_done(item)
@@ -658,6 +662,22 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
             if stream_to is not None:
                 deliver_to(stream_to, StreamEvent("gen_agent", "event", self.name, ref, item[0]))
         channel.taken(taken)
+
+    def _relay_paused(self, pause: Any, channel: Any) -> bool:
+        """Ask a streaming reader whether its buffer is full. If it is, stop draining this
+        turn's channel: the turn task then waits at the channel's byte bound, the agent
+        does not. `channel.scheduled` stays True so the task sends no wake-ups meanwhile; the
+        reader's resume sends the one that drains again. (Beyond §4.18, which has no
+        backpressure: only `gen_agent.stream` readers have `pause_relay`.)"""
+        handle, task_id = self.handle, channel.task_id
+        try:
+            paused = pause(lambda: handle.tell_unchecked(TurnWakeMsg(task_id)))
+        except Exception as exc:  # noqa: BLE001 - a broken reader must not stall the turn
+            self.log.warning("gen_agent stream reader raised {}", type_name(exc))
+            return False
+        if paused:
+            channel.scheduled = True
+        return bool(paused)
 
     def _on_turn_done(self, msg: TurnDoneMsg) -> None:
         turn = self.turn

@@ -1,0 +1,346 @@
+"""`gen_agent.aio`: the client API as coroutines, for asyncio applications.
+
+The agents stay pykka actors on their own threads; what changes is how an asyncio caller meets
+them. Every coroutine here sends the same mailbox message as its threaded twin in
+`gen_agent.client` and then awaits the actor's answer without blocking the event loop and
+without a thread per call: the actor answers a once-only reply, whose done-callback hands the
+answer to the caller's loop (`loop.call_soon_threadsafe` on an `asyncio.Future`). So any number
+of awaits cost no threads, work from any running loop, and from several loops in several
+threads at once.
+
+Semantics are the threaded API's (contract §2.1): a missing name raises `AgentNotFound` before
+anything is sent; an agent that dies while a caller awaits fails the await with `AgentDown`
+(every reply is tracked by its incarnation, so nobody is left waiting); the caller's own
+`timeout` (seconds, None = forever) raises `CallTimeout`.
+
+Cancellation. A cancelled await (task.cancel(), `asyncio.timeout`, `asyncio.wait_for`) and an
+expired `timeout` are the caller giving up, not the request: by default the request stays queued
+or running, as the contract says for a timed-out caller (§4.14), and its outcome goes to the poll
+cache (tells) or is dropped (asks). With `cancel_on_timeout=True` the request is cancelled too: a
+queued one is removed, a running one interrupted, so a retry loop does not pile up paid turns.
+
+Streaming a turn: `async with aio.stream(name, prompt) as turn: async for event in turn` (see
+`gen_agent.stream`, which this mirrors).
+
+Mirrors: nothing in the Elixir original (a BEAM process simply blocks in `receive`); this is
+how an asyncio task waits like one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+from gen_agent._runtime.handle import AgentHandle
+from gen_agent._runtime.messages import (
+    AskMsg,
+    DrainMsg,
+    HaltMsg,
+    InterruptMsg,
+    NotifyMsg,
+    PollMsg,
+    ResumeMsg,
+    StatusMsg,
+    StopMsg,
+    TellMsg,
+)
+from gen_agent._runtime.reply import await_reply, call_in_loop, set_once
+from gen_agent.agent_ref import AgentRef, _cancel_after_timeout, _check_prompt, _unwrap
+from gen_agent.client import _cast, _lookup
+from gen_agent.errors import AgentNotFound, CallTimeout, RequestError
+from gen_agent.ref import RequestRef
+from gen_agent.response import Response
+from gen_agent.status import PollResult, Status
+from gen_agent.streaming import AsyncTurnStream
+from gen_agent.system import AgentSystem, current_system
+
+__all__ = [
+    "AsyncTurnStream",
+    "ask",
+    "drain",
+    "halt",
+    "interrupt",
+    "notify",
+    "notify_ack",
+    "poll",
+    "resume",
+    "start_agent",
+    "status",
+    "stop",
+    "stream",
+    "tell",
+    "tell_with_completion",
+]
+
+
+# ---------------------------------------------------------------------- the bridge
+async def _call(handle: AgentHandle, make: Any, timeout: float | None) -> Any:
+    return await await_reply(handle.request(make), timeout)
+
+
+def _system(system: AgentSystem | None) -> AgentSystem:
+    return system or current_system()
+
+
+# ---------------------------------------------------------------------- requests
+async def ask(name: Any, prompt: str, timeout: float | None = None, *,
+              cancel_on_timeout: bool = False, system: AgentSystem | None = None) -> Response:
+    """Send `prompt` as a turn and await its `Response`. The awaitable twin of
+    `gen_agent.ask` (same reasons, same queueing, same caller-owned retries).
+
+    Args:
+        name: the agent's name. prompt: a `str`. timeout: seconds, None = forever.
+        cancel_on_timeout: also cancel the request when this await is cancelled or times out
+            (queued: removed; running: interrupted). Default False: it stays (contract §4.14).
+        system: the `AgentSystem` to look the name up in (default: the current one).
+
+    Returns:
+        The `Response` of the successful turn.
+
+    Raises:
+        TypeError: `prompt` is not a `str`, or `timeout` not a number (nothing is sent).
+        AgentNotFound: no agent has that name (nothing is sent).
+        AgentDown: the agent ended while the call waited.
+        CallTimeout: no answer within `timeout` seconds.
+        TurnError: the request failed (`.reason` as `gen_agent.ask`).
+        asyncio.CancelledError: the awaiting task was cancelled.
+
+    Mirrors: `GenAgent.ask/3` (contract §2.4).
+    """
+    _check_prompt(prompt, "ask")
+    _check_timeout(timeout, "ask")
+    handle = _lookup(system, name)
+    ref = RequestRef.new()
+    caller = threading.current_thread()
+    reply = handle.request(lambda r: AskMsg(prompt, r, ref, caller))
+    try:
+        return _unwrap(await await_reply(reply, timeout))
+    except (CallTimeout, asyncio.CancelledError):
+        if cancel_on_timeout:
+            _cancel_after_timeout(handle, ref, "ask")
+        raise
+
+
+async def tell(name: Any, prompt: str, timeout: float | None = None, *,
+               system: AgentSystem | None = None) -> RequestRef:
+    """Queue `prompt` as a turn and return its `RequestRef`; read the outcome with `poll`.
+    The awaitable twin of `gen_agent.tell`.
+
+    Raises:
+        TypeError: `prompt` is not a `str`.
+        TurnError: ("overloaded", info) (no ref issued) or "draining".
+        AgentNotFound: no agent has that name.
+        AgentDown: the agent stopped while the call waited.
+        CallTimeout: no answer within `timeout` seconds.
+
+    Mirrors: `GenAgent.tell/3` (contract §2.5).
+    """
+    _check_prompt(prompt, "tell")
+    _check_timeout(timeout, "tell")
+    handle = _lookup(system, name)
+    return _unwrap(await _call(handle, lambda r: TellMsg(prompt, r), timeout))
+
+
+async def tell_with_completion(name: Any, prompt: str, recipient: Any, *, on_halt: str = "queue",
+                               stream_to: Any = None, timeout: float | None = None,
+                               system: AgentSystem | None = None) -> RequestRef:
+    """Like `tell`, and deliver exactly one completion message to `recipient` (any recipient
+    `gen_agent.tell_with_completion` takes, e.g. an `asyncio.Queue` fed from the agent thread
+    through `loop.call_soon_threadsafe`; see `loop_queue`).
+
+    Raises:
+        ValueError: `on_halt` is not "queue" or "fail" (nothing is sent).
+        TurnError: "halted" (on_halt="fail"), ("overloaded", info) or "draining".
+        AgentNotFound: no agent has that name.
+        AgentDown: the agent stopped while the call waited.
+        CallTimeout: no answer within `timeout` seconds.
+
+    Mirrors: `GenAgent.tell_with_completion/5` (contract §2.6).
+    """
+    _check_prompt(prompt, "tell_with_completion")
+    _check_timeout(timeout, "tell_with_completion")
+    if on_halt not in ("queue", "fail"):
+        raise ValueError(f"on_halt must be 'queue' or 'fail', got {on_halt!r}")
+    handle = _lookup(system, name)
+    return _unwrap(await _call(
+        handle, lambda r: TellMsg(prompt, r, recipient, True, on_halt, stream_to), timeout))
+
+
+async def poll(name: Any, ref: RequestRef, timeout: float | None = None, *,
+               system: AgentSystem | None = None) -> PollResult:
+    """Return the state of a tell request (pending / completed / failed). The awaitable twin
+    of `gen_agent.poll`; a missing agent gives status "failed", reason "not_found".
+
+    Mirrors: `GenAgent.poll/3` (contract §2.7).
+    """
+    try:
+        handle = _lookup(system, name)
+    except AgentNotFound:
+        return PollResult(status="failed", reason="not_found")
+    return await _call(handle, lambda r: PollMsg(ref, r), timeout)
+
+
+async def notify(name: Any, event: Any, *, system: AgentSystem | None = None) -> None:
+    """Deliver `event` to the agent's `handle_event` (a cast: never raises for a missing
+    agent, never waits). The awaitable twin of `gen_agent.notify` (contract §2.8)."""
+    _cast(system, name, NotifyMsg(event))
+
+
+async def notify_ack(name: Any, event: Any, timeout: float | None = None, *,
+                     system: AgentSystem | None = None) -> None:
+    """Like `notify`, but await admission. The awaitable twin of `gen_agent.notify_ack`.
+
+    Raises:
+        TurnError: ("overloaded", info) or "draining".
+        AgentNotFound: no agent has that name.
+        AgentDown: the agent stopped while the call waited.
+        CallTimeout: no answer within `timeout` seconds.
+
+    Mirrors: `GenAgent.notify_ack/3` (contract §2.9).
+    """
+    handle = _lookup(system, name)
+    _unwrap(await _call(handle, lambda r: NotifyMsg(event, r), timeout))
+
+
+async def interrupt(name: Any, *, system: AgentSystem | None = None) -> None:
+    """Interrupt the active turn, if any (a cast). Mirrors `GenAgent.interrupt/1` (§2.10)."""
+    _cast(system, name, InterruptMsg())
+
+
+async def halt(name: Any, *, system: AgentSystem | None = None) -> None:
+    """Stop dispatching after the current turn (a cast). Mirrors `GenAgent.halt/1` (§2.13)."""
+    _cast(system, name, HaltMsg())
+
+
+async def resume(name: Any, *, system: AgentSystem | None = None) -> None:
+    """Resume dispatching after `halt` (a cast). Mirrors `GenAgent.resume/1` (§2.14)."""
+    _cast(system, name, ResumeMsg())
+
+
+async def status(name: Any, timeout: float | None = None, *,
+                 system: AgentSystem | None = None) -> Status:
+    """The agent's `Status` record. The awaitable twin of `gen_agent.status`.
+
+    Raises:
+        AgentNotFound: no agent has that name.
+        AgentDown: the agent stopped while the call waited.
+        CallTimeout: no answer within `timeout` seconds.
+
+    Mirrors: `GenAgent.status/2` (contract §2.16).
+    """
+    return await _call(_lookup(system, name), StatusMsg, timeout)
+
+
+async def drain(name: Any, timeout: float | None = None, *,
+                system: AgentSystem | None = None) -> None:
+    """Stop admitting work, finish what is queued, then stop normally; await the stop.
+    The awaitable twin of `gen_agent.drain`.
+
+    Raises:
+        AgentNotFound: no agent has that name.
+        AgentDown: the agent stopped before accepting the drain.
+        CallTimeout: the drain did not finish within `timeout` seconds (for the whole drain).
+        RequestError: ("agent_down", reason) if the agent ended otherwise than normally.
+
+    Mirrors: `GenAgent.drain/2` (contract §2.18).
+    """
+    handle = _lookup(system, name)
+    loop = asyncio.get_running_loop()
+    deadline = None if timeout is None else loop.time() + timeout
+    outcome = await _call(handle, DrainMsg, timeout)
+    if outcome[0] != "ok":
+        raise RequestError(outcome[1])
+    remaining = None if deadline is None else max(0.0, deadline - loop.time())
+    if not await _exited(handle, remaining):
+        raise CallTimeout(timeout)
+    if handle.exit_reason != "normal":
+        raise RequestError(("agent_down", handle.exit_reason))
+
+
+async def stop(name: Any, *, system: AgentSystem | None = None) -> None:
+    """Stop the agent gracefully within its `shutdown_ms`, then kill it; awaits the stop.
+    The awaitable twin of `gen_agent.stop`.
+
+    Raises:
+        AgentNotFound: no such agent.
+        RequestError: "self_stop" when awaited from the agent's own threads.
+
+    Mirrors: `GenAgent.stop/2` (contract §2.19).
+    """
+    sys_ = _system(system)
+    handle = sys_.lookup(name)
+    sys_._check_stop(handle)
+    if handle.closed:
+        return
+    handle.send(StopMsg("shutdown", handle.reply()))
+    window = handle.shutdown_ms
+    if not await _exited(handle, None if window is None else window / 1000):
+        sys_._kill(handle)
+
+
+async def start_agent(module: type, *, name: Any, backend: Any,
+                      system: AgentSystem | None = None, **opts: Any) -> AgentRef:
+    """Start an agent and await its `AgentRef` once `init_agent` and the backend's
+    `start_session` finished. Options and errors as `gen_agent.start_agent` (they run in the
+    new agent's thread; this coroutine only awaits them).
+
+    Raises:
+        AgentStartError: the start failed (reason as `gen_agent.start_agent`).
+        AlreadyStarted: a live agent has that name.
+        ValueError: an invalid `shutdown_ms`.
+
+    Mirrors: `GenAgent.start_agent/2` (contract §2.2).
+    """
+    sys_ = _system(system)
+    handle, init_reply = sys_._launch(module, name=name, backend=backend, **opts)
+    await await_reply(init_reply, None)
+    return AgentRef(handle)
+
+
+async def _exited(handle: AgentHandle, timeout: float | None) -> bool:
+    """Await the end of this incarnation; False if `timeout` seconds passed first."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[None] = loop.create_future()
+
+    def done(_handle: Any, _reason: Any) -> None:
+        call_in_loop(loop, set_once, future)
+
+    handle.on_exit(done)
+    try:
+        async with asyncio.timeout(timeout):
+            await future
+    except TimeoutError:
+        return handle.exited.is_set()
+    finally:
+        handle.off_exit(done)
+    return True
+
+
+def _check_timeout(timeout: Any, fn: str) -> None:
+    if timeout is not None and (isinstance(timeout, bool)
+                                or not isinstance(timeout, (int, float))):
+        raise TypeError(f"{fn}: timeout must be a number of seconds or None, "
+                        f"got {type(timeout).__name__}")
+
+
+# ---------------------------------------------------------------------- streaming
+def stream(name: Any, prompt: str, *, interrupt_on_exit: bool = True,
+           max_buffered_events: int = 256, timeout: float | None = None,
+           system: AgentSystem | None = None) -> AsyncTurnStream:
+    """Run `prompt` as a turn and iterate its events as they arrive, then its response.
+
+        async with aio.stream("coder", "Fix the test.") as turn:
+            async for event in turn:
+                ...
+            response = turn.response      # or TurnError raised at the end of iteration
+
+    Args and semantics as `gen_agent.stream` (it is the same stream, read from a loop).
+
+    Mirrors: nothing in the original; a `tell_with_completion` with `stream_to` (origin
+    "tell") and a monitor underneath (contract §2.6, §4.18).
+    """
+    return AsyncTurnStream(name, prompt, interrupt_on_exit=interrupt_on_exit,
+                           max_buffered_events=max_buffered_events, timeout=timeout,
+                           system=system)
+

@@ -1,0 +1,339 @@
+"""Streaming a turn: iterate its `Event`s as they arrive, then read its `Response`.
+
+    with gen_agent.stream("coder", "Fix the failing test.") as turn:
+        for event in turn:                    # Event records, in order
+            if event.kind == "text":
+                print(event.data["text"], end="")
+    print(turn.response.usage)                # or TurnError raised when the turn failed
+
+`async with aio.stream(...) as turn: async for event in turn:` is the same from an event loop.
+
+Underneath it is `tell_with_completion(name, prompt, recipient, stream_to=recipient)` (origin
+"tell", contract §2.6 and §4.18) plus a watch on the agent's incarnation, not a new path
+through the actor: the relay delivers each event after `handle_stream_event`, the completion
+arrives after the decision callback, and an agent that ends before completing the request
+ends the stream with `AgentDown(reason)` instead of leaving the reader waiting.
+
+Bounded. The contract's relay has no backpressure (§4.18); a stream adds it without ever
+blocking the agent: when `max_buffered_events` events are waiting for the reader, the agent
+stops draining that turn's event channel, so the *turn task* waits (its channel holds at most
+`max_event_bytes_per_turn` bytes) while the agent goes on serving status calls, notifications
+and interrupts. Reading resumes the relay once the buffer is half empty. Leaving the block
+before the end interrupts the turn (`interrupt_on_exit=True`, the default); with False the
+turn runs to its end unobserved (its outcome still reaches the poll cache).
+
+Mirrors: nothing in the Elixir original (a BEAM caller `receive`s the relayed messages).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+from gen_agent._runtime.handle import AgentHandle
+from gen_agent._runtime.messages import InterruptRequestMsg, TellMsg
+from gen_agent._runtime.reply import Reply, await_reply, call_in_loop
+from gen_agent.agent_ref import _check_prompt, _unwrap
+from gen_agent.client import _lookup
+from gen_agent.errors import AgentDown, CallTimeout, TurnError
+from gen_agent.event import Event
+from gen_agent.ref import RequestRef
+from gen_agent.response import Response
+
+__all__ = ["AsyncTurnStream", "TurnStream", "stream"]
+
+_DONE = object()
+
+
+class _Buffer:
+    """The recipient of one streamed request: relayed events, then its completion (or a down
+    record). Fed from the agent thread (never blocking it), read by one consumer thread or
+    event loop. Thread-safe."""
+
+    __slots__ = ("_cond", "_items", "_loop", "_loop_ready", "_max", "_resume", "closed",
+                 "ref")
+
+    def __init__(self, max_events: int, loop: asyncio.AbstractEventLoop | None) -> None:
+        self._items: collections.deque[Any] = collections.deque()
+        self._cond = threading.Condition(threading.Lock())
+        self._max = max_events
+        self._resume: Callable[[], None] | None = None
+        self._loop = loop
+        self._loop_ready: asyncio.Event | None = asyncio.Event() if loop is not None else None
+        self.closed = False
+        self.ref: RequestRef | None = None
+
+    # --- producer side (agent thread, exit listeners) ----------------------------------
+    def put_nowait(self, message: Any) -> None:
+        """Take a relayed event or the completion; never blocks, never drops."""
+        with self._cond:
+            if self.closed:
+                return
+            self._items.append(message)
+            self._cond.notify()
+        self._signal_loop()
+
+    def pause_relay(self, resume: Callable[[], None]) -> bool:
+        """Called by the agent after each relayed event: True asks it to stop draining this
+        turn's channel until `resume()` is called (the reader made room)."""
+        with self._cond:
+            if self.closed or len(self._items) < self._max:
+                return False
+            self._resume = resume
+            return True
+
+    def down(self, _handle: Any, reason: Any) -> None:
+        """The incarnation ended (exit listener): end the stream unless it completed."""
+        self.put_nowait(("gen_agent", "down", None, self.ref, reason))
+
+    def _signal_loop(self) -> None:
+        if self._loop is not None and self._loop_ready is not None:
+            call_in_loop(self._loop, self._loop_ready.set)
+
+    # --- consumer side -----------------------------------------------------------------
+    def take_nowait(self) -> Any:
+        """The next message, or `_DONE` if none is waiting."""
+        resume = None
+        with self._cond:
+            if not self._items:
+                return _DONE
+            message = self._items.popleft()
+            if self._resume is not None and len(self._items) <= self._max // 2:
+                resume, self._resume = self._resume, None
+        if resume is not None:
+            resume()
+        return message
+
+    def take(self, timeout: float | None) -> Any:
+        """Block until a message arrives (`_DONE` after `timeout` seconds)."""
+        with self._cond:
+            if not self._items and not self._cond.wait_for(lambda: self._items, timeout):
+                return _DONE
+        return self.take_nowait()
+
+    async def take_async(self) -> Any:
+        ready = self._loop_ready
+        assert ready is not None
+        while True:
+            message = self.take_nowait()
+            if message is not _DONE:
+                return message
+            ready.clear()
+            message = self.take_nowait()  # a put between the two checks set `ready` again
+            if message is not _DONE:
+                return message
+            await ready.wait()
+
+    def close(self) -> None:
+        """The reader left: stop holding the relay back, discard what is left."""
+        with self._cond:
+            self.closed = True
+            self._items.clear()
+            resume, self._resume = self._resume, None
+        if resume is not None:
+            resume()
+
+
+class _TurnStreamBase:
+    """What the threaded and the async stream share: starting the request, reading its
+    messages, ending it."""
+
+    def __init__(self, name: Any, prompt: str, *, interrupt_on_exit: bool = True,
+                 max_buffered_events: int = 256, timeout: float | None = None,
+                 system: Any = None) -> None:
+        _check_prompt(prompt, "stream")
+        if type(max_buffered_events) is not int or max_buffered_events < 1:
+            raise ValueError("stream: max_buffered_events must be a positive int, "
+                             f"got {max_buffered_events!r}")
+        self.name = name
+        self.prompt = prompt
+        self.interrupt_on_exit = interrupt_on_exit
+        self.max_buffered_events = max_buffered_events
+        self.timeout = timeout
+        self._system = system
+        self._handle: AgentHandle | None = None
+        self._buffer: _Buffer | None = None
+        self._outcome: tuple[str, Any] | None = None
+        self._deadline: float | None = None
+        self.ref: RequestRef | None = None
+
+    def _make_message(self, buffer: _Buffer) -> Callable[[Reply], TellMsg]:
+        return lambda r: TellMsg(self.prompt, r, buffer, True, "queue", buffer)
+
+    def _started(self, handle: AgentHandle, buffer: _Buffer, ref: RequestRef) -> None:
+        self._handle, self._buffer, self.ref = handle, buffer, ref
+        buffer.ref = ref
+        handle.on_exit(buffer.down)
+        if self.timeout is not None:
+            self._deadline = time.monotonic() + self.timeout
+
+    def _remaining(self) -> float | None:
+        if self._deadline is None:
+            return None
+        return max(0.0, self._deadline - time.monotonic())
+
+    def _read(self, message: Any) -> Event | None:
+        """An event to yield, or None once the stream has ended (outcome recorded)."""
+        if message is _DONE:
+            raise CallTimeout(self.timeout)
+        if message[1] == "event":
+            return message[4]
+        if message[1] == "completion":
+            self._outcome = message[4]
+        else:  # the agent ended before completing the request
+            self._outcome = ("down", message[4])
+        self._finish()
+        return None
+
+    def _finish(self) -> None:
+        if self._buffer is not None:
+            self._buffer.close()
+            if self._handle is not None:
+                self._handle.off_exit(self._buffer.down)
+
+    def _raise_outcome(self) -> Response:
+        outcome = self._outcome
+        assert outcome is not None
+        if outcome[0] == "ok":
+            return outcome[1]
+        if outcome[0] == "down":
+            raise AgentDown(outcome[1])
+        raise TurnError(outcome[1])
+
+    def _leave(self) -> None:
+        handle, done = self._handle, self._outcome is not None
+        self._finish()
+        if not done and handle is not None and self.interrupt_on_exit and self.ref is not None:
+            handle.send(InterruptRequestMsg(self.ref, Reply()))
+
+    @property
+    def done(self) -> bool:
+        """True once the turn's outcome (or the agent's end) has been read."""
+        return self._outcome is not None
+
+
+class TurnStream(_TurnStreamBase):
+    """A streamed turn read from a thread: a context manager and an iterator of `Event`s.
+
+    Iteration ends at the turn's completion; then `response` holds the `Response`, or the
+    iteration raises `TurnError(reason)` (a failed turn, e.g. "interrupted" or a backend
+    error), or `AgentDown(reason)` (the agent ended first). `CallTimeout` when `timeout`
+    seconds (for the whole turn) pass first. `ref` is the request's `RequestRef`.
+    """
+
+    def __enter__(self) -> TurnStream:
+        handle = _lookup(self._system, self.name)
+        buffer = _Buffer(self.max_buffered_events, None)
+        ref = _unwrap(handle.call(self._make_message(buffer), self.timeout))
+        self._started(handle, buffer, ref)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._leave()
+
+    def __iter__(self) -> Iterator[Event]:
+        buffer = self._buffer
+        if buffer is None:
+            raise RuntimeError("stream: use it in a `with` block")
+        while self._outcome is None:
+            event = self._read(buffer.take(self._remaining()))
+            if event is not None:
+                yield event
+        self._raise_outcome()
+
+    @property
+    def response(self) -> Response:
+        """The turn's `Response`, reading (and discarding) any events not yet iterated.
+
+        Raises:
+            TurnError: the turn failed.
+            AgentDown: the agent ended before completing the request.
+            CallTimeout: the stream's `timeout` passed.
+        """
+        if self._outcome is None:
+            for _event in self:
+                pass
+        return self._raise_outcome()
+
+
+class AsyncTurnStream(_TurnStreamBase):
+    """A streamed turn read from an event loop: `async with` and `async for` (see
+    `TurnStream`; same outcomes, awaited without blocking the loop)."""
+
+    async def __aenter__(self) -> AsyncTurnStream:
+        handle = _lookup(self._system, self.name)
+        buffer = _Buffer(self.max_buffered_events, asyncio.get_running_loop())
+        ref = _unwrap(await await_reply(handle.request(self._make_message(buffer)), self.timeout))
+        self._started(handle, buffer, ref)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._leave()
+
+    def __aiter__(self) -> AsyncIterator[Event]:
+        return self._events()
+
+    async def _events(self) -> AsyncIterator[Event]:
+        buffer = self._buffer
+        if buffer is None:
+            raise RuntimeError("aio.stream: use it in an `async with` block")
+        while self._outcome is None:
+            try:
+                async with asyncio.timeout(self._remaining()):
+                    message = await buffer.take_async()
+            except TimeoutError:
+                message = _DONE
+            event = self._read(message)
+            if event is not None:
+                yield event
+        self._raise_outcome()
+
+    async def response(self) -> Response:
+        """Await the turn's `Response`, discarding events not yet iterated.
+
+        Raises:
+            TurnError: the turn failed.
+            AgentDown: the agent ended before completing the request.
+            CallTimeout: the stream's `timeout` passed.
+        """
+        if self._outcome is None:
+            async for _event in self:
+                pass
+        return self._raise_outcome()
+
+
+def stream(name: Any, prompt: str, *, interrupt_on_exit: bool = True,
+           max_buffered_events: int = 256, timeout: float | None = None,
+           system: Any = None) -> TurnStream:
+    """Run `prompt` as a turn of agent `name` and stream it: use as `with stream(...) as turn:`
+    and iterate `turn` for its `Event`s, then read `turn.response`.
+
+    Args:
+        name: the agent's name. prompt: a `str`.
+        interrupt_on_exit: interrupt the turn if the block is left before its end (default).
+        max_buffered_events: events waiting for the reader before the agent holds the turn's
+            relay back (the turn task then waits; the agent does not). Default 256.
+        timeout: seconds for the whole turn (None = forever): `CallTimeout` when it passes.
+        system: the `AgentSystem` to look the name up in (default: the current one).
+
+    Returns:
+        A `TurnStream` (a context manager).
+
+    Raises:
+        TypeError: `prompt` is not a str.
+        ValueError: `max_buffered_events` is not a positive int.
+        AgentNotFound: (on entering) no agent has that name.
+        TurnError: on entering, ("overloaded", info) or "draining"; while iterating, the
+            turn failed (e.g. "interrupted", a backend reason).
+        AgentDown: the agent ended before completing the request.
+        CallTimeout: `timeout` seconds passed before the turn ended.
+
+    Mirrors: nothing in the original; `tell_with_completion` with `stream_to` underneath
+    (contract §2.6, §4.18).
+    """
+    return TurnStream(name, prompt, interrupt_on_exit=interrupt_on_exit,
+                      max_buffered_events=max_buffered_events, timeout=timeout, system=system)
