@@ -59,9 +59,15 @@ def test_the_http_backends_offline() -> None:
                                       ("openai", expected[0], "openai", *expected[1:])]
 
 
+def test_streaming_threaded_then_async(capsys) -> None:
+    load_example("guide/streaming").main()
+    assert capsys.readouterr().out.splitlines() == [
+        "Once upon a time.", "turns: 1", "The end.", "usage: {'output_tokens': 2}", "turns: 2"]
+
+
 # (first_agent and offline_backends import the provider SDKs, about a second each: their
 # functions are tested above, in-process.)
-@pytest.mark.parametrize("name", ["echo_backend", "telemetry_logging"])
+@pytest.mark.parametrize("name", ["echo_backend", "telemetry_logging", "streaming"])
 def test_the_guide_scripts_run(name: str) -> None:
     done = subprocess.run([sys.executable, f"docs/examples/guide/{name}.py"],
                           cwd=EXAMPLES.parents[1], capture_output=True, text=True,

@@ -71,6 +71,7 @@ def _reason(reason: Any) -> str:
                                                         or type(reason).__name__)
 
 
+# --8<-- [start:turn-events]
 async def _turn_events(name: Any, text: str) -> AsyncIterator[bytes]:
     try:
         async with aio.stream(name, text) as turn:
@@ -83,6 +84,7 @@ async def _turn_events(name: Any, text: str) -> AsyncIterator[bytes]:
         yield _sse("error", {"reason": _reason(exc.reason)})
     except (AgentDown, AgentNotFound):
         yield _sse("error", {"reason": "session_gone"})
+# --8<-- [end:turn-events]
 
 
 PAGE = """<!doctype html><meta charset="utf-8"><meta name="viewport"
