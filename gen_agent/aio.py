@@ -34,6 +34,7 @@ from typing import Any
 
 from gen_agent._runtime.handle import AgentHandle
 from gen_agent._runtime.messages import (
+    AbandonAskMsg,
     AskMsg,
     DrainMsg,
     HaltMsg,
@@ -43,13 +44,20 @@ from gen_agent._runtime.messages import (
     ResumeMsg,
     StatusMsg,
     StopMsg,
-    TellMsg,
 )
 from gen_agent._runtime.reply import await_reply, call_in_loop, set_once
-from gen_agent.agent_ref import AgentRef, _cancel_after_timeout, _check_prompt, _unwrap
+from gen_agent.agent_ref import (
+    AgentRef,
+    _check_prompt,
+    _check_timeout,
+    _tell_answered,
+    _tell_message,
+    _unwrap,
+)
 from gen_agent.client import _cast, _lookup
 from gen_agent.errors import AgentNotFound, CallTimeout, RequestError
 from gen_agent.ref import RequestRef
+from gen_agent.request import RequestOptions, check_options
 from gen_agent.response import Response
 from gen_agent.status import PollResult, Status
 from gen_agent.streaming import AsyncTurnStream
@@ -79,18 +87,33 @@ async def _call(handle: AgentHandle, make: Any, timeout: float | None) -> Any:
     return await await_reply(handle.request(make), timeout)
 
 
+async def _tell(handle: AgentHandle, prompt: str, timeout: float | None,
+                **opts: Any) -> RequestRef:
+    """The threaded `_tell`, awaited: same checks, same message, same monitor."""
+    make, watch = _tell_message(handle, prompt, timeout, **opts)
+    try:
+        outcome = await _call(handle, make, timeout)
+    except BaseException:
+        if watch is not None:
+            watch.claim()
+        raise
+    return _tell_answered(handle, watch, outcome)
+
+
 def _system(system: AgentSystem | None) -> AgentSystem:
     return system or current_system()
 
 
 # ---------------------------------------------------------------------- requests
 async def ask(name: Any, prompt: str, timeout: float | None = None, *,
-              cancel_on_timeout: bool = False, system: AgentSystem | None = None) -> Response:
+              options: RequestOptions | None = None, cancel_on_timeout: bool = False,
+              system: AgentSystem | None = None) -> Response:
     """Send `prompt` as a turn and await its `Response`. The awaitable twin of
     `gen_agent.ask` (same reasons, same queueing, same caller-owned retries).
 
     Args:
         name: the agent's name. prompt: a `str`. timeout: seconds, None = forever.
+        options: the request's `RequestOptions` (None = the defaults).
         cancel_on_timeout: also cancel the request when this await is cancelled or times out
             (queued: removed; running: interrupted). Default False: it stays (contract §4.14).
         system: the `AgentSystem` to look the name up in (default: the current one).
@@ -110,19 +133,21 @@ async def ask(name: Any, prompt: str, timeout: float | None = None, *,
     """
     _check_prompt(prompt, "ask")
     _check_timeout(timeout, "ask")
+    opts = check_options(options, "ask")
     handle = _lookup(system, name)
     ref = RequestRef.new()
     caller = threading.current_thread()
-    reply = handle.request(lambda r: AskMsg(prompt, r, ref, caller))
+    reply = handle.request(lambda r: AskMsg(prompt, r, ref, caller, opts))
     try:
         return _unwrap(await await_reply(reply, timeout))
     except (CallTimeout, asyncio.CancelledError):
-        if cancel_on_timeout:
-            _cancel_after_timeout(handle, ref, "ask")
+        if cancel_on_timeout:  # the same rule as the threaded ask's (see `gen_agent.ask`)
+            handle.send(AbandonAskMsg(ref, timed_out=True))
         raise
 
 
 async def tell(name: Any, prompt: str, timeout: float | None = None, *,
+               options: RequestOptions | None = None,
                system: AgentSystem | None = None) -> RequestRef:
     """Queue `prompt` as a turn and return its `RequestRef`; read the outcome with `poll`.
     The awaitable twin of `gen_agent.tell`.
@@ -136,18 +161,18 @@ async def tell(name: Any, prompt: str, timeout: float | None = None, *,
 
     Mirrors: `GenAgent.tell/3` (contract §2.5).
     """
-    _check_prompt(prompt, "tell")
-    _check_timeout(timeout, "tell")
     handle = _lookup(system, name)
-    return _unwrap(await _call(handle, lambda r: TellMsg(prompt, r), timeout))
+    return await _tell(handle, prompt, timeout, options=options)
 
 
 async def tell_with_completion(name: Any, prompt: str, recipient: Any, *, on_halt: str = "queue",
                                stream_to: Any = None, timeout: float | None = None,
+                               options: RequestOptions | None = None, monitor: bool = False,
                                system: AgentSystem | None = None) -> RequestRef:
     """Like `tell`, and deliver exactly one completion message to `recipient` (any recipient
     `gen_agent.tell_with_completion` takes, e.g. an `asyncio.Queue` fed from the agent thread
-    through `loop.call_soon_threadsafe`; see `loop_queue`).
+    through `loop.call_soon_threadsafe`). With `monitor=True` the recipient gets exactly one
+    of the completion or a `Down` record (see `gen_agent.tell_with_completion`).
 
     Raises:
         ValueError: `on_halt` is not "queue" or "fail" (nothing is sent).
@@ -158,13 +183,9 @@ async def tell_with_completion(name: Any, prompt: str, recipient: Any, *, on_hal
 
     Mirrors: `GenAgent.tell_with_completion/5` (contract §2.6).
     """
-    _check_prompt(prompt, "tell_with_completion")
-    _check_timeout(timeout, "tell_with_completion")
-    if on_halt not in ("queue", "fail"):
-        raise ValueError(f"on_halt must be 'queue' or 'fail', got {on_halt!r}")
     handle = _lookup(system, name)
-    return _unwrap(await _call(
-        handle, lambda r: TellMsg(prompt, r, recipient, True, on_halt, stream_to), timeout))
+    return await _tell(handle, prompt, timeout, recipient=recipient, completion=True,
+                       on_halt=on_halt, stream_to=stream_to, options=options, monitor=monitor)
 
 
 async def poll(name: Any, ref: RequestRef, timeout: float | None = None, *,
@@ -306,22 +327,15 @@ async def _exited(handle: AgentHandle, timeout: float | None) -> bool:
     def done(_handle: Any, _reason: Any) -> None:
         call_in_loop(loop, set_once, future)
 
-    handle.on_exit(done)
+    token = handle.on_exit(done)
     try:
         async with asyncio.timeout(timeout):
             await future
     except TimeoutError:
         return handle.exited.is_set()
     finally:
-        handle.off_exit(done)
+        handle.remove_exit_listener(token)
     return True
-
-
-def _check_timeout(timeout: Any, fn: str) -> None:
-    if timeout is not None and (isinstance(timeout, bool)
-                                or not isinstance(timeout, (int, float))):
-        raise TypeError(f"{fn}: timeout must be a number of seconds or None, "
-                        f"got {type(timeout).__name__}")
 
 
 # ---------------------------------------------------------------------- streaming

@@ -8,11 +8,12 @@
 
 `async with aio.stream(...) as turn: async for event in turn:` is the same from an event loop.
 
-Underneath it is `tell_with_completion(name, prompt, recipient, stream_to=recipient)` (origin
-"tell", contract §2.6 and §4.18) plus a watch on the agent's incarnation, not a new path
-through the actor: the relay delivers each event after `handle_stream_event`, the completion
-arrives after the decision callback, and an agent that ends before completing the request
-ends the stream with `AgentDown(reason)` instead of leaving the reader waiting.
+Underneath it is `tell_with_completion(name, prompt, recipient, stream_to=recipient,
+monitor=True)` (origin "tell", contract §2.6 and §4.18), not a new path through the actor: the
+relay delivers each event after `handle_stream_event`, the completion arrives after the
+decision callback, and an agent that ends before completing the request ends the stream as a
+waiting ask would end (`AgentDown(reason)` for a crash or a kill, `TurnError(("agent_terminated",
+reason))` for an orderly stop) instead of leaving the reader waiting.
 
 Bounded. The contract's relay has no backpressure (§4.18); a stream adds it without ever
 blocking the agent: when `max_buffered_events` events are waiting for the reader, the agent
@@ -35,9 +36,9 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 from gen_agent._runtime.handle import AgentHandle
-from gen_agent._runtime.messages import InterruptRequestMsg, TellMsg
+from gen_agent._runtime.messages import InterruptRequestMsg
 from gen_agent._runtime.reply import Reply, await_reply, call_in_loop
-from gen_agent.agent_ref import _check_prompt, _unwrap
+from gen_agent.agent_ref import _check_prompt, _tell_answered, _tell_message
 from gen_agent.client import _lookup
 from gen_agent.errors import AgentDown, CallTimeout, TurnError
 from gen_agent.event import Event
@@ -50,12 +51,12 @@ _DONE = object()
 
 
 class _Buffer:
-    """The recipient of one streamed request: relayed events, then its completion (or a down
-    record). Fed from the agent thread (never blocking it), read by one consumer thread or
-    event loop. Thread-safe."""
+    """The recipient of one streamed request: relayed events, then its completion or, when the
+    agent ended first, its `Down` record (the request is monitored). Fed from the agent
+    thread and exit listeners (never blocking them), read by one consumer thread or event
+    loop. Thread-safe."""
 
-    __slots__ = ("_cond", "_items", "_loop", "_loop_ready", "_max", "_resume", "closed",
-                 "ref")
+    __slots__ = ("_cond", "_items", "_loop", "_loop_ready", "_max", "_resume", "closed")
 
     def __init__(self, max_events: int, loop: asyncio.AbstractEventLoop | None) -> None:
         self._items: collections.deque[Any] = collections.deque()
@@ -65,7 +66,6 @@ class _Buffer:
         self._loop = loop
         self._loop_ready: asyncio.Event | None = asyncio.Event() if loop is not None else None
         self.closed = False
-        self.ref: RequestRef | None = None
 
     # --- producer side (agent thread, exit listeners) ----------------------------------
     def put_nowait(self, message: Any) -> None:
@@ -85,10 +85,6 @@ class _Buffer:
                 return False
             self._resume = resume
             return True
-
-    def down(self, _handle: Any, reason: Any) -> None:
-        """The incarnation ended (exit listener): end the stream unless it completed."""
-        self.put_nowait(("gen_agent", "down", None, self.ref, reason))
 
     def _signal_loop(self) -> None:
         if self._loop is not None and self._loop_ready is not None:
@@ -161,13 +157,12 @@ class _TurnStreamBase:
         self._deadline: float | None = None
         self.ref: RequestRef | None = None
 
-    def _make_message(self, buffer: _Buffer) -> Callable[[Reply], TellMsg]:
-        return lambda r: TellMsg(self.prompt, r, buffer, True, "queue", buffer)
+    def _message(self, handle: AgentHandle, buffer: _Buffer) -> tuple[Any, Any]:
+        return _tell_message(handle, self.prompt, self.timeout, recipient=buffer,
+                             completion=True, stream_to=buffer, monitor=True)
 
     def _started(self, handle: AgentHandle, buffer: _Buffer, ref: RequestRef) -> None:
         self._handle, self._buffer, self.ref = handle, buffer, ref
-        buffer.ref = ref
-        handle.on_exit(buffer.down)
         if self.timeout is not None:
             self._deadline = time.monotonic() + self.timeout
 
@@ -184,7 +179,7 @@ class _TurnStreamBase:
             return message[4]
         if message[1] == "completion":
             self._outcome = message[4]
-        else:  # the agent ended before completing the request
+        else:  # Down: the agent ended before completing the request
             self._outcome = ("down", message[4])
         self._finish()
         return None
@@ -192,16 +187,17 @@ class _TurnStreamBase:
     def _finish(self) -> None:
         if self._buffer is not None:
             self._buffer.close()
-            if self._handle is not None:
-                self._handle.off_exit(self._buffer.down)
 
     def _raise_outcome(self) -> Response:
         outcome = self._outcome
         assert outcome is not None
         if outcome[0] == "ok":
             return outcome[1]
-        if outcome[0] == "down":
-            raise AgentDown(outcome[1])
+        if outcome[0] == "down":  # what a waiting ask would get (contract §4.19)
+            kind, exit_reason = outcome[1]
+            if kind == "agent_terminated":
+                raise TurnError(outcome[1])
+            raise AgentDown(exit_reason)
         raise TurnError(outcome[1])
 
     def _leave(self) -> None:
@@ -228,8 +224,13 @@ class TurnStream(_TurnStreamBase):
     def __enter__(self) -> TurnStream:
         handle = _lookup(self._system, self.name)
         buffer = _Buffer(self.max_buffered_events, None)
-        ref = _unwrap(handle.call(self._make_message(buffer), self.timeout))
-        self._started(handle, buffer, ref)
+        make, watch = self._message(handle, buffer)
+        try:
+            outcome = handle.call(make, self.timeout)
+        except BaseException:
+            watch.claim()
+            raise
+        self._started(handle, buffer, _tell_answered(handle, watch, outcome))
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -267,8 +268,13 @@ class AsyncTurnStream(_TurnStreamBase):
     async def __aenter__(self) -> AsyncTurnStream:
         handle = _lookup(self._system, self.name)
         buffer = _Buffer(self.max_buffered_events, asyncio.get_running_loop())
-        ref = _unwrap(await await_reply(handle.request(self._make_message(buffer)), self.timeout))
-        self._started(handle, buffer, ref)
+        make, watch = self._message(handle, buffer)
+        try:
+            outcome = await await_reply(handle.request(make), self.timeout)
+        except BaseException:
+            watch.claim()
+            raise
+        self._started(handle, buffer, _tell_answered(handle, watch, outcome))
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -42,7 +42,7 @@ def test_ask_errors_are_the_threaded_errors() -> None:
         run(aio.ask("nobody", "x"))
     with pytest.raises(TypeError, match="ask: prompt must be a str"):
         run(aio.ask("a", b"bytes"))  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="ask: timeout must be a number"):
+    with pytest.raises(TypeError, match="ask: timeout must be seconds"):
         run(aio.ask("a", "x", timeout="5"))  # type: ignore[arg-type]
 
 

@@ -34,6 +34,7 @@ HEADLINES = {
     "event_throughput": "built",
     "stream_parsing": "gen_agent",
     "concurrency": "agents_10_turns_per_s",
+    "aio_ask": "aio_ask",
     "growth": "most_agents",
     "retention": f"coverage_retained_{_RETENTION_LIMIT}",
 }
