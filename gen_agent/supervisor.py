@@ -648,9 +648,7 @@ class Supervisor:
         proc, ref = child.proc, child.ref
         child.proc = child.ref = None
         child.last_exit_reason = reason
-        session_id = getattr(proc, "session_id", None)
-        if isinstance(session_id, str) and session_id:
-            child.session_id = session_id
+        _note_session_id(child, proc)
         self._emit("exited", child.spec.id, ref, reason)
 
     def _charge_restart(self) -> bool:
@@ -722,9 +720,7 @@ class Supervisor:
                 self._system._stop_handle(proc, "shutdown")
             reason = proc.exit_reason
         child.last_exit_reason = reason
-        session_id = getattr(proc, "session_id", None)
-        if isinstance(session_id, str) and session_id:
-            child.session_id = session_id
+        _note_session_id(child, proc)
         self._emit("exited", child.spec.id, ref, reason)
 
     def _begin_retire(self, child_id: Any) -> Any:
@@ -810,3 +806,13 @@ def _stop_all(system: AgentSystem, timeout: float | None = 30.0) -> None:
             supervisor.stop(timeout)
         except CallTimeout:
             logger.warning("gen_agent supervisor did not stop within {} s", timeout)
+
+
+def _note_session_id(child: _Child, proc: Any) -> None:
+    """Keep the session id an ended incarnation last saw, for a resume on restart. An agent
+    handle whose id was forgotten (its session did not exist any more: None) clears it."""
+    if not hasattr(proc, "session_id"):
+        return
+    session_id = proc.session_id
+    if session_id is None or (isinstance(session_id, str) and session_id):
+        child.session_id = session_id

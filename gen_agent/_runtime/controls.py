@@ -14,7 +14,7 @@ from gen_agent import telemetry
 from gen_agent._runtime.crash import log_exception
 from gen_agent._runtime.messages import CheckpointMsg
 from gen_agent._runtime.request import Request, Retry, StopAgent, Turn, type_name, valid_session_id
-from gen_agent.backend import ResetError
+from gen_agent.backend import BackendError, ResetError
 from gen_agent.errors import CheckpointError
 from gen_agent.status import CurrentTurn, PollResult, RuntimeSnapshot, Status
 
@@ -97,6 +97,25 @@ class ControlsMixin:
         if turn.checkpoint_id is None:
             return session
         return self.backend.checkpoint_session(session, turn.checkpoint_id)
+
+    def _forget_dead_session(self, reason: Any, session: Any) -> Any:
+        """After a turn failed with a `BackendError` of kind `"session_not_found"` (the CLI
+        has no such session to resume), forget the dead id: the agent's resume record
+        (`handle.session_id`, which a supervisor restart resumes) and the backend session
+        (its `reset_session`, so the next turn starts a fresh conversation). No checkpoint
+        was accepted in such a turn, so §7.3 has nothing to re-apply. A Python addition."""
+        if not (isinstance(reason, BackendError) and reason.kind == "session_not_found"):
+            return session
+        self.handle.session_id = None
+        reset = getattr(self.backend, "reset_session", None)
+        if reset is None:
+            return session
+        try:
+            return reset(session)
+        except Exception as exc:  # noqa: BLE001 - ResetError or a bug: keep the session; logged
+            self.log.warning("gen_agent reset_session after session_not_found raised {}",
+                             type_name(exc))
+            return session
 
     # ------------------------------------------------------------------ halt / resume (§4.11)
     def _enter_halted(self) -> None:

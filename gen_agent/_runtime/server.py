@@ -704,7 +704,8 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
             self._finish_error(turn.checkpoint_error or msg.reason, self.state, self.session,
                                turn)
         else:
-            session = self._reapply_checkpoint(turn, msg.session)
+            session = self._forget_dead_session(msg.reason,
+                                                self._reapply_checkpoint(turn, msg.session))
             self._retire(turn)
             self._finish_error(turn.checkpoint_error or msg.reason, msg.stream_state, session,
                                turn)

@@ -68,6 +68,7 @@ class ClaudeStreamTranslator(LineTranslator):
         self._streamed: dict[str, str] = {}
         self._stream_message: str | None = None
         self._block_starts = False
+        self._message_usage: dict[str, dict[str, Any]] = {}
 
     def end_of_stream(self, exit_code: int | None = None, stderr_tail: str = "") -> Event | None:
         """The terminal event for stdout ending before a `result` line.
@@ -153,6 +154,7 @@ class ClaudeStreamTranslator(LineTranslator):
         if isinstance(session_id, str) and session_id:
             self.session_id = session_id
         message = line.message
+        self._note_usage(message.id, message.usage)
         return self._message_events(
             message.model, message.id, message.content, line.parent_tool_use_id
         )
@@ -205,12 +207,30 @@ class ClaudeStreamTranslator(LineTranslator):
         message = line.get("message")
         if not isinstance(message, dict):
             return [Event("claude.assistant", without_type(line), monotonic_ms())]
+        self._note_usage(message.get("id"), message.get("usage"))
         return self._message_events(
             message.get("model"),
             message.get("id"),
             message.get("content"),
             line.get("parent_tool_use_id"),
         )
+
+    def _note_usage(self, message_id: Any, usage: Any) -> None:
+        # One API message is written as several lines (one per content block) that repeat
+        # its usage, the output count growing: the latest line of each message id counts.
+        if isinstance(message_id, str) and message_id:
+            counts = _usage_data(usage)
+            if counts:
+                self._message_usage[message_id] = counts
+
+    def summed_usage(self) -> dict[str, int]:
+        """The usage of the assistant messages seen so far: each provider message id
+        counted once (its latest line), summed over the messages (tokens)."""
+        total: dict[str, int] = {}
+        for counts in self._message_usage.values():
+            for key, value in counts.items():
+                total[key] = total.get(key, 0) + value
+        return total
 
     def _message_events(
         self, model: Any, message_id: Any, content: Any, subagent: Any
@@ -346,7 +366,7 @@ class ClaudeStreamTranslator(LineTranslator):
 
     def _result(self, line: dict[str, Any]) -> list[Event]:
         events: list[Event] = []
-        usage = _usage_data(line.get("usage"))
+        usage = _usage_data(line.get("usage")) or self.summed_usage()
         if usage:
             events.append(Event("usage", usage, monotonic_ms()))
         if _is_failure(line):
@@ -452,6 +472,7 @@ class _Message(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     id: Any = None
     model: Any = None
     content: Any = None
+    usage: Any = None
 
 
 class _Content(msgspec.Struct, frozen=True, gc=False):

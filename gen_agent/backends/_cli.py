@@ -18,8 +18,10 @@ option table, the session field that holds the id to resume, and its `command`.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar, Final, Generic, TypeVar
 
@@ -46,6 +48,7 @@ from gen_agent.backends._process import (
     LineTooLong,
 )
 from gen_agent.event import Event
+from gen_agent.response import TextAccumulator
 
 __all__ = ["CLI_CHECKS", "CLIBackend", "CLIOptions", "CLISession", "Runner"]
 
@@ -98,17 +101,21 @@ CLI_CHECKS: Final[Mapping[str, Check]] = {
 
 
 class Runner:
-    """The live child of a session's current turn; shared by every copy of the session so
-    that `cancel` reaches it from the agent thread. Thread-safe."""
+    """The children of a session: the current turn's (which `cancel` kills from the agent
+    thread) and the earlier ones not yet reaped (ended in the background after their reply).
+    Shared by every copy of the session. Thread-safe."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._child: ChildProcess | None = None
+        self._children: list[ChildProcess] = []
         self.last_child: ChildProcess | None = None
 
     def attach(self, child: ChildProcess) -> None:
         """Make `child` the current turn's child (and the latest one)."""
         with self._lock:
+            self._children = [c for c in self._children if not c.reaped]
+            self._children.append(child)
             self._child = child
             self.last_child = child
 
@@ -124,6 +131,35 @@ class Runner:
             child = self._child
         if child is not None:
             child.cancel()
+
+    def wait_previous(self, timeout: float) -> bool:
+        """Wait up to `timeout` seconds until every earlier child was reaped (a new turn
+        starts only after the last one's CLI exited: it may still be saving the session).
+
+        Returns:
+            True if none is left.
+        """
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            children = list(self._children)
+        return all(child.wait_reaped(max(0.0, deadline - time.monotonic())) for child in children)
+
+    def terminate(self, timeout: float) -> bool:
+        """Kill the current turn's child (SIGKILL to its group) and wait up to `timeout`
+        seconds until every child is reaped: the earlier ones, whose turns are over, end by
+        their own bounded escalation (a CLI that answered may still be saving its session,
+        which the next incarnation resumes).
+
+        Returns:
+            True if every child was reaped in time.
+        """
+        with self._lock:
+            children, current = list(self._children), self._child
+            self._children, self._child = [], None
+        if current is not None:
+            current.cancel()
+        deadline = time.monotonic() + timeout
+        return all(child.wait_reaped(max(0.0, deadline - time.monotonic())) for child in children)
 
 
 class CLISession(msgspec.Struct, frozen=True, kw_only=True):
@@ -169,6 +205,8 @@ class CLIBackend(Backend, Generic[SessionT]):
     _CHECKS: ClassVar[Mapping[str, Check]]
     _REJECTED: ClassVar[Mapping[str, str]] = {}
     _RESUME_FIELD: ClassVar[str]
+    # What the CLI writes to stderr when the session it was asked to resume does not exist.
+    _SESSION_NOT_FOUND: ClassVar[re.Pattern[str] | None] = None
 
     @classmethod
     def start_session(cls, opts: Mapping[str, Any]) -> SessionT:
@@ -253,6 +291,10 @@ class CLIBackend(Backend, Generic[SessionT]):
             raise TypeError(f"prompt must be a str, got {type(prompt).__name__}")
         cls._check_prompt(prompt)
         o = session.options
+        # The previous turn's CLI ends in the background after its reply; this turn starts
+        # once it is gone (it may still be writing the session this turn resumes).
+        if not session.runner.wait_previous((o.exit_grace_ms + o.term_grace_ms) / 1000 + 1.0):
+            logger.debug("gen_agent {}: an earlier child is still running", cls._PROVIDER)
         try:
             child = ChildProcess.spawn(
                 cls.command(session, prompt),
@@ -271,7 +313,9 @@ class CLIBackend(Backend, Generic[SessionT]):
         if context.cancelled:
             child.cancel()
         translator = cls._translator(session)
-        return _turn_events(session.runner, child, context, translator, cls._PROVIDER), session
+        resumed = getattr(session, cls._RESUME_FIELD)
+        ending = _Ending(cls._PROVIDER, resumed, cls._SESSION_NOT_FOUND)
+        return _turn_events(session.runner, child, context, translator, ending), session
 
     @classmethod
     def update_session(cls, session: SessionT, result_data: Mapping[str, Any]) -> SessionT:
@@ -303,8 +347,11 @@ class CLIBackend(Backend, Generic[SessionT]):
 
     @classmethod
     def terminate_session(cls, session: SessionT) -> None:
-        """Kill a running child, if any. Idempotent."""
-        session.runner.cancel()
+        """Kill the running turn's child and return once every child of the session is
+        reaped (the ones whose turn is over within their exit and term graces). Idempotent."""
+        o = session.options
+        if not session.runner.terminate((o.exit_grace_ms + o.term_grace_ms) / 1000 + 1.0):
+            logger.warning("gen_agent {}: a child was not reaped in time", cls._PROVIDER)
 
     # -- what a subclass provides or extends ----------------------------------------------
 
@@ -341,34 +388,69 @@ class CLIBackend(Backend, Generic[SessionT]):
         return path
 
 
+class _Ending:
+    """How a turn's terminal error is completed: its provider, the session it resumed and
+    the stderr pattern of a resume of a session that does not exist."""
+
+    __slots__ = ("provider", "resumed", "session_not_found")
+
+    def __init__(self, provider: str, resumed: Any, session_not_found: re.Pattern[str] | None):
+        self.provider = provider
+        self.resumed = resumed if is_arg(resumed) else None
+        self.session_not_found = session_not_found
+
+
 def _turn_events(
     runner: Runner,
     child: ChildProcess,
     context: TurnContext,
     translator: LineTranslator,
-    provider: str,
+    ending: _Ending,
 ) -> Iterator[Event]:
+    provider = ending.provider
+
     def unparsed(raw: bytes) -> None:
         logger.debug("gen_agent {}: a stdout line was not JSON ({} bytes)", provider, len(raw))
 
+    text = TextAccumulator()
     try:
         for item in child.read_lines():
             if isinstance(item, LineTooLong):
                 child.cancel()
-                yield translator.error(_line_too_long(provider, item))
+                yield _diagnosed(translator.error(_line_too_long(provider, item)), child, text)
                 return
             events = translate_line(translator, item, on_unparsed=unparsed)
             session_id = translator.take_session_id()
             if session_id is not None:
                 context.checkpoint(session_id)  # a CheckpointError fails the turn (§7.3)
             for event in events:
+                if event.kind == "text":
+                    text.add(event.data)
+                elif event.kind == "error":
+                    event = _diagnosed(event, child, text)
                 yield event
                 if event.is_terminal:
                     return
-        yield _ended_without_outcome(child, translator, context, provider)
+        yield _diagnosed(_ended_without_outcome(child, translator, context, ending), child, text)
     finally:
         runner.detach(child)
         child.release()
+
+
+def _diagnosed(event: Event, child: ChildProcess, text: TextAccumulator) -> Event:
+    """`event` (a terminal error) with its reason's diagnostics filled: the text streamed so
+    far, the session id, the exit status (once the child exited) and the stderr tail."""
+    reason = event.data.get("reason")
+    if not isinstance(reason, BackendError):
+        return event
+    session_id = event.data.get("session_id") if reason.kind != "session_not_found" else None
+    reason = reason.with_diagnostics(
+        partial_text=text.assembled(),
+        session_id=session_id if is_arg(session_id) else None,
+        exit_code=child.returncode,
+        stderr_tail=child.stderr_tail().decode("utf-8", errors="replace"),
+    )
+    return Event(event.kind, {**event.data, "reason": reason}, event.timestamp)
 
 
 def _line_too_long(provider: str, item: LineTooLong) -> BackendError:
@@ -381,13 +463,20 @@ def _line_too_long(provider: str, item: LineTooLong) -> BackendError:
 
 
 def _ended_without_outcome(
-    child: ChildProcess, translator: LineTranslator, context: TurnContext, provider: str
+    child: ChildProcess, translator: LineTranslator, context: TurnContext, ending: _Ending
 ) -> Event:
+    provider = ending.provider
     if child.cancelled or context.cancelled:
         reason = BackendError.new(provider, "cancelled", None, message="the turn was cancelled")
         return translator.error(reason)
     code = child.close()
     tail = child.stderr_tail().decode("utf-8", errors="replace")
+    pattern = ending.session_not_found
+    if code != 0 and ending.resumed is not None and pattern is not None and pattern.search(tail):
+        message = f"{provider} has no session {ending.resumed!r} to resume"
+        raw = {"exit_code": code, "stderr_tail": tail, "session_id": ending.resumed}
+        reason = BackendError.new(provider, "session_not_found", raw, message=message)
+        return translator.error(reason)
     event = translator.end_of_stream(code, tail)
     assert event is not None  # the stream loop returns as soon as a terminal is seen
     return event

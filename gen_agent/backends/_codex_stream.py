@@ -35,6 +35,20 @@ _TOOL_ITEMS: Final = frozenset({"command_execution", "file_change", "mcp_tool_ca
 # The CLI reports HTTP failures only as text ("unexpected status 401 Unauthorized: ...",
 # "exceeded retry limit, last status: 429 ..."); the status is what makes a reason retryable.
 _STATUS_IN_MESSAGE: Final = re.compile(r"\b(?:unexpected status|last status:)\s+([1-5]\d\d)\b")
+# A plan's usage limit or an exhausted quota: retrying the same request does not help until
+# the limit resets ("You've hit your usage limit. ... try again at 12:16 PM.", "Quota
+# exceeded. Check your plan and billing details.", `usage_limit_reached`).
+_QUOTA_IN_MESSAGE: Final = re.compile(
+    r"usage limit|usage_limit_reached|quota exceeded|insufficient_quota|exceeded your current"
+    r" quota",
+    re.IGNORECASE,
+)
+# A rate limit without a status in the text: retrying later may succeed.
+_RATE_LIMIT_IN_MESSAGE: Final = re.compile(
+    r"rate limit|rate_limit_exceeded|too many requests", re.IGNORECASE
+)
+# The item type's older names (codex exec --experimental-json, 0.4x): `item_type` held it.
+_ITEM_ALIASES: Final = {"assistant_message": "agent_message"}
 
 
 class CodexStreamTranslator(LineTranslator):
@@ -103,11 +117,19 @@ class CodexStreamTranslator(LineTranslator):
     def _nothing(self, line: dict[str, Any]) -> list[Event]:
         return []
 
+    def _item_progress(self, line: dict[str, Any]) -> list[Event]:
+        # item.started / item.updated: ignored (the completed item carries everything, §7.6)
+        # but for a to-do list, which reports its progress only this way.
+        item = line.get("item")
+        if isinstance(item, dict) and _item_type(item) == "todo_list":
+            return [Event.new("codex.item", dict(item))]
+        return []
+
     def _item_completed(self, line: dict[str, Any]) -> list[Event]:
         item = line.get("item")
         if not isinstance(item, dict):
             return [Event.new("codex.item", {"value": item})]
-        item_type = item.get("type")
+        item_type = _item_type(item)
         if item_type == "agent_message":
             text = item.get("text")
             if not isinstance(text, str):
@@ -159,21 +181,37 @@ class CodexStreamTranslator(LineTranslator):
 def _failure_reason(line: dict[str, Any], message: str | None) -> BackendError:
     """The `BackendError` of a `turn.failed` line (the one mapping for CLI failures).
 
-    An HTTP status named in the message ("unexpected status 401 ...") gives the kind and
-    retryable flag of `BackendError.http`; any other failure is kind `"turn_failed"`.
+    A usage limit or exhausted quota is kind `"quota"`, not retryable (the same request
+    fails until the limit resets); an HTTP status named in the message ("unexpected status
+    401 ...", "last status: 429") gives the kind and retryable flag of `BackendError.http`;
+    a rate limit named without a status is `"rate_limited"`, retryable; any other failure is
+    kind `"turn_failed"`, not retryable.
     """
-    match = _STATUS_IN_MESSAGE.search(message or "")
+    text = message or ""
+    if _QUOTA_IN_MESSAGE.search(text):
+        return BackendError.new(PROVIDER, "quota", line, message=message)
+    match = _STATUS_IN_MESSAGE.search(text)
     if match is not None:
         body = {"error": {"message": message}}
         return BackendError.http(PROVIDER, int(match.group(1)), body, None, line)
+    if _RATE_LIMIT_IN_MESSAGE.search(text):
+        return BackendError.new(PROVIDER, "rate_limited", line, retryable=True, message=message)
     return BackendError.new(PROVIDER, "turn_failed", line, message=message)
+
+
+def _item_type(item: dict[str, Any]) -> Any:
+    """An item's type: `type`, else the older `item_type`, older names mapped to today's."""
+    item_type = item.get("type")
+    if item_type is None:
+        item_type = item.get("item_type")
+    return _ITEM_ALIASES.get(item_type, item_type) if isinstance(item_type, str) else item_type
 
 
 _HANDLERS: Final = {
     "thread.started": CodexStreamTranslator._thread_started,
     "turn.started": CodexStreamTranslator._nothing,
-    "item.started": CodexStreamTranslator._nothing,
-    "item.updated": CodexStreamTranslator._nothing,
+    "item.started": CodexStreamTranslator._item_progress,
+    "item.updated": CodexStreamTranslator._item_progress,
     "item.completed": CodexStreamTranslator._item_completed,
     "error": CodexStreamTranslator._notification,
     "turn.completed": CodexStreamTranslator._turn_completed,

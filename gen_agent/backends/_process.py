@@ -14,6 +14,8 @@ A `ChildProcess` runs one CLI invocation:
   blocked reader; idempotent;
 - bounded closing: wait up to `exit_grace_ms` for the child to exit by itself, then SIGTERM to
   the group, wait up to `term_grace_ms`, then SIGKILL; the child is always reaped (no zombie).
+  `release()` does it in the background (a reaper thread) unless the child already exited, so
+  the reader never waits for the exit.
 
 Failures to start are translated to `BackendError` in one place, `spawn_error`.
 """
@@ -65,9 +67,6 @@ DEFAULT_TERM_GRACE_MS: Final = 2_000
 """Default time between SIGTERM and SIGKILL (milliseconds)."""
 
 _READ_CHUNK_BYTES: Final = 64 * 1024
-# At the end of a turn the child usually exits within milliseconds; wait that long in the
-# caller's thread so the common case needs no reaper thread.
-_QUICK_EXIT_WAIT_S: Final = 0.25
 
 _live: weakref.WeakSet[ChildProcess] = weakref.WeakSet()
 _live_cond = threading.Condition()
@@ -248,7 +247,8 @@ class ChildProcess:
         self._lock = threading.Lock()
         self._reap_lock = threading.Lock()
         self._cancelled = False
-        self._reaper: threading.Thread | None = None
+        self._reaper: threading.Thread | None = None  # started by cancel()
+        self._closer: threading.Thread | None = None  # started by release()
         self._wake_r, self._wake_w = os.pipe()
         self._pidfd = _pidfd_open(popen.pid)
         self._tail = _StderrTail(stderr_tail_bytes)
@@ -448,22 +448,36 @@ class ChildProcess:
         return code
 
     def release(self) -> None:
-        """Owner only: done reading; end the child without making the caller wait long.
+        """Owner only: done reading; end the child without making the caller wait.
 
-        If the child exits within a quarter second it is reaped here; otherwise a reaper
-        thread runs `close()` (the bounded escalation) in the background.
+        A child that already exited is reaped here at once; otherwise a reaper thread runs
+        `close()` (the bounded escalation) in the background, so a turn's reply never waits
+        for its CLI to exit.
         """
-        if self.wait_exit(_QUICK_EXIT_WAIT_S) is not None:
+        if self._exited_now():
+            self._reap()
             self._close_pipes()
-        else:
-            self._start_reaper(self.close)
+            return
+        with self._lock:
+            if self._closer is not None:
+                return
+            closer = threading.Thread(
+                target=self.close, name=f"gen_agent-closer-{self.pid}", daemon=True
+            )
+            closer.start()  # started before it is published: wait_reaped may join it at once
+            self._closer = closer
+
+    @property
+    def reaped(self) -> bool:
+        """True once the child was reaped and its stderr drain ended."""
+        return self._popen.returncode is not None and not self._stderr_thread.is_alive()
 
     def wait_reaped(self, timeout: float) -> bool:
         """Block until the child is reaped and its helper threads ended; False on timeout."""
         deadline = time.monotonic() + timeout
-        reaper = self._reaper
-        if reaper is not None:
-            reaper.join(max(0.0, deadline - time.monotonic()))
+        for helper in (self._reaper, self._closer):
+            if helper is not None:
+                helper.join(max(0.0, deadline - time.monotonic()))
         if not self._wait_exited(max(0.0, deadline - time.monotonic())):
             return False
         self._stderr_thread.join(max(0.0, deadline - time.monotonic()))
@@ -532,10 +546,11 @@ class ChildProcess:
         with self._lock:
             if self._reaper is not None:
                 return
-            self._reaper = threading.Thread(
+            reaper = threading.Thread(
                 target=target, name=f"gen_agent-reaper-{self.pid}", daemon=True
             )
-            self._reaper.start()
+            reaper.start()  # started before it is published: wait_reaped may join it at once
+            self._reaper = reaper
 
     def _wake(self) -> None:
         with contextlib.suppress(OSError):

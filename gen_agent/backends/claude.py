@@ -24,8 +24,13 @@ Normalization (what each line becomes):
 - `assistant` → `text` (adjacent text blocks joined, `message_boundary: True`, only the text
   not already streamed), `tool_use` (once per id), `claude.<block type>` for other blocks;
 - `user` → `tool_result` (once per `tool_use_id`);
-- `result` → `usage`, then the terminal: `result` on success; `error` with a `BackendError`
-  reason when `is_error` is true (whatever the subtype) or the subtype is `error*`;
+- `result` → `usage` (when the line has none: summed over the assistant messages, each
+  provider message id counted once, from its latest line), then the terminal: `result` on
+  success; `error` with a `BackendError` reason when `is_error` is true (whatever the
+  subtype) or the subtype is `error*`;
+- stdout ending without a `result` line after a `--resume` the CLI refused on stderr
+  ("No conversation found with session ID") → terminal `error` of kind
+  `"session_not_found"`; the agent then forgets the id (see `docs/pages/errors.md`);
 - `error` → terminal `error` with a `BackendError` reason;
 - any other type → `claude.<type>` with the line's fields;
 - a line that is not JSON → `claude.unparsed` {size_bytes, line (its first 1 KiB)}.
@@ -36,6 +41,7 @@ text is `claude.subagent_text`; their tool events keep their kinds.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Final
 
 from gen_agent.backends._claude_stream import (
@@ -205,6 +211,7 @@ class ClaudeCLI(CLIBackend[ClaudeSession]):
         "needs the CLI's session persistence",
     }
     _RESUME_FIELD = "session_id"
+    _SESSION_NOT_FOUND = re.compile(r"No conversation found with session ID")
 
     @classmethod
     def command(cls, session: ClaudeSession, prompt: str) -> list[str]:

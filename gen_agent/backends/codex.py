@@ -17,30 +17,40 @@ Two layers:
 Normalization (what each line becomes):
 
 - `thread.started` → no event; its `thread_id` is checkpointed and becomes `session_id`;
-- `turn.started`, `item.started`, `item.updated` → nothing;
+- `turn.started` → nothing; `item.started`, `item.updated` → nothing, but for a `todo_list`
+  (its progress) → `codex.item` with the whole item;
+- an item's type is its `type`, else the older `item_type` (`assistant_message` is the older
+  name of `agent_message`);
 - `item.completed` with an `agent_message` → `text` {text, message_boundary: True, item_id};
 - `item.completed` with a `command_execution`, `file_change`, `mcp_tool_call` or
   `web_search` → `tool_use` and then `tool_result`, each with the whole item;
   `tool_call` → `tool_use`; `tool_result` → `tool_result`;
 - `item.completed` with any other item (`reasoning`, `todo_list`, a non-fatal `error`
-  warning...) → `codex.item` with the whole item (its `type` says which);
+  warning, or an item this backend cannot read) → `codex.item` with the whole item (its
+  `type` says which): visible, never dropped;
 - `error` (a notification, e.g. a retry or the reason a turn is about to fail) →
   `codex.error` {message}; remembered, never terminal by itself;
 - `turn.completed` → `usage` {input_tokens, output_tokens, cached_input_tokens, and the
   CLI's other counters} then the terminal `result` **without text** (the text is assembled from
   the messages) with `session_id` (the thread id), `model`, `provider`, `raw`;
 - `turn.failed` → the terminal `error` with a `BackendError` reason (the failure's message,
-  else the last notification);
+  else the last notification), whatever the exit status and stderr say: kind `"quota"` for
+  a usage limit or exhausted quota (not retryable), the HTTP kind of a status named in the
+  message, `"rate_limited"` (retryable) for a rate limit named without one, else
+  `"turn_failed"`;
 - any other line type → `codex.<type>`; a line that is not JSON → `codex.unparsed`.
 
 When stdout ends without `turn.completed` / `turn.failed`, the turn ends with a terminal
 `error` all the same: kind `"cli_error"` carrying the last notification when there was one,
-else `"no_result"` with the exit status and the stderr tail.
+else `"no_result"` with the exit status and the stderr tail, or `"session_not_found"` when
+the CLI refused to resume the thread ("no rollout found for thread id", "No saved session
+found with ID"): the agent then forgets the thread (see `docs/pages/errors.md`).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -220,6 +230,10 @@ class CodexCLI(CLIBackend[CodexSession]):
         "--ephemeral turns off",
     }
     _RESUME_FIELD = "thread_id"
+    _SESSION_NOT_FOUND = re.compile(
+        r"no rollout found for thread id|No saved session found with ID|thread/resume failed",
+        re.IGNORECASE,
+    )
 
     @classmethod
     def command(cls, session: CodexSession, prompt: str) -> list[str]:

@@ -710,7 +710,7 @@ def test_text_turn_runs_the_cli_in_its_own_group_with_the_prompt_verbatim(
     assert recorder.checkpoints == ["fake-session-0001"]
     assert session.session_id == "fake-session-0001"
     assert session.turns == 1
-    assert session.last_child.returncode == 0
+    assert session.last_child.wait_reaped(10) and session.last_child.returncode == 0
 
 
 def test_second_turn_resumes_the_checkpointed_session(fake_claude: FakeClaude):

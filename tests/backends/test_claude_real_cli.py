@@ -150,7 +150,7 @@ def test_text_turn(server: ScriptedModelServer, cli_options):
     assert request.body["model"] == MODEL
     assert request.headers["x-api-key"] == "sk-ant-test-dummy-key"
     assert "Say hello." in user_text(request)
-    assert session.last_child.returncode == 0
+    assert session.last_child.wait_reaped(10) and session.last_child.returncode == 0
 
 
 def test_tool_turn_really_runs_bash(server: ScriptedModelServer, cli_options):

@@ -198,6 +198,59 @@ def slow(argv: list[str]) -> None:
     hang()
 
 
+def dead_resume(argv: list[str]) -> None:
+    # What codex exec resume writes when the thread's rollout is gone (codex-cli 0.130).
+    tid = thread_id(argv)
+    message = f"Error: thread/resume: thread/resume failed: no rollout found for thread id {tid}"
+    write((message + " (code -32600)\n").encode(), ERR)
+    sys.exit(1)
+
+
+def usage_limit(argv: list[str]) -> None:
+    text = ("You've hit your usage limit. To get more access now, send a request to your admin"
+            " or try again at 12:16 PM.")
+    write(started(thread_id(argv)) + notification(text) + failed(text))
+    sys.exit(1)
+
+
+def quota_exceeded(argv: list[str]) -> None:
+    text = "Quota exceeded. Check your plan and billing details."
+    write(started(thread_id(argv)) + notification(text) + line({"type": "turn.failed"}))
+    sys.exit(1)
+
+
+def rate_limit_text(argv: list[str]) -> None:
+    text = "Rate limit reached for gpt-5 in organization org-x on tokens. Try again in 20s."
+    write(started(thread_id(argv)) + message("half ") + failed(text))
+
+
+def failed_exit_zero(argv: list[str]) -> None:
+    # The in-band outcome decides, whatever the exit status and stderr say.
+    write(started(thread_id(argv)) + message("so far ") + failed("shared rollout token budget"))
+    write(b"all good, exiting 0\n", ERR)
+
+
+def older_items(argv: list[str]) -> None:
+    # The transitional --experimental-json shapes: `item_type` instead of `type`,
+    # `assistant_message`, item.started / item.updated, a to-do list, an unreadable item.
+    tid = thread_id(argv)
+    tool = {"id": "item_1", "item_type": "mcp_tool_call", "server": "github",
+            "tool": "search_issues"}
+    todo = {"id": "item_2", "item_type": "todo_list",
+            "items": [{"text": "look", "completed": True}, {"text": "answer", "completed": False}]}
+    write(started(tid))
+    write(line({"type": "item.completed",
+                "item": {"id": "item_0", "item_type": "reasoning", "text": "**Plan**"}}))
+    write(line({"type": "item.started", "item": {**tool, "status": "in_progress"}}))
+    write(line({"type": "item.completed", "item": {**tool, "status": "completed"}}))
+    write(line({"type": "item.started", "item": todo}))
+    write(line({"type": "item.updated", "item": todo}))
+    write(line({"type": "item.completed", "item": {"id": "item_3", "payload": [1]}}))
+    write(line({"type": "item.completed",
+                "item": {"id": "item_4", "item_type": "assistant_message", "text": "Found 2."}}))
+    write(completed())
+
+
 SCENARIOS = {
     "echo": echo,
     "rich_turn": rich_turn,
@@ -218,6 +271,12 @@ SCENARIOS = {
     "linger_ignore_term": ignoring_term(linger),
     "stderr_flood": flooding_stderr(echo, "FAKE_CODEX_STDERR_BYTES"),
     "slow": slow,
+    "dead_resume": dead_resume,
+    "usage_limit": usage_limit,
+    "quota_exceeded": quota_exceeded,
+    "rate_limit_text": rate_limit_text,
+    "failed_exit_zero": failed_exit_zero,
+    "older_items": older_items,
 }
 
 

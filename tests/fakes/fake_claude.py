@@ -267,6 +267,44 @@ def tool_turn(argv: list[str]) -> None:
     write(result(sid, "ran it", num_turns=2))
 
 
+def dead_resume(argv: list[str]) -> None:
+    # What the real CLI does when --resume names a session it has no transcript of.
+    write(f"No conversation found with session ID: {session_id(argv)}\n".encode(), ERR)
+    sys.exit(1)
+
+
+def usage_split(argv: list[str]) -> None:
+    # One API message written as two lines repeating its usage (the output count growing),
+    # then a second message; the result line carries no usage.
+    sid = session_id(argv)
+
+    def part(msg_id: str, content: list[object], usage: dict[str, int]) -> bytes:
+        message = {"id": msg_id, "type": "message", "role": "assistant", "model": "fake-model",
+                   "content": content, "usage": usage}
+        return line({"type": "assistant", "message": message, "parent_tool_use_id": None,
+                     "session_id": sid})
+
+    first = {"input_tokens": 10, "cache_read_input_tokens": 100}
+    write(init(sid))
+    write(part("msg_a", [{"type": "thinking", "thinking": "hm"}], {**first, "output_tokens": 1}))
+    write(part("msg_a", [{"type": "text", "text": "Two "}], {**first, "output_tokens": 7}))
+    write(part("msg_b", [{"type": "text", "text": "parts."}],
+               {"input_tokens": 3, "output_tokens": 2, "cache_read_input_tokens": 0}))
+    obj = {"type": "result", "subtype": "success", "is_error": False, "result": "Two parts.",
+           "session_id": sid, "num_turns": 1}
+    write(line(obj))
+
+
+def linger_until_released(argv: list[str]) -> None:
+    # Answers, then stays alive (as the real CLI may, saving its session) until the test
+    # creates the `release` file.
+    sid = session_id(argv)
+    write(init(sid) + assistant(sid, "answered early") + result(sid, "answered early"))
+    marker = os.path.join(os.environ["FAKE_CLAUDE_DIR"], "release")
+    while not os.path.exists(marker):
+        pause()
+
+
 SCENARIOS = {
     "echo": echo,
     "split_line": split_line,
@@ -286,6 +324,9 @@ SCENARIOS = {
     "stderr_flood": flooding_stderr(echo, "FAKE_CLAUDE_STDERR_BYTES"),
     "slow": slow,
     "tool_turn": tool_turn,
+    "dead_resume": dead_resume,
+    "usage_split": usage_split,
+    "linger_until_released": linger_until_released,
 }
 
 

@@ -1,0 +1,246 @@
+"""Stream faults of the two CLI backends, against the fake CLIs in tests/fakes (byte-exact
+lines, stderr and exit statuses taken from public reports): diagnostics of a failed turn, a
+resume of a session that no longer exists, usage and rate limits, older Codex item shapes,
+usage summed per message id, and when the child is reaped (after the reply, before stop
+returns). Every fault is a classified `BackendError`, never a task crash, and the agent
+answers the next ask."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import gen_agent
+from gen_agent.backend import BackendError
+from gen_agent.backends.claude import ClaudeCLI
+from gen_agent.backends.codex import CodexCLI
+from gen_agent.errors import TurnError
+
+from .conftest import Agent, FakeClaude, FakeCodex, wait_until
+
+WAIT_S = 15.0
+CLAUDE_SESSION = "fake-session-0001"
+CODEX_THREAD = "0199a000-0000-7000-8000-00000000fake"
+
+
+def start(name: str, backend: Any, fake: Any, **opts: Any) -> gen_agent.AgentRef:
+    agent_opts = {k: opts.pop(k) for k in ("resume_session_id",) if k in opts}
+    return gen_agent.start_agent(Agent, name=name, backend=backend,
+                                 backend_opts=fake.options(**opts), **agent_opts)
+
+
+def failed(agent: gen_agent.AgentRef) -> BackendError:
+    with pytest.raises(TurnError) as info:
+        agent.ask("x", timeout=WAIT_S)
+    reason = info.value.reason
+    assert isinstance(reason, BackendError), reason  # never ("task_crashed", ...)
+    return reason
+
+
+# -- diagnostics ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("backend", "fake_name", "session_id"),
+    [(ClaudeCLI, "fake_claude", CLAUDE_SESSION), (CodexCLI, "fake_codex", CODEX_THREAD)],
+)
+def test_a_cli_that_dies_before_its_result_keeps_text_exit_code_stderr_and_session(
+    request: pytest.FixtureRequest, backend: Any, fake_name: str, session_id: str
+) -> None:
+    fake = request.getfixturevalue(fake_name)
+    fake.script("eof_no_result", "echo")
+    agent = start(f"dies-{fake_name}", backend, fake)
+
+    reason = failed(agent)
+
+    assert (reason.kind, reason.retryable) == ("no_result", False)
+    diagnostics = reason.diagnostics
+    assert diagnostics.partial_text == "partial answer"
+    assert diagnostics.exit_code == 2
+    assert diagnostics.stderr_tail == "fatal: the model connection broke\n"
+    assert diagnostics.session_id == session_id  # known from the init line / thread id
+    assert "partial" not in str(reason) and "fatal" not in repr(reason)
+    # The next turn resumes the session the failed one had reported.
+    assert agent.ask("again", timeout=WAIT_S).text == "you said: again"
+    assert session_id in fake.calls()[1]["argv"]
+    gen_agent.stop(f"dies-{fake_name}")
+
+
+def test_an_in_band_claude_failure_keeps_its_text_and_stderr(fake_claude: FakeClaude) -> None:
+    fake_claude.script("is_error_success", "echo")
+    agent = start("inband", ClaudeCLI, fake_claude)
+
+    reason = failed(agent)
+
+    assert reason.diagnostics.partial_text == "Something went wrong"
+    assert reason.diagnostics.session_id == CLAUDE_SESSION
+    assert reason.diagnostics.stderr_tail == ""
+    assert agent.ask("again", timeout=WAIT_S).text == "you said: again"
+    gen_agent.stop("inband")
+
+
+# -- a resume of a session that no longer exists ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("backend", "fake_name", "field", "fresh"),
+    [(ClaudeCLI, "fake_claude", "session_id", CLAUDE_SESSION),
+     (CodexCLI, "fake_codex", "thread_id", CODEX_THREAD)],
+)
+def test_a_dead_resume_is_session_not_found_and_the_id_is_forgotten(
+    request: pytest.FixtureRequest, backend: Any, fake_name: str, field: str, fresh: str
+) -> None:
+    fake = request.getfixturevalue(fake_name)
+    fake.script("dead_resume", "echo")
+    name = f"dead-{fake_name}"
+    agent = start(name, backend, fake, resume_session_id="gone-0000")
+    assert agent._handle.session_id == "gone-0000"  # the record a restart would resume
+
+    reason = failed(agent)
+
+    assert (reason.provider, reason.kind, reason.retryable) == (backend._PROVIDER,
+                                                                "session_not_found", False)
+    assert reason.diagnostics.session_id is None
+    assert reason.diagnostics.exit_code == 1
+    assert "gone-0000" in (reason.diagnostics.stderr_tail or "")
+    assert "gone-0000" in fake.calls()[0]["argv"]
+    # Forgotten by the agent's record and by the backend session.
+    assert agent._handle.session_id is None
+    assert getattr(gen_agent.backend_session(name), field) is None
+
+    answer = agent.ask("again", timeout=WAIT_S)  # a fresh conversation, not a failure forever
+
+    assert answer.text == "you said: again"
+    assert "gone-0000" not in fake.calls()[1]["argv"]
+    assert agent._handle.session_id == fresh
+    gen_agent.stop(name)
+
+
+def test_a_failure_that_is_not_a_dead_resume_keeps_the_session(fake_claude: FakeClaude) -> None:
+    fake_claude.script("eof_no_result", "echo")
+    agent = start("keeps", ClaudeCLI, fake_claude, session_id="alive-1")
+
+    assert failed(agent).kind == "no_result"
+
+    assert agent.ask("again", timeout=WAIT_S).text == "you said: again"
+    assert "alive-1" in fake_claude.calls()[1]["argv"]
+    gen_agent.stop("keeps")
+
+
+# -- codex: in-band outcome, limits, item shapes ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("scenario", "kind", "retryable", "partial"),
+    [
+        ("usage_limit", "quota", False, ""),
+        ("quota_exceeded", "quota", False, ""),
+        ("rate_limited", "rate_limited", True, ""),  # "last status: 429" in the notification
+        ("rate_limit_text", "rate_limited", True, "half "),
+        ("failed_exit_zero", "turn_failed", False, "so far "),
+    ],
+)
+def test_codex_turn_failed_decides_and_limits_are_classified(
+    fake_codex: FakeCodex, scenario: str, kind: str, retryable: bool, partial: str
+) -> None:
+    fake_codex.script(scenario, "echo")
+    agent = start("codex-limits", CodexCLI, fake_codex)
+
+    reason = failed(agent)
+
+    assert (reason.kind, reason.retryable) == (kind, retryable)
+    assert reason.diagnostics.partial_text == partial
+    assert reason.diagnostics.session_id == CODEX_THREAD
+    assert agent.ask("again", timeout=WAIT_S).text == "you said: again"
+    gen_agent.stop("codex-limits")
+
+
+def test_codex_older_item_shapes_are_read_and_unreadable_items_visible(
+    fake_codex: FakeCodex,
+) -> None:
+    fake_codex.script("older_items", "echo")
+    agent = start("codex-old", CodexCLI, fake_codex)
+
+    response = agent.ask("x", timeout=WAIT_S)
+
+    assert response.text == "Found 2."
+    assert [e.kind for e in response.events] == [
+        "codex.item",  # reasoning (item_type)
+        "tool_use", "tool_result",  # the mcp_tool_call, once completed
+        "codex.item", "codex.item",  # the to-do list, started and updated
+        "codex.item",  # an item without a type: visible, not dropped
+        "text", "usage", "result",
+    ]
+    items = [e.data for e in response.events if e.kind == "codex.item"]
+    assert items[0]["item_type"] == "reasoning"
+    assert items[1]["items"][0] == {"text": "look", "completed": True}
+    assert items[3] == {"id": "item_3", "payload": [1]}
+    assert response.events[1].data["tool"] == "search_issues"
+    assert agent.ask("again", timeout=WAIT_S).text == "you said: again"
+    gen_agent.stop("codex-old")
+
+
+# -- claude: usage per message id ---------------------------------------------------------------
+
+
+def test_claude_usage_is_summed_once_per_message_id_when_the_result_has_none(
+    fake_claude: FakeClaude,
+) -> None:
+    fake_claude.script("usage_split", "echo")
+    agent = start("usage", ClaudeCLI, fake_claude)
+
+    response = agent.ask("x", timeout=WAIT_S)
+
+    assert response.text == "Two parts."
+    # msg_a counted once, from its last line (output 7, not 1 + 7; input 10 not 20).
+    assert response.usage == {"input_tokens": 13, "output_tokens": 9,
+                              "cache_read_input_tokens": 100}
+    assert agent.ask("again", timeout=WAIT_S).usage == {"input_tokens": 3, "output_tokens": 4}
+    gen_agent.stop("usage")
+
+
+# -- when the child is reaped ---------------------------------------------------------------------
+
+
+def test_an_ask_returns_at_the_result_line_and_the_child_is_reaped_after(
+    fake_claude: FakeClaude,
+) -> None:
+    fake_claude.script("linger_until_released", "echo")
+    agent = start("early", ClaudeCLI, fake_claude, exit_grace_ms=120_000)
+
+    answer = agent.ask("x", timeout=WAIT_S)
+
+    # The reply came while the CLI is still running (it waits for the release file, and its
+    # exit grace is two minutes): reaping happens after the reply.
+    child = gen_agent.backend_session("early").last_child
+    assert answer.text == "answered early"
+    assert child.returncode is None and not child.reaped
+    (fake_claude.dir / "release").touch()
+    assert child.wait_reaped(WAIT_S) and child.returncode == 0
+    assert agent.ask("again", timeout=WAIT_S).text == "you said: again"
+    gen_agent.stop("early")
+
+
+def test_stop_returns_after_the_running_child_is_reaped(fake_claude: FakeClaude) -> None:
+    fake_claude.script("slow")
+    start("stopped", ClaudeCLI, fake_claude)
+    gen_agent.tell("stopped", "x")
+    assert wait_until(lambda: (fake_claude.dir / "helper.pid").exists(), WAIT_S)
+    child = gen_agent.backend_session("stopped").last_child
+
+    gen_agent.stop("stopped")
+
+    assert child.reaped  # not "soon": stop returned after the reap
+
+
+def test_stop_waits_for_a_child_that_answered_and_still_runs(fake_claude: FakeClaude) -> None:
+    fake_claude.script("linger")
+    agent = start("answered", ClaudeCLI, fake_claude, exit_grace_ms=200, term_grace_ms=200)
+    assert agent.ask("x", timeout=WAIT_S).text == "done but lingering"
+    child = gen_agent.backend_session("answered").last_child
+
+    gen_agent.stop("answered")
+
+    assert child.reaped and child.returncode is not None
+
