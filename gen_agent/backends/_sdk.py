@@ -592,8 +592,9 @@ def trim_history(
 ) -> tuple[dict[str, Any], ...]:
     """Drop the oldest messages until at most `max_messages` remain within `max_bytes`.
 
-    Messages go in user/assistant pairs from the front, so the kept history still starts
-    with a user message; the last message is always kept.
+    Messages go in user/assistant pairs from the front, and a leading assistant message left
+    over (an odd `max_messages`, e.g. 1) goes too, so the kept history always starts with a
+    user message, as the providers require (it may be empty).
 
     Args:
         messages: the conversation, oldest first.
@@ -610,4 +611,6 @@ def trim_history(
         drop = 2 if len(kept) > 2 else 1
         total -= sum(sizes[:drop])
         del kept[:drop], sizes[:drop]
+    while kept and kept[0].get("role") != "user":
+        del kept[0]
     return tuple(kept)

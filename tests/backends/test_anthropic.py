@@ -257,6 +257,23 @@ def test_the_history_is_bounded(server: ScriptedModelServer) -> None:
     AnthropicAPI.terminate_session(session)
 
 
+@pytest.mark.parametrize("cap", [1, 3])
+def test_an_odd_history_cap_never_starts_the_history_with_an_assistant_message(
+        server: ScriptedModelServer, cap: int) -> None:
+    # the provider rejects a conversation that starts with an assistant message
+    server.enqueue(Reply.text("a1"), Reply.text("a2"), Reply.text("a3"))
+    session = AnthropicAPI.start_session(options(server, max_history_messages=cap))
+
+    for prompt in ("u1", "u2", "u3"):
+        _, session, _ = run_turn(AnthropicAPI, session, prompt)
+
+    assert session.history[:1] in ((), ({"role": "user", "content": "u3"},))
+    for index in range(3):
+        sent = messages_of(server, index)
+        assert sent[0]["role"] == "user", (index, sent)
+    AnthropicAPI.terminate_session(session)
+
+
 def test_a_refused_connection_is_a_retryable_transport_error() -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
