@@ -14,6 +14,7 @@ from typing import Any
 
 from gen_agent._runtime.context import current_name
 from gen_agent._runtime.handle import AgentHandle
+from gen_agent._runtime.options import warn_near_misses
 from gen_agent._runtime.messages import (
     CancelRequestMsg,
     GetSessionMsg,
@@ -106,11 +107,17 @@ def start_agent(module: type, *, name: Any, backend: Any, **opts: Any) -> AgentR
         AgentStartError: `("init_agent_failed", r)` (init_agent raised `InitAgentError(r)` or
             returned a malformed value), `("backend_start_failed", r)` (start_session raised
             `SessionStartError(r)`), `("init_failed", "error", "TypeName")` (any other
-            exception during init, or an invalid reserved option).
+            exception during init, or an invalid reserved option). The exception behind it is
+            `__cause__`; `str()` says what was wrong (docs: Errors).
         ValueError: invalid `shutdown_ms`.
 
-    Mirrors: `GenAgent.start_agent/2` (contract §2.2).
+    Warns:
+        UserWarning: an option that is not reserved resembles a reserved one (`watchdog_msec`,
+            `max_pending_prompt`); it still goes to `init_agent`, as the contract says.
+
+    Mirrors: `GenAgent.start_agent/2` (contract §2.2; docs: the client API reference).
     """
+    warn_near_misses(opts, "start_agent")
     return current_system().start_agent(module, name=name, backend=backend, **opts)
 
 

@@ -303,6 +303,9 @@ class Pool:
             TurnError: the first failed task, in order (the others still run; their outcomes
                 are dropped). CallTimeout: the batch did not finish in time.
         """
+        if isinstance(prompts, (str, bytes)):
+            raise TypeError("map: prompts must be an iterable of str prompts, got a single "
+                            f"{type(prompts).__name__} (wrap it in a list: [prompt])")
         refs = [self.submit(prompt) for prompt in prompts]
         deadline = None if timeout is None else time.monotonic() + timeout
         responses = []

@@ -7,7 +7,11 @@ the same for an unbounded graceful-stop window.
 
 from __future__ import annotations
 
+import difflib
 import math
+import os
+import sys
+import warnings
 from typing import Any, Literal
 
 import msgspec
@@ -80,6 +84,36 @@ def split_options(opts: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]
     reserved = {k: v for k, v in opts.items() if k in RESERVED}
     forwarded = {k: v for k, v in opts.items() if k not in RESERVED}
     return reserved, forwarded
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def warn_near_misses(opts: dict[str, Any], fn: str) -> None:
+    """Warn (`UserWarning`, at the first caller outside gen_agent) for each start option that
+    is not reserved but resembles a reserved one (`watchdog_msec`, `max_pending_prompt`).
+
+    The option still reaches `init_agent`, as the contract says (§2.2).
+    """
+    for key in opts:
+        if key in RESERVED or not isinstance(key, str):
+            continue
+        close = difflib.get_close_matches(key, RESERVED, n=1, cutoff=0.85)
+        if close:
+            warnings.warn(
+                f"{fn}: option {key!r} is not a reserved option and goes to init_agent; "
+                f"did you mean {close[0]!r}?", UserWarning, stacklevel=_outside_level())
+
+
+def _outside_level() -> int:
+    """The `stacklevel` of the innermost frame outside the gen_agent package."""
+    frame = sys._getframe(1)
+    level = 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(
+            _PACKAGE_DIR + os.sep):
+        frame = frame.f_back  # type: ignore[assignment]
+        level += 1
+    return level
 
 
 def validate_shutdown(value: Any) -> int | None:

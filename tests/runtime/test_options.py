@@ -157,3 +157,4 @@ def test_positive_bounds_accept_exactly_the_positive_ints(key: str, value: int) 
     else:
         with pytest.raises(ValueError):
             build_options({key: value})
+

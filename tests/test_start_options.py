@@ -1,0 +1,53 @@
+"""Start options at the client boundary (issue #15): a near miss of a reserved option warns at
+the caller's line and still reaches `init_agent`; `resume_session=True` on a backend that
+cannot resume is refused at once; `Pool.map` refuses a bare string."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+import gen_agent
+from gen_agent import child_spec
+from gen_agent.backends.mock import MockBackend
+
+
+class _Opts(gen_agent.GenAgent):
+    def init_agent(self, opts: dict) -> tuple[dict, dict]:
+        return {}, dict(opts)
+
+
+@pytest.mark.parametrize("typo, reserved", [("watchdog_msec", "watchdog_ms"),
+                                            ("max_pending_prompt", "max_pending_prompts")])
+def test_a_near_miss_of_a_reserved_option_warns_at_the_callers_line(typo: str,
+                                                                    reserved: str) -> None:
+    with pytest.warns(UserWarning, match=f"did you mean '{reserved}'") as caught:
+        gen_agent.start_agent(_Opts, name="near", backend=MockBackend, **{typo: 5})
+    assert caught[0].filename == __file__
+    # it still reaches init_agent, as the contract says
+    assert gen_agent.status("near", timeout=5).agent_state == {typo: 5}
+
+
+def test_options_far_from_reserved_ones_do_not_warn() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        gen_agent.start_agent(_Opts, name="far", backend=MockBackend, scripts=[], model="x")
+
+
+def test_child_spec_warns_for_a_near_miss_too() -> None:
+    with pytest.warns(UserWarning, match="did you mean 'shutdown_ms'") as caught:
+        child_spec(_Opts, name="c", backend=MockBackend, shutdown_msec=5)
+    assert caught[0].filename == __file__
+
+
+def test_resume_session_on_a_backend_that_cannot_resume_says_so() -> None:
+    with pytest.raises(ValueError, match="cannot resume a session"):
+        child_spec(_Opts, name="c", backend=MockBackend, resume_session=True)
+
+
+def test_pool_map_refuses_a_single_string() -> None:
+    with gen_agent.Pool(_Opts, size=1, backend=MockBackend) as pool:
+        with pytest.raises(TypeError, match="map: prompts must be an iterable of str"):
+            pool.map("abc")
+        assert pool.status().queued == 0
