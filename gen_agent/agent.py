@@ -43,10 +43,17 @@ class Prompt(msgspec.Struct, frozen=True):
     it is a caller-owned retry under the same ref (§4.8). From `handle_event`/`handle_info` it
     is dispatched now when idle, else queued in the mailbox. Mirrors `{:prompt, text, state}`.
     A non-`str` text is a malformed return.
+
+    `delay_ms` (milliseconds, an int >= 0; None = at once) is for caller-owned retries only:
+    from `handle_error` on an ask/tell turn the retry waits that long on the agent's timer,
+    under the same ref with attempt + 1, without blocking the agent; it keeps its priority
+    over queued work (the mailbox waits for it, contract §4.21; docs: the retry recipe). A
+    `Prompt` with a delay anywhere else is a malformed return (not part of the original).
     """
 
     text: str
     state: Any
+    delay_ms: int | None = None
 
 
 class Halt(msgspec.Struct, frozen=True):
@@ -143,7 +150,10 @@ class GenAgent:
         Returns:
             `NoReply(s)` (default): deliver the error. `Prompt(text, s)`: for an ask/tell turn
             whose reason is not `"interrupted"`, retry under the same ref (the caller keeps
-            waiting, §4.8); otherwise an independent follow-up. `Halt(s)`: deliver and halt.
+            waiting, §4.8); otherwise an independent follow-up. `Prompt(text, s,
+            delay_ms=n)`: the same retry after `n` ms (e.g. a 429's `retry_after`), without
+            blocking the agent. `Halt(s)`: deliver and halt. `gen_agent.current_request()`
+            gives the failed request's prompt, attempt and options (docs: the retry recipe).
 
         Raises:
             Exception: protected: an exception or malformed return is logged (type only)

@@ -21,9 +21,11 @@ value (a reason compared by fields) and an exception.
 from __future__ import annotations
 
 import abc
+import email.utils
 import json
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, Protocol, runtime_checkable
 
@@ -536,6 +538,25 @@ class BackendError(GenAgentError):
         kept = {key: value for key, value in changes.items() if value is not None}
         diagnostics = msgspec.structs.replace(self.diagnostics, **kept)
         return type(self)(*self._fields(), diagnostics=diagnostics)
+
+    @property
+    def retry_after_ms(self) -> int | None:
+        """`retry_after` in milliseconds from now (an int >= 0), or None when absent or
+        unreadable. Accepts delta-seconds (`"2"`, `"1.5"`) and HTTP dates (RFC 9110)."""
+        value = self.retry_after
+        if value is None:
+            return None
+        try:
+            return max(0, round(float(value) * 1000))
+        except ValueError:
+            pass
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        if when.tzinfo is None:
+            return None
+        return max(0, round((when.timestamp() - time.time()) * 1000))
 
     def _summary(self) -> str:
         status = "" if self.status is None else f", status={self.status}"

@@ -14,7 +14,6 @@ from typing import Any
 
 from gen_agent._runtime.context import current_name
 from gen_agent._runtime.handle import AgentHandle
-from gen_agent._runtime.options import warn_near_misses
 from gen_agent._runtime.messages import (
     CancelRequestMsg,
     GetSessionMsg,
@@ -29,6 +28,7 @@ from gen_agent._runtime.messages import (
     SnapshotMsg,
     StatusMsg,
 )
+from gen_agent._runtime.options import warn_near_misses
 from gen_agent._runtime.timers import TIMERS, TimerHandle
 from gen_agent.agent_ref import (
     AgentRef,

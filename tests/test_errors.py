@@ -34,6 +34,15 @@ def test_payload_text_stays_out() -> None:
     assert len(describe_reason(("init_agent_failed", long))) < 120
 
 
+def test_retry_after_ms_reads_seconds_and_http_dates() -> None:
+    assert BackendError("openai", "rate_limited", retry_after="2").retry_after_ms == 2000
+    assert BackendError("openai", "rate_limited", retry_after="0.25").retry_after_ms == 250
+    assert BackendError("openai", "rate_limited").retry_after_ms is None
+    assert BackendError("openai", "rate_limited", retry_after="soon").retry_after_ms is None
+    past = "Wed, 21 Oct 2015 07:28:00 GMT"
+    assert BackendError("openai", "rate_limited", retry_after=past).retry_after_ms == 0
+
+
 def test_agent_not_found_names_the_agent() -> None:
     with pytest.raises(AgentNotFound) as info:
         gen_agent.ask("greeter", "hi", timeout=1)

@@ -147,3 +147,9 @@ class WatchdogMsg(Msg, frozen=True):
 
 class RetryGeneratedMsg(Msg, frozen=True):
     pass
+
+
+class RetryDueMsg(Msg, frozen=True):
+    """A delayed caller-owned retry's timer fired (`retry` is the slot's `Retry`)."""
+
+    retry: Any

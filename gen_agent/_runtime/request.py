@@ -26,7 +26,16 @@ def type_name(exc: BaseException) -> str:
 
 
 def valid_decision(value: Any) -> bool:
-    return type(value) in _DECISIONS and (type(value) is not Prompt or type(value.text) is str)
+    """A well-formed decision without a retry delay (see `valid_retry_delay`)."""
+    return type(value) in _DECISIONS and (type(value) is not Prompt or (
+        type(value.text) is str and value.delay_ms is None))
+
+
+def valid_retry_delay(value: Any) -> bool:
+    """A `Prompt` whose `delay_ms` is a retry delay (an int >= 0)."""
+    delay = value.delay_ms
+    return (type(value) is Prompt and type(value.text) is str and type(delay) is int
+            and delay >= 0)
 
 
 class StopAgent(Exception):
@@ -70,14 +79,21 @@ class Request:
 
 
 class Retry:
-    """The self-chain slot holding a caller-owned retry (§4.8)."""
+    """The self-chain slot holding a caller-owned retry (§4.8). A delayed retry is not
+    `due` until its timer fires (`timer` is its handle)."""
 
-    __slots__ = ("attempt", "prompt", "request")
+    __slots__ = ("attempt", "due", "prompt", "request", "timer")
 
-    def __init__(self, request: Request, prompt: str, attempt: int) -> None:
+    def __init__(self, request: Request, prompt: str, attempt: int, timer: Any = None) -> None:
         self.request = request
         self.prompt = prompt
         self.attempt = attempt
+        self.timer = timer
+        self.due = timer is None
+
+    def cancel_timer(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
 
 
 class Turn:

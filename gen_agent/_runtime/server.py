@@ -41,6 +41,7 @@ from gen_agent._runtime.messages import (
     PollMsg,
     ResetSessionMsg,
     ResumeMsg,
+    RetryDueMsg,
     RetryGeneratedMsg,
     SnapshotMsg,
     StatusMsg,
@@ -63,6 +64,7 @@ from gen_agent._runtime.request import (
     redacted,
     type_name,
     valid_decision,
+    valid_retry_delay,
 )
 from gen_agent._runtime.results import ResultCache
 from gen_agent._runtime.timers import TIMERS
@@ -325,6 +327,12 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
                 if turn is not None and turn.task_id == msg.task_id:
                     self._cancel_task(turn)
                     self._finish_error("timeout", self.state, self.session, turn)
+            case RetryDueMsg():
+                retry: Retry = msg.retry
+                if self.self_chain is retry:
+                    retry.due = True
+                    if self.turn is None:
+                        self._process_next()
             case RetryGeneratedMsg():
                 self._retry_timer = None
                 if self.turn is None:
@@ -398,7 +406,9 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
                    self._turn_meta(request, 1, reason_kind="caller_down"))
 
     def _can_dispatch_now(self) -> bool:
-        return self.turn is None and not self.halted and not self.draining
+        slot = self.self_chain
+        return (self.turn is None and not self.halted and not self.draining
+                and not (type(slot) is Retry and not slot.due))
 
     def _on_ask(self, msg: AskMsg) -> None:
         if self.draining:
@@ -477,6 +487,8 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
                 return
             slot = self.self_chain
             if isinstance(slot, Retry):
+                if not slot.due:
+                    return  # a delayed retry: nothing else runs before it (§4.21)
                 self.self_chain = None
                 outcome = self._dispatch(slot.request, slot.prompt, slot.attempt)
             elif slot is not None:
@@ -774,22 +786,30 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
         self._emit(telemetry.TURN_ERROR, {"duration_ms": elapsed},
                    self._turn_meta(request, attempt, reason_kind=reason_kind(reason)))
         set_request(_info(request, turn.prompt, attempt))
-        decision = self._call_handle_error(request.ref, reason)
+        decision = self._call_handle_error(
+            request.ref, reason, delay_ok=not request.generated and reason != "interrupted")
         self.state = self._post_turn(("error", reason), request.ref, decision.state)
         set_request(None)
         if (type(decision) is Prompt and not self.draining and reason != "interrupted"
                 and not request.generated):
-            self._own_retry(request, decision.text, attempt, reason)
+            self._own_retry(request, decision.text, attempt, reason, decision.delay_ms)
             self._transition(NoReply(self.state))
             return
         self._deliver(request, ("error", reason))
         self._transition(decision, request.options)
 
-    def _own_retry(self, request: Request, prompt: str, attempt: int, reason: Any) -> None:
-        """Keep the caller waiting and retry under the same ref (§4.8)."""
+    def _own_retry(self, request: Request, prompt: str, attempt: int, reason: Any,
+                   delay_ms: int | None = None) -> None:
+        """Keep the caller waiting and retry under the same ref (§4.8), after `delay_ms` on
+        the agent's timer when given (the slot is held meanwhile: queued work waits, §4.21)."""
         info = self._self_chain_overload(prompt)
         if info is None:
-            self.self_chain = Retry(request, prompt, attempt + 1)
+            retry = Retry(request, prompt, attempt + 1)
+            if delay_ms:
+                retry.due = False
+                retry.timer = TIMERS.schedule(
+                    delay_ms / 1000, lambda: self.handle.tell_unchecked(RetryDueMsg(retry)))
+            self.self_chain = retry
             return
         overload = ("overloaded", info)
         self._input_rejected(overload)
@@ -821,7 +841,9 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
             log_exception(self.log, "WARNING", "gen_agent post_turn/3 raised", exc)
             return state
 
-    def _call_handle_error(self, ref: RequestRef, reason: Any) -> Any:
+    def _call_handle_error(self, ref: RequestRef, reason: Any, *, delay_ok: bool = False) -> Any:
+        """Run handle_error (protected). `delay_ok`: a `Prompt(..., delay_ms=n)` retry is
+        allowed (an ask/tell turn that was not interrupted); elsewhere it is malformed."""
         fn = self._optional("handle_error")
         if fn is None:
             return NoReply(self.state)
@@ -830,8 +852,10 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
         except Exception as exc:  # noqa: BLE001 - protected (§3.8)
             log_exception(self.log, "ERROR", "gen_agent handle_error/3 failed", exc)
             return NoReply(self.state)
-        if not valid_decision(decision):
-            self.log.error("gen_agent handle_error/3 returned unexpected shape")
+        if not valid_decision(decision) and not (delay_ok and valid_retry_delay(decision)):
+            self.log.error("gen_agent handle_error/3 returned unexpected shape{}",
+                           " (delay_ms is only for retries of an ask/tell turn, an int >= 0)"
+                           if type(decision) is Prompt else "")
             return NoReply(self.state)
         return decision
 
@@ -949,6 +973,8 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
             self._cancel_task(turn)
         if self._retry_timer is not None:
             self._retry_timer.cancel()
+        if isinstance(self.self_chain, Retry):
+            self.self_chain.cancel_timer()
         fn = self._optional("terminate_agent")
         if fn is not None:
             try:
