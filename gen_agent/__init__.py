@@ -65,7 +65,7 @@ from gen_agent.errors import (
     TurnError,
 )
 from gen_agent.event import Event
-from gen_agent.pool import Pool, PoolRef, PoolStatus
+from gen_agent.pool import Pool, PoolRef, PoolStatus, RetryPolicy
 from gen_agent.ref import RequestRef
 from gen_agent.request import RequestInfo, RequestOptions
 from gen_agent.response import EventCoverage, Omission, Response, TextAccumulator
@@ -134,6 +134,7 @@ __all__ = [
     "RequestRef",
     "ResetError",
     "Response",
+    "RetryPolicy",
     "RuntimeSnapshot",
     "SessionStartError",
     "Skip",

@@ -10,7 +10,12 @@ from `runtime_snapshot`. This module packages that recipe on top of `Supervisor`
   work not yet dispatched to a worker survives that worker's crash and goes to its
   replacement (or, with least-loaded routing, to any worker);
 - a task in flight on a worker that dies fails with `("worker_down", exit_reason)`: it is
-  never silently retried, because the prompt may be what crashed the worker.
+  never silently retried, because the prompt may be what crashed the worker;
+- tasks are independent: each runs on a fresh backend session of its worker
+  (`RequestOptions(fresh_session=True)`), unless the pool is built with
+  `shared_conversation=True`;
+- a `RetryPolicy` retries retryable failures (`BackendError.retryable`, a watchdog
+  `"timeout"`) after a backoff that honours the provider's `retry_after`.
 
 One dispatcher thread owns the talking to workers; completions, worker starts and exits are
 messages in its inbox, so they are handled in order.
@@ -24,22 +29,25 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any, Literal
 
 import msgspec
 from loguru import logger
 
 from gen_agent import telemetry
+from gen_agent._runtime.timers import TIMERS
 from gen_agent.agent_ref import AgentRef
+from gen_agent.backend import BackendError
 from gen_agent.errors import AgentDown, CallTimeout, GenAgentError, RequestError, TurnError
+from gen_agent.request import RequestOptions
 from gen_agent.response import Response
 from gen_agent.size import term_size
 from gen_agent.status import OverloadInfo
 from gen_agent.supervisor import ChildEvent, Supervisor, child_spec
 from gen_agent.system import AgentSystem, current_system
 
-__all__ = ["Pool", "PoolRef", "PoolStatus", "WorkerInfo"]
+__all__ = ["Pool", "PoolRef", "PoolStatus", "RetryPolicy", "WorkerInfo"]
 
 Routing = Literal["least_loaded", "round_robin"]
 
@@ -53,6 +61,58 @@ class PoolRef(msgspec.Struct, frozen=True):
     """An opaque reference to one task submitted to a `Pool`. Hashable; never reused."""
 
     id: int
+
+
+class RetryPolicy(msgspec.Struct, frozen=True, kw_only=True):
+    """How a `Pool` retries a failed task (the task goes back to the pool's queue, front).
+
+    Fields:
+        attempts: the most attempts per task, the first included (>= 1; default 3).
+        base_delay_ms: the delay before attempt 2 in milliseconds; attempt k waits
+            `base_delay_ms * 2 ** (k - 2)`, at most `max_delay_ms` (default 500).
+        max_delay_ms: the cap on a computed delay, milliseconds (default 30_000).
+        honour_retry_after: wait at least the provider's `BackendError.retry_after_ms` when
+            it is given (default True).
+        retry_on: `fn(reason) -> bool` deciding what is retried; default: a `BackendError`
+            whose `retryable` is set, and a watchdog `"timeout"`. `("worker_down", r)` is never
+            retried (the prompt may be what crashed the worker).
+
+    Raises:
+        ValueError: a bound out of range (from the constructor).
+    """
+
+    attempts: int = 3
+    base_delay_ms: int = 500
+    max_delay_ms: int = 30_000
+    honour_retry_after: bool = True
+    retry_on: Any = None
+
+    def __post_init__(self) -> None:
+        _check_count("attempts", self.attempts, 1)
+        _check_count("base_delay_ms", self.base_delay_ms, 0)
+        _check_count("max_delay_ms", self.max_delay_ms, 0)
+        if self.retry_on is not None and not callable(self.retry_on):
+            raise ValueError(f"retry_on must be callable, got {type(self.retry_on).__name__}")
+
+    def should_retry(self, reason: Any, attempt: int) -> bool:
+        """Whether a task whose attempt `attempt` failed with `reason` runs again."""
+        if attempt >= self.attempts:
+            return False
+        if isinstance(reason, tuple) and reason and reason[0] in ("worker_down", "pool_down",
+                                                                   "agent_terminated"):
+            return False
+        if self.retry_on is not None:
+            return bool(self.retry_on(reason))
+        return (isinstance(reason, BackendError) and reason.retryable) or reason == "timeout"
+
+    def delay_ms(self, reason: Any, attempt: int) -> int:
+        """The wait before the attempt after `attempt`, in milliseconds."""
+        delay = min(self.max_delay_ms, self.base_delay_ms * 2 ** (attempt - 1))
+        if self.honour_retry_after and isinstance(reason, BackendError):
+            after = reason.retry_after_ms
+            if after is not None:
+                delay = max(delay, after)
+        return delay
 
 
 class WorkerInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -96,11 +156,14 @@ class PoolStatus(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class _Task:
-    __slots__ = ("done", "outcome", "prompt", "ref", "slot")
+    __slots__ = ("attempt", "done", "outcome", "prompt", "ref", "slot", "tell_ref", "timer")
 
     def __init__(self, ref: PoolRef, prompt: str) -> None:
         self.ref = ref
         self.prompt = prompt
+        self.attempt = 1
+        self.tell_ref: Any = None  # the worker request of the attempt in flight
+        self.timer: Any = None  # the retry timer while the task waits for its next attempt
         self.slot: _Slot | None = None  # round_robin: the worker it is assigned to
         self.done = threading.Event()
         self.outcome: tuple[str, Any] | None = None
@@ -125,11 +188,14 @@ class _Slot:
                           completed=self.completed)
 
 
-def _tell_incarnation(handle: Any, prompt: str, recipient: Any) -> tuple[str, Any]:
+def _tell_incarnation(handle: Any, prompt: str, recipient: Any,
+                      options: RequestOptions) -> tuple[str, Any]:
     # An AgentRef addresses its own incarnation (never a restarted one under the same name),
     # so a task is counted against the worker that really took it. AgentDown propagates.
+    # monitor=True: the recipient gets the completion or, if the worker ends first, a Down.
     try:
-        return "ok", AgentRef(handle).tell_with_completion(prompt, recipient, on_halt="fail")
+        return "ok", AgentRef(handle).tell_with_completion(
+            prompt, recipient, on_halt="fail", options=options, monitor=True)
     except TurnError as exc:
         return "error", exc.reason
 
@@ -154,14 +220,19 @@ class Pool:
             `("pool_down", reason)`.
         max_seconds: the restart-intensity window in seconds (default 5).
         shutdown_ms: each worker's graceful-stop window in milliseconds (default 5_000).
+        shared_conversation: False (default): every task is independent, run on a fresh
+            backend session of its worker (a worker's conversation does not grow with the
+            tasks it served). True: tasks on one worker share its conversation.
+        retry: a `RetryPolicy` for failed tasks; None (default) = no retries.
         system: the `AgentSystem` the workers run in (default: the current one).
         **opts: every other `start_agent` option, given to each worker (e.g. `watchdog_ms`,
             and the options for `init_agent`).
 
     Task outcomes: `result(ref)` returns the `Response`, or raises `TurnError` whose reason
     is the turn's own reason, `("overloaded", info)`, `"halted"`, `("worker_down", reason)`
-    (its worker died while it was in flight), `("pool_down", reason)` (the supervisor gave
-    up) or `("agent_terminated", "shutdown")` (the pool was stopped first).
+    (its worker died, crashed or stopped, while it was in flight), `("pool_down", reason)`
+    (the supervisor gave up), `"cancelled"` (`cancel`) or `("agent_terminated", "shutdown")`
+    (the pool was stopped first). With a `retry` policy, the reason of the last attempt.
 
     Thread-safety: every method may be called from any thread, except from a worker's own
     callbacks (a worker waiting on its pool can deadlock).
@@ -173,6 +244,7 @@ class Pool:
                  routing: Routing = "least_loaded", max_in_flight: int = 1,
                  max_queued_tasks: int | None = None, max_restarts: int = 3,
                  max_seconds: float = 5.0, shutdown_ms: Any = 5_000,
+                 shared_conversation: bool = False, retry: RetryPolicy | None = None,
                  system: AgentSystem | None = None, **opts: Any) -> None:
         _check_count("size", size, 1)
         _check_count("max_in_flight", max_in_flight, 1)
@@ -180,6 +252,14 @@ class Pool:
             _check_count("max_queued_tasks", max_queued_tasks, 0)
         if routing not in ("least_loaded", "round_robin"):
             raise ValueError(f"routing must be 'least_loaded' or 'round_robin', got {routing!r}")
+        if type(shared_conversation) is not bool:
+            raise TypeError("shared_conversation must be a bool, got "
+                            f"{type(shared_conversation).__name__}")
+        if retry is not None and type(retry) is not RetryPolicy:
+            raise TypeError(f"retry must be a RetryPolicy or None, got {type(retry).__name__}")
+        self.retry = retry
+        self._task_options = RequestOptions(fresh_session=not shared_conversation)
+        self._retrying: set[_Task] = set()
         self.name_prefix = name_prefix if name_prefix is not None else f"pool{next(_pool_ids)}"
         self.routing = routing
         self.max_in_flight = max_in_flight
@@ -293,29 +373,123 @@ class Pool:
             return value
         raise TurnError(value)
 
-    def map(self, prompts: Iterable[str], timeout: float | None = None) -> list[Response]:
+    def map(self, prompts: Iterable[str], timeout: float | None = None, *,
+            return_exceptions: bool = False) -> list[Any]:
         """Submit every prompt, then return their responses in the order of `prompts`.
 
         Args:
+            prompts: an iterable of `str` prompts (a bare `str` is refused).
             timeout: seconds for the whole batch; None = forever.
+            return_exceptions: False (default): raise the first failure. True: a failed
+                task's `TurnError` takes its place in the list (as `asyncio.gather` does),
+                so one failure does not lose the other results.
+
+        Returns:
+            One `Response` (or, with `return_exceptions`, `TurnError`) per prompt, in order.
 
         Raises:
+            TypeError: `prompts` is a `str` or holds a non-`str`.
             TurnError: the first failed task, in order (the others still run; their outcomes
-                are dropped). CallTimeout: the batch did not finish in time.
+                are dropped). CallTimeout: the batch did not finish in time (the tasks go on).
         """
         if isinstance(prompts, (str, bytes)):
             raise TypeError("map: prompts must be an iterable of str prompts, got a single "
                             f"{type(prompts).__name__} (wrap it in a list: [prompt])")
         refs = [self.submit(prompt) for prompt in prompts]
         deadline = None if timeout is None else time.monotonic() + timeout
-        responses = []
+        responses: list[Any] = []
         try:
             for ref in refs:
                 remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-                responses.append(self.result(ref, remaining))
+                try:
+                    responses.append(self.result(ref, remaining))
+                except TurnError as exc:
+                    if not return_exceptions:
+                        raise
+                    responses.append(exc)
         finally:
             self._forget(refs)
         return responses
+
+    def as_completed(self, refs: Iterable[PoolRef],
+                     timeout: float | None = None) -> Iterator[PoolRef]:
+        """Yield each of `refs` as soon as its task has an outcome (completion order); read it
+        with `result(ref)`, which then returns at once.
+
+        Args:
+            refs: `PoolRef`s from `submit`.
+            timeout: seconds for all of them; None = forever.
+
+        Raises:
+            CallTimeout: not all finished within `timeout` (the rest go on).
+            LookupError: an unknown ref, or one whose outcome was already collected.
+
+        Mirrors: `concurrent.futures.as_completed`.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            pending = []
+            for ref in refs:
+                task = self._tasks.get(ref.id) if isinstance(ref, PoolRef) else None
+                if task is None:
+                    raise LookupError("unknown PoolRef, or its result was already collected")
+                pending.append(task)
+        while pending:
+            with self._cond:
+                done = [task for task in pending if task.done.is_set()]
+                if not done:
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                    if remaining is not None and remaining <= 0:
+                        raise CallTimeout(timeout)
+                    self._cond.wait(remaining)
+                    continue
+            for task in done:
+                pending.remove(task)
+                yield task.ref
+
+    def cancel(self, ref: PoolRef, timeout: float | None = None) -> str:
+        """Cancel a task that has not started: its `result` then raises
+        `TurnError("cancelled")`.
+
+        Returns:
+            `"cancelled"` (it was waiting in the pool, for a retry, or queued at its worker),
+            `"current"` (a worker is running it: use the worker's `interrupt` if you must),
+            `"already_finished"`, or `"not_found"` (unknown, or its outcome was collected).
+
+        Mirrors: `GenAgent.cancel_request/3` for a pool task.
+        """
+        with self._cond:
+            task = self._tasks.get(ref.id) if isinstance(ref, PoolRef) else None
+            if task is None:
+                return "not_found"
+            if task.outcome is not None:
+                return "already_finished"
+            if self._unqueue(task):
+                self._resolve(task, ("error", "cancelled"))
+                return "cancelled"
+            slot = next((s for s in self._slots if s.in_flight.get(task.ref.id) is task), None)
+            handle, tell_ref = (slot.handle, task.tell_ref) if slot is not None else (None, None)
+        if handle is None or tell_ref is None:
+            return "current"
+        try:
+            answer = AgentRef(handle).cancel_request(tell_ref, timeout)
+        except (GenAgentError, LookupError):
+            return "current"
+        # a cancelled worker request sends its completion ("error", "cancelled") to the pool
+        return "cancelled" if answer == "cancelled" else "current"
+
+    def _unqueue(self, task: _Task) -> bool:
+        """Take `task` out of the pool's queues or its retry wait; True if it was there."""
+        if task in self._retrying:
+            self._retrying.discard(task)
+            if task.timer is not None:
+                task.timer.cancel()
+            return True
+        for target in (self._shared, *(slot.queue for slot in self._slots)):
+            if task in target:
+                target.remove(task)
+                return True
+        return False
 
     def status(self) -> PoolStatus:
         """A point-in-time `PoolStatus`."""
@@ -419,6 +593,8 @@ class Pool:
             self._stopping = True
             for task in self._take_queued():
                 self._resolve(task, ("error", ("agent_terminated", "shutdown")))
+            for task in self._take_retrying():
+                self._resolve(task, ("error", ("agent_terminated", "shutdown")))
         if self._supervisor.is_alive():
             self._supervisor.stop(timeout)
         self._inbox.put(("stop",))
@@ -469,6 +645,14 @@ class Pool:
         with self._cond:
             for ref in refs:
                 self._tasks.pop(ref.id, None)
+
+    def _take_retrying(self) -> list[_Task]:
+        tasks = list(self._retrying)
+        self._retrying.clear()
+        for task in tasks:
+            if task.timer is not None:
+                task.timer.cancel()
+        return tasks
 
     def _take_queued(self) -> list[_Task]:
         tasks = list(self._shared)
@@ -548,13 +732,20 @@ class Pool:
         elif kind == "forget":
             with self._cond:
                 self._slots = [s for s in self._slots if s not in message[1]]
+        elif kind == "retry_due":
+            with self._cond:
+                task = message[1]
+                if task in self._retrying and not self._stopping:
+                    self._retrying.discard(task)
+                    task.timer = None
+                    self._requeue(task, front=True)
 
     def _on_supervisor_down(self, reason: Any) -> bool:
         with self._cond:
             self._down_reason = reason
             failure = (("agent_terminated", "shutdown") if self._stopping
                        else ("pool_down", reason))
-            for task in self._take_queued():
+            for task in [*self._take_queued(), *self._take_retrying()]:
                 self._resolve(task, ("error", failure))
             for slot in self._slots:
                 for task in slot.in_flight.values():
@@ -590,17 +781,35 @@ class Pool:
             self._cond.notify_all()
 
     def _on_completion(self, task: _Task, handle: Any, message: Any) -> None:
-        outcome = message[4]
+        if message.kind == "down":
+            # the worker ended before the task completed: the same outcome as its exit event
+            outcome: tuple[str, Any] = ("error", ("agent_terminated", "shutdown")
+                                        if self._stopping else ("worker_down", message.reason[1]))
+        else:
+            outcome = message.outcome
         with self._cond:
             slot = next((s for s in self._slots if s.in_flight.get(task.ref.id) is task), None)
             if slot is None:
                 return  # already failed (its worker died) or unknown
             del slot.in_flight[task.ref.id]
+            task.tell_ref = None
             if outcome == ("error", "draining") and task.outcome is None:
                 self._requeue(task, front=True)  # never ran: a removed worker refused it
                 return
             slot.completed += 1
+            if (outcome[0] == "error" and self.retry is not None and task.outcome is None
+                    and not self._stopping and self.retry.should_retry(outcome[1],
+                                                                       task.attempt)):
+                self._retry_later(task, self.retry.delay_ms(outcome[1], task.attempt))
+                return
             self._resolve(task, outcome)
+
+    def _retry_later(self, task: _Task, delay_ms: int) -> None:
+        """Put `task` back in the queue after `delay_ms` (caller holds the lock)."""
+        task.attempt += 1
+        self._retrying.add(task)
+        inbox = self._inbox
+        task.timer = TIMERS.schedule(delay_ms / 1000, lambda: inbox.put(("retry_due", task)))
 
     def _requeue(self, task: _Task, *, front: bool) -> None:
         if self.routing == "round_robin" and task.slot is not None:
@@ -646,11 +855,13 @@ class Pool:
                 inbox.put(("completion", task, handle, message))  # a worker thread: post only
 
             try:
-                outcome = _tell_incarnation(handle, task.prompt, recipient)
+                outcome = _tell_incarnation(handle, task.prompt, recipient, self._task_options)
             except AgentDown:
                 outcome = None  # the incarnation ended before taking it: not dispatched
             with self._cond:
                 if outcome is not None and outcome[0] == "ok":
+                    if slot.in_flight.get(task.ref.id) is task and task.outcome is None:
+                        task.tell_ref = outcome[1]
                     continue
                 if slot.in_flight.pop(task.ref.id, None) is None:
                     continue  # already failed by the worker's exit

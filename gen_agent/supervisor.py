@@ -28,6 +28,7 @@ import itertools
 import queue
 import threading
 import time
+import warnings
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
@@ -37,7 +38,7 @@ from typing import Any, Literal
 import msgspec
 from loguru import logger
 
-from gen_agent._runtime.options import validate_shutdown, warn_near_misses
+from gen_agent._runtime.options import outside_level, validate_shutdown, warn_near_misses
 from gen_agent.errors import AgentDown, AgentStartError, CallTimeout, RequestError
 from gen_agent.system import AgentSystem, current_system
 
@@ -196,23 +197,24 @@ def child_spec(module: type, *, name: Any, backend: Any, restart: RestartType = 
         A frozen `ChildSpec`.
 
     Raises:
-        ValueError: an invalid `restart` or `shutdown_ms`; `resume_session=True` with a backend
-            that has no `resume_session` (it could not resume). TypeError: `resume_session` is
-            not a bool.
+        ValueError: an invalid `restart` or `shutdown_ms`. TypeError: `resume_session` is not
+            a bool.
 
     Warns:
-        UserWarning: an option of `opts` resembles a reserved start option (a typo such as
-            `watchdog_msec`); it still goes to `init_agent`.
+        UserWarning: `resume_session=True` with a backend that has no `resume_session` (its
+            restarts cannot resume); an option of `opts` resembles a reserved start option (a
+            typo such as `watchdog_msec`; it still goes to `init_agent`).
 
     Mirrors: `GenAgent.child_spec/2` (contract §2.3) plus OTP's `restart` key.
     """
     if not isinstance(resume_session, bool):
         raise TypeError(f"resume_session must be a bool, got {type(resume_session).__name__}")
     if resume_session and getattr(backend, "resume_session", None) is None:
-        raise ValueError(f"child_spec: resume_session=True, but the backend {_name_of(backend)} "
-                         "cannot resume a session (it has no resume_session); its restarts "
-                         "would start a new conversation. Use a backend with resume_session "
-                         "(claude, codex) or drop resume_session=True")
+        warnings.warn(f"child_spec: resume_session=True, but the backend {_name_of(backend)} "
+                      "cannot resume a session (it has no resume_session): each restart "
+                      "starts a new conversation. Use a backend with resume_session (claude, "
+                      "codex) or drop resume_session=True", UserWarning,
+                      stacklevel=outside_level())
     warn_near_misses(opts, "child_spec")
     return ChildSpec(id=name, module=module, backend=backend, opts=dict(opts),
                      restart=_restart_type(restart), shutdown_ms=validate_shutdown(shutdown_ms),

@@ -102,10 +102,10 @@ def warn_near_misses(opts: dict[str, Any], fn: str) -> None:
         if close:
             warnings.warn(
                 f"{fn}: option {key!r} is not a reserved option and goes to init_agent; "
-                f"did you mean {close[0]!r}?", UserWarning, stacklevel=_outside_level())
+                f"did you mean {close[0]!r}?", UserWarning, stacklevel=outside_level())
 
 
-def _outside_level() -> int:
+def outside_level() -> int:
     """The `stacklevel` of the innermost frame outside the gen_agent package."""
     frame = sys._getframe(1)
     level = 1

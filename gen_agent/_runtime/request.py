@@ -33,9 +33,10 @@ def valid_decision(value: Any) -> bool:
 
 def valid_retry_delay(value: Any) -> bool:
     """A `Prompt` whose `delay_ms` is a retry delay (an int >= 0)."""
+    if type(value) is not Prompt:
+        return False
     delay = value.delay_ms
-    return (type(value) is Prompt and type(value.text) is str and type(delay) is int
-            and delay >= 0)
+    return type(value.text) is str and type(delay) is int and delay >= 0
 
 
 class StopAgent(Exception):

@@ -458,7 +458,9 @@ def _run_pool(options: DemoOptions, backend: Any, backend_opts: dict[str, Any],
     recorder = Recorder()
     deadline = time.monotonic() + options.timeout
     pool = Pool(DemoAgent, size=WORKERS, backend=backend, name_prefix="demo", system=system,
-                routing="round_robin", resume_session=True, max_restarts=3, max_seconds=60,
+                routing="round_robin", shared_conversation=True,
+                resume_session=getattr(backend, "resume_session", None) is not None,
+                max_restarts=3, max_seconds=60,
                 backend_opts=backend_opts, recorder=recorder, workspace=str(workspace),
                 watchdog_ms=int(options.timeout * 1000))
     try:
