@@ -153,9 +153,9 @@ def test_a_retry_policy_honours_retry_after(monkeypatch: pytest.MonkeyPatch) -> 
 
 def test_retry_policy_gives_up_after_its_attempts() -> None:
     policy = RetryPolicy(attempts=1)
-    with Pool(Worker, size=1, backend=MockBackend, retry=policy) as pool:
-        with pytest.raises(TurnError) as info:
-            pool.map(["limited-2"], timeout=T)
+    with Pool(Worker, size=1, backend=MockBackend, retry=policy) as pool, \
+            pytest.raises(TurnError) as info:
+        pool.map(["limited-2"], timeout=T)
     assert isinstance(info.value.reason, BackendError)
     assert policy.delay_ms(info.value.reason, 1) == 3000
     assert not policy.should_retry(("worker_down", "x"), 0)
