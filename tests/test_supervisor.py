@@ -19,7 +19,7 @@ import pytest
 
 import gen_agent
 from gen_agent import AgentDown, AgentStartError, GenAgent, InitAgentError, NoReply, RequestError
-from gen_agent.backend import SessionStartError
+from gen_agent.backend import BackendError, SessionStartError
 from gen_agent.backends import mock
 from gen_agent.backends.mock import MockBackend, text_turn
 from gen_agent.supervisor import (
@@ -523,6 +523,36 @@ def test_a_session_that_cannot_be_resumed_is_replaced_by_a_fresh_one(events):
     assert gen_agent.backend_session("a").session_id is None
     (child,) = sup.which_children()
     assert child.ref.is_alive() and child.restarts == 1
+    sup.stop(timeout=10)
+
+
+def resumable_until_gone(prompt: str) -> list[gen_agent.Event]:
+    if prompt == "still there?":  # the provider no longer has the session
+        reason = BackendError.new("mock", "session_not_found", None, message="no such session")
+        return [gen_agent.Event.new("error", {"reason": reason})]
+    return resumable(prompt)
+
+
+def test_a_forgotten_session_is_not_resumed_by_the_next_restart(events):
+    record: list[str] = []
+    spec = resume_spec(record, scripts=[resumable_until_gone] * 10)
+    sup = started(Supervisor([spec], listener=events.put), events)
+    assert gen_agent.ask("a", "remember 42", timeout=5).session_id == "s-42"
+    crash("a")
+    assert take(events, 2) == [("exited", "a"), ("started", "a")]
+    assert record == ["s-42"]
+
+    # The resumed session turns out not to exist: the agent forgets it ...
+    with pytest.raises(gen_agent.TurnError) as info:
+        gen_agent.ask("a", "still there?", timeout=5)
+    assert info.value.reason.kind == "session_not_found"
+    assert sup.whereis("a")._handle.session_id is None
+    # ... and so does the supervisor: the next restart starts a fresh session.
+    crash("a")
+    assert take(events, 2) == [("exited", "a"), ("started", "a")]
+    assert record == ["s-42"]
+    assert gen_agent.backend_session("a").session_id is None
+    assert gen_agent.ask("a", "hello", timeout=5).text == "ok:hello"
     sup.stop(timeout=10)
 
 

@@ -244,3 +244,85 @@ def test_stop_waits_for_a_child_that_answered_and_still_runs(fake_claude: FakeCl
 
     assert child.reaped and child.returncode is not None
 
+
+
+# -- the CLI analogues of the wire faults ----------------------------------------------------
+
+BOTH = [
+    pytest.param(ClaudeCLI, "fake_claude", CLAUDE_SESSION, id="claude"),
+    pytest.param(CodexCLI, "fake_codex", CODEX_THREAD, id="codex"),
+]
+
+
+@pytest.mark.parametrize(("backend", "fake_name", "session_id"), BOTH)
+@pytest.mark.parametrize(
+    ("scenario", "exit_code"),
+    [("cut_mid_line", 1), ("cut_mid_utf8", 1), ("killed_mid_stream", -9)],
+)
+def test_a_cli_cut_off_inside_a_line_fails_with_what_it_said(
+    request: pytest.FixtureRequest, backend: Any, fake_name: str, session_id: str,
+    scenario: str, exit_code: int,
+) -> None:
+    fake = request.getfixturevalue(fake_name)
+    fake.script(scenario, "echo")
+    name = f"cut-{fake_name}"
+    agent = start(name, backend, fake)
+
+    with pytest.raises(TurnError) as info:
+        agent.ask("x", timeout=WAIT_S)
+
+    reason = info.value.reason
+    assert isinstance(reason, BackendError)
+    assert (reason.kind, reason.retryable) == ("no_result", False)
+    # The unterminated last line is visible as unparsed, never half-decoded text.
+    diagnostics = reason.diagnostics
+    assert diagnostics.partial_text == "before the cut"
+    assert (diagnostics.exit_code, diagnostics.session_id) == (exit_code, session_id)
+    assert agent.ask("again", timeout=WAIT_S).text == "you said: again"
+    gen_agent.stop(name)
+
+
+@pytest.mark.parametrize(("backend", "fake_name", "session_id"), BOTH)
+@pytest.mark.parametrize("scenario", ["hang_with_output", "hang_silent"])
+def test_the_watchdog_ends_a_hung_cli_with_or_without_output(
+    request: pytest.FixtureRequest, backend: Any, fake_name: str, session_id: str,
+    scenario: str,
+) -> None:
+    fake = request.getfixturevalue(fake_name)
+    fake.script(scenario, "echo")
+    name = f"hung-{fake_name}"
+    agent = gen_agent.start_agent(Agent, name=name, backend=backend,
+                                  backend_opts=fake.options(), watchdog_ms=500)
+
+    with pytest.raises(TurnError) as info:
+        agent.ask("x", timeout=WAIT_S)
+
+    assert info.value.reason == "timeout"
+    hung = gen_agent.backend_session(name).last_child
+    assert hung.wait_reaped(WAIT_S) and hung.returncode == -9  # its group was killed
+    assert agent._handle.session_id == session_id  # checkpointed before the hang
+    assert agent.ask("again", timeout=WAIT_S).text == "you said: again"
+    gen_agent.stop(name)
+
+
+@pytest.mark.parametrize(("backend", "fake_name", "session_id"), BOTH)
+def test_malformed_and_blank_lines_are_visible_and_the_turn_goes_on(
+    request: pytest.FixtureRequest, backend: Any, fake_name: str, session_id: str,
+) -> None:
+    fake = request.getfixturevalue(fake_name)
+    fake.script("malformed_lines", "echo")
+    name = f"malformed-{fake_name}"
+    agent = start(name, backend, fake)
+
+    response = agent.ask("x", timeout=WAIT_S)
+
+    assert response.text == "still fine"
+    # The cut-off JSON line and the line that is not UTF-8, byte for byte; the blank lines
+    # ("" and a lone CR) produce nothing.
+    unparsed = [e.data for e in response.events if e.kind.endswith(".unparsed")]
+    first = ('{"type": "assistant", "message": {"id": ' if backend is ClaudeCLI
+             else '{"type": "item.completed", "item": ')
+    assert unparsed == [{"size_bytes": len(first), "line": first},
+                        {"size_bytes": 12, "line": "\ufffd\ufffd not utf-8"}]
+    assert agent.ask("again", timeout=WAIT_S).text == "you said: again"
+    gen_agent.stop(name)

@@ -251,6 +251,44 @@ def older_items(argv: list[str]) -> None:
     write(completed())
 
 
+def _cut(argv: list[str], at: bytes, offset: int) -> bytes:
+    data = started(thread_id(argv)) + message("before the cut") + message("café cut", "item_2")
+    cut = data.rindex(at) + offset
+    return data[:cut]
+
+
+def cut_mid_line(argv: list[str]) -> None:
+    write(_cut(argv, b'"text"', 3))
+    sys.exit(1)
+
+
+def cut_mid_utf8(argv: list[str]) -> None:
+    write(_cut(argv, "é".encode(), 1))
+    sys.exit(1)
+
+
+def killed_mid_stream(argv: list[str]) -> None:
+    write(_cut(argv, b'"text"', 3))
+    os.kill(os.getpid(), 9)
+
+
+def hang_with_output(argv: list[str]) -> None:
+    write(started(thread_id(argv)) + message("thinking..."))
+    while True:
+        write(notification("Reconnecting... 1/5"))
+        pause()
+
+
+def hang_silent(argv: list[str]) -> None:
+    write(started(thread_id(argv)) + message("thinking..."))
+    hang()
+
+
+def malformed_lines(argv: list[str]) -> None:
+    write(started(thread_id(argv)) + b'{"type": "item.completed", "item": \n' + b"\n"
+          + b"\r\n" + b"\xff\xfe not utf-8\n" + message("still fine") + completed())
+
+
 SCENARIOS = {
     "echo": echo,
     "rich_turn": rich_turn,
@@ -277,6 +315,12 @@ SCENARIOS = {
     "rate_limit_text": rate_limit_text,
     "failed_exit_zero": failed_exit_zero,
     "older_items": older_items,
+    "cut_mid_line": cut_mid_line,
+    "cut_mid_utf8": cut_mid_utf8,
+    "killed_mid_stream": killed_mid_stream,
+    "hang_with_output": hang_with_output,
+    "hang_silent": hang_silent,
+    "malformed_lines": malformed_lines,
 }
 
 

@@ -305,6 +305,51 @@ def linger_until_released(argv: list[str]) -> None:
         pause()
 
 
+def _cut(argv: list[str], at: bytes, offset: int) -> bytes:
+    sid = session_id(argv)
+    data = init(sid) + assistant(sid, "before the cut") + assistant(sid, "café cut", "msg_2")
+    cut = data.rindex(at) + offset
+    return data[:cut]
+
+
+def cut_mid_line(argv: list[str]) -> None:
+    # The process dies in the middle of a line: the rest never comes.
+    write(_cut(argv, b'"content"', 3))
+    sys.exit(1)
+
+
+def cut_mid_utf8(argv: list[str]) -> None:
+    write(_cut(argv, "é".encode(), 1))  # inside the two bytes of the é
+    sys.exit(1)
+
+
+def killed_mid_stream(argv: list[str]) -> None:
+    write(_cut(argv, b'"content"', 3))
+    os.kill(os.getpid(), 9)
+
+
+def hang_with_output(argv: list[str]) -> None:
+    # Keeps writing (as the CLI's retry and hook notices do) but never answers.
+    sid = session_id(argv)
+    write(init(sid) + assistant(sid, "thinking..."))
+    while True:
+        write(line({"type": "system", "subtype": "status", "status": "waiting",
+                    "session_id": sid}))
+        pause()
+
+
+def hang_silent(argv: list[str]) -> None:
+    sid = session_id(argv)
+    write(init(sid) + assistant(sid, "thinking..."))
+    hang()
+
+
+def malformed_lines(argv: list[str]) -> None:
+    sid = session_id(argv)
+    write(init(sid) + b'{"type": "assistant", "message": {"id": \n' + b"\n" + b"\r\n"
+          + b"\xff\xfe not utf-8\n" + assistant(sid, "still fine") + result(sid, "still fine"))
+
+
 SCENARIOS = {
     "echo": echo,
     "split_line": split_line,
@@ -327,6 +372,12 @@ SCENARIOS = {
     "dead_resume": dead_resume,
     "usage_split": usage_split,
     "linger_until_released": linger_until_released,
+    "cut_mid_line": cut_mid_line,
+    "cut_mid_utf8": cut_mid_utf8,
+    "killed_mid_stream": killed_mid_stream,
+    "hang_with_output": hang_with_output,
+    "hang_silent": hang_silent,
+    "malformed_lines": malformed_lines,
 }
 
 
