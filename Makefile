@@ -55,9 +55,12 @@ $(BROWSER_STAMP):
 		echo "chromium/chromedriver not found and no root apt: the observer's browser test skips"; \
 	fi
 
+# The server contract suite runs a second time with every agent hibernating as soon as it is
+# idle (GEN_AGENT_HIBERNATE_AFTER_MS=0, issue 20): hibernation must never change behaviour.
 test: $(STAMP) $(CLAUDE_STAMP) $(CODEX_STAMP) $(BROWSER_STAMP)
 	$(BIN)/ruff check gen_agent tests
 	$(BIN)/python -m pytest -q
+	GEN_AGENT_HIBERNATE_AFTER_MS=0 $(BIN)/python -m pytest -q tests/runtime/server
 
 lint: $(STAMP)
 	$(BIN)/ruff check gen_agent tests docs/examples

@@ -97,6 +97,12 @@ def start_agent(module: type, *, name: Any, backend: Any, **opts: Any) -> AgentR
             session: the backend's optional `resume_session(id, backend_opts)` is called in
             place of `start_session` (backends without it start afresh). Supervisors set it
             when restarting a child with `resume_session=True`.
+        hibernate_after_ms: after this many milliseconds idle (no turn running, nothing in
+            the mailbox) the agent's thread ends and the agent hibernates: its state,
+            session and queues wait in memory and the next message wakes it on a new
+            thread, in order, losing nothing (BEAM's `:hibernate`). Default None/"infinity":
+            never, unless the `GEN_AGENT_HIBERNATE_AFTER_MS` environment variable sets
+            another default. 0 hibernates as soon as the agent is idle. Int >= 0.
         Bytes are `gen_agent.term_size` bytes.
 
     Returns:

@@ -197,6 +197,8 @@ class AgentSystem:
         """Stop every agent of this system: registered shutdown hooks (supervisors) run
         first, then every remaining agent is asked to stop at once (newest first), and each
         gets its own `shutdown_ms` window, counted from that request, before it is killed.
+        Hibernated agents (idle, without a thread) are stopped afterwards one after another,
+        so that stopping 100,000 of them never needs 100,000 threads at once.
         Idempotent. Mirrors a dynamic supervisor's shutdown (children stopped together)."""
         with self._lock:
             hooks, self._shutdown_hooks = self._shutdown_hooks[::-1], []
@@ -208,14 +210,18 @@ class AgentSystem:
         with self._lock:
             handles = [h for h in reversed(list(self._agents.values()))
                        if not h.closed and current_handle() is not h]
+        awake = [h for h in handles if not h.hibernated]
         started = time.monotonic()
-        for handle in handles:
+        for handle in awake:
             handle.send(StopMsg("shutdown", handle.reply()))
-        for handle in handles:
+        for handle in awake:
             window = handle.shutdown_ms
             remaining = None if window is None else window / 1000 - (time.monotonic() - started)
             if not handle.exited.wait(None if remaining is None else max(0.0, remaining)):
                 self._kill(handle)
+        for handle in handles:
+            if not handle.exited.is_set() and not handle.closed:
+                self._stop_handle(handle, "shutdown")
 
     # ------------------------------------------------------------------ context manager
     def __enter__(self) -> AgentSystem:

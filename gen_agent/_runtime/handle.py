@@ -46,6 +46,12 @@ class AgentHandle:
         self._lock = threading.Lock()
 
     @property
+    def hibernated(self) -> bool:
+        """True while the agent hibernates (idle, no actor thread; see `hibernate_after_ms`)."""
+        ref = self.actor_ref
+        return ref is not None and getattr(ref.actor_inbox, "hibernated", False)
+
+    @property
     def alive(self) -> bool:
         """True until the agent stopped accepting messages."""
         return not self.closed

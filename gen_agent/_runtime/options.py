@@ -20,8 +20,12 @@ RESERVED = (
     "watchdog_ms", "shutdown_ms", "max_tell_results", "max_tell_result_bytes",
     "max_events_per_turn", "max_event_bytes_per_turn", "event_retention",
     "max_pending_prompts", "max_pending_prompt_bytes", "max_pending_notifications",
-    "max_pending_notification_bytes", "resume_session_id",
+    "max_pending_notification_bytes", "resume_session_id", "hibernate_after_ms",
 )
+
+HIBERNATE_ENV = "GEN_AGENT_HIBERNATE_AFTER_MS"
+"""Environment variable giving the default `hibernate_after_ms` of agents that do not set it
+(e.g. `0` in CI, to run a test suite with hibernation forced on after every message)."""
 
 DEFAULTS: dict[str, Any] = {
     "watchdog_ms": 600_000,
@@ -36,6 +40,7 @@ DEFAULTS: dict[str, Any] = {
     "max_pending_notifications": 1_000,
     "max_pending_notification_bytes": 1_048_576,
     "resume_session_id": None,
+    "hibernate_after_ms": None,
 }
 
 _POSITIVE = ("max_events_per_turn", "max_event_bytes_per_turn")
@@ -60,6 +65,7 @@ class AgentOptions(msgspec.Struct, frozen=True, kw_only=True):
     max_pending_notifications: int
     max_pending_notification_bytes: int
     resume_session_id: str | None = None
+    hibernate_after_ms: int | None = None
 
 
 def _is_int(value: Any) -> bool:
@@ -77,6 +83,25 @@ def _duration(key: str, value: Any, *, allow_zero: bool) -> int | None:
         return int(value)
     expected = "a non-negative int" if allow_zero else "a positive int"
     raise ValueError(f"{key} must be {expected} (milliseconds) or 'infinity', got {value!r}")
+
+
+def default_hibernate_after() -> int | str | None:
+    """The default `hibernate_after_ms`: never (None), unless the `GEN_AGENT_HIBERNATE_AFTER_MS`
+    environment variable holds milliseconds (an int >= 0) or "infinity".
+
+    Raises:
+        ValueError: the variable is set to anything else.
+    """
+    raw = os.environ.get(HIBERNATE_ENV, "").strip()
+    if not raw:
+        return None
+    if raw == "infinity":
+        return raw
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"{HIBERNATE_ENV} must be milliseconds (an int >= 0) or 'infinity', "
+                         f"got {raw!r}") from None
 
 
 def split_options(opts: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -130,6 +155,12 @@ def build_options(reserved: dict[str, Any]) -> AgentOptions:
             option, the accepted forms and the value received).
     """
     values = {k: (DEFAULTS[k] if reserved.get(k) is None else reserved[k]) for k in RESERVED}
+    if reserved.get("hibernate_after_ms") is None:
+        values["hibernate_after_ms"] = default_hibernate_after()
+    hibernate = values["hibernate_after_ms"]
+    if hibernate is not None:
+        values["hibernate_after_ms"] = _duration("hibernate_after_ms", hibernate,
+                                                 allow_zero=True)
     values["watchdog_ms"] = _duration("watchdog_ms", values["watchdog_ms"], allow_zero=False)
     values["shutdown_ms"] = validate_shutdown(values["shutdown_ms"])
     for key in _POSITIVE:

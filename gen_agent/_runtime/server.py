@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import queue
+import sys
 import threading
 import time
 from typing import Any
@@ -87,6 +88,20 @@ from gen_agent.size import term_size
 from gen_agent.telemetry import attached
 
 _GRACEFUL = ("normal", "shutdown")
+
+
+class _HibernatingInbox(queue.SimpleQueue):  # type: ignore[type-arg]
+    """The inbox of an agent that may hibernate: a put wakes it when it is hibernated."""
+
+    __slots__ = ("actor", "hibernated")
+
+    actor: Any
+    hibernated: bool
+
+    def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
+        queue.SimpleQueue.put(self, item)
+        if self.hibernated:
+            self.actor._wake()
 _RETRY_GENERATED_S = 0.010
 
 
@@ -117,7 +132,7 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
     use_daemon_thread = True
 
     @staticmethod
-    def _create_actor_inbox() -> Any:
+    def _create_actor_inbox() -> Any:  # see _enable_hibernation for a hibernating agent
         # SimpleQueue has what pykka uses (put, get, empty) and qsize; it is unbounded, like
         # pykka's own inbox: the bounds of contract §3.9 are enforced by `self.mailbox`.
         return queue.SimpleQueue()
@@ -164,6 +179,12 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
         self._replies: list[tuple[Any, Any]] = []
         self._terminated = False
         self.log = logger.bind(gen_agent=self.name, gen_agent_module=module.__name__)
+        self._hibernate_s: float | None = None
+        self._wake_lock: threading.Lock | None = None
+        self._hibernating_inbox: _HibernatingInbox | None = None
+        self.hibernations = 0  # times this agent's thread ended while idle (tests, benches)
+        if options.hibernate_after_ms is not None:
+            self._enable_hibernation(options.hibernate_after_ms)
 
     def __repr__(self) -> str:
         # Redacted (§3.14): never the session, state, prompts or queues.
@@ -171,6 +192,107 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
                 f"halted={self.halted} draining={self.draining}>")
 
     __str__ = __repr__
+
+    # ------------------------------------------------------------------ hibernation
+    # BEAM's `:hibernate`, for threads (issue 20): an idle agent (no turn, no retry timer)
+    # whose inbox stays empty for `hibernate_after_ms` ends its actor thread; everything else
+    # (state, session, queues, caches) stays in this object, and its inbox keeps accepting.
+    # The next message put into the inbox starts a new actor thread that carries on with the
+    # same loop, so order is kept and nothing is lost. Race-free without a lock on the send
+    # path: the actor sets `inbox.hibernated` *before* its last emptiness check and a sender
+    # reads it *after* its put, so one of them always sees the other; `_wake_lock` makes the
+    # flag's True -> False transitions (resume, or the actor changing its mind) exclusive.
+
+    def _enable_hibernation(self, after_ms: int) -> None:
+        inbox = _HibernatingInbox()
+        inbox.actor = self
+        inbox.hibernated = False
+        self.actor_inbox = self._hibernating_inbox = inbox
+        self.actor_ref.actor_inbox = inbox  # the ref copied pykka's inbox when it was made
+        self._hibernate_s = after_ms / 1000
+        self._wake_lock = threading.Lock()
+
+    def _actor_loop(self) -> None:
+        self._actor_loop_setup()
+        self._run_loop()
+
+    def _run_loop(self) -> None:
+        if self._hibernate_s is None:
+            super()._actor_loop_running()
+        elif self._loop_until_hibernated():
+            return  # hibernated: this thread ends, the agent lives on
+        self._actor_loop_teardown()
+
+    def _loop_until_hibernated(self) -> bool:
+        """pykka's receive loop, but an idle agent hibernates. True when it did (the thread
+        must end at once), False when the actor stopped."""
+        inbox, stopped, after = self._hibernating_inbox, self.actor_stopped, self._hibernate_s
+        assert inbox is not None and after is not None
+        while not stopped.is_set():
+            try:
+                envelope = inbox.get(timeout=after) if after > 0 else inbox.get(block=False)
+            except queue.Empty:
+                if self._hibernate():
+                    return True
+                envelope = inbox.get()  # busy (a turn runs): wait for its next message
+            self._receive_envelope(envelope)
+        return False
+
+    def _receive_envelope(self, envelope: Any) -> None:
+        # As pykka's `_actor_loop_running` handles one envelope.
+        try:
+            response = self._handle_receive(envelope.message)
+            if envelope.reply_to is not None:
+                envelope.reply_to.set(response)
+        except Exception:  # noqa: BLE001 - as pykka: to the asker, else logged
+            if envelope.reply_to is not None:
+                envelope.reply_to.set_exception()
+            else:
+                self._handle_failure(*sys.exc_info())
+                try:
+                    self.on_failure(*sys.exc_info())
+                except Exception:  # noqa: BLE001 - as pykka
+                    self._handle_failure(*sys.exc_info())
+        except BaseException:  # noqa: BLE001 - as pykka: stop on KeyboardInterrupt/SystemExit
+            self._stop()
+            pykka.ActorRegistry.stop_all()
+
+    def _hibernate(self) -> bool:
+        if self.turn is not None or self._retry_timer is not None or self._terminated:
+            return False
+        inbox, lock = self._hibernating_inbox, self._wake_lock
+        assert inbox is not None and lock is not None
+        with lock:
+            inbox.hibernated = True
+            if not inbox.empty() or self.actor_stopped.is_set():
+                inbox.hibernated = False  # a message came in meanwhile: carry on
+                return False
+            self.handle.actor_thread = None
+            self.hibernations += 1
+        return True
+
+    def _wake(self) -> None:
+        """Resume a hibernated agent on a new actor thread (called by `_HibernatingInbox.put`
+        in the sender's thread). Raises RuntimeError when no thread can be started: the
+        message stays queued and the next put tries again."""
+        inbox, lock = self._hibernating_inbox, self._wake_lock
+        assert inbox is not None and lock is not None
+        with lock:
+            if not inbox.hibernated:
+                return
+            inbox.hibernated = False
+            thread = threading.Thread(target=self._resumed, daemon=True,
+                                      name=f"{type(self).__name__}-{self.name!s:.40}")
+            try:
+                thread.start()
+            except BaseException:
+                inbox.hibernated = True
+                raise
+
+    def _resumed(self) -> None:
+        self.handle.actor_thread = threading.get_ident()
+        set_current(self.name, self.handle)
+        self._run_loop()
 
     # ------------------------------------------------------------------ startup (§4.3)
     def on_start(self) -> None:

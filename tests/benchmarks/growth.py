@@ -28,10 +28,13 @@ NAME = "growth"
 TITLE = "5. Cost growth (idle agents: start, stop, memory per size)"
 ORDER = 50
 README = ("start_s_*", "stop_s_*", "kib_per_agent_*", "start_slope_*", "stop_slope_*",
-          "most_agents")
+          "most_agents", "hib_start_s_*", "hib_stop_s_*", "hib_kib_per_agent_*",
+          "hib_stop_slope_*", "hib_most_agents")
 REPS = 1
-FULL: dict[str, Any] = {"sizes": [100, 1_000, 10_000, 100_000], "start_budget_s": 45.0}
-SMOKE: dict[str, Any] = {"sizes": [10, 40], "start_budget_s": 10.0}
+FULL: dict[str, Any] = {"sizes": [100, 1_000, 10_000, 100_000], "start_budget_s": 45.0,
+                        "hibernated_sizes": [100, 1_000, 10_000, 100_000]}
+SMOKE: dict[str, Any] = {"sizes": [10, 40], "start_budget_s": 10.0, "hibernated_sizes": [10, 40]}
+SETTLE_S = 30.0
 
 _IDLE_TURN = (gen_agent.Event("result", {}),)
 
@@ -46,8 +49,25 @@ def start_idle(index: int) -> Any:
                                  backend_opts={"stream": _idle_stream})
 
 
+def start_hibernating(index: int) -> Any:
+    """Start idle agent number `index` with `hibernate_after_ms=0`: it hibernates (its thread
+    ends) as soon as it is up."""
+    return gen_agent.start_agent(BenchAgent, name=("hibernating", index), backend=StreamBackend,
+                                 backend_opts={"stream": _idle_stream}, hibernate_after_ms=0)
+
+
+def _settle(threads_before: int, count: int) -> None:
+    # Hibernating agents' threads end just after their start returned: wait (bounded) until
+    # at most one in a hundred is left, so memory is measured without their stacks.
+    deadline = time.monotonic() + SETTLE_S
+    pause = threading.Event()
+    while (threading.active_count() - threads_before > count // 100
+           and time.monotonic() < deadline):
+        pause.wait(0.01)
+
+
 def step(size: int, start_budget_s: float, start: Callable[[int], Any] = start_idle,
-         ) -> dict[str, Any]:
+         settle: bool = False) -> dict[str, Any]:
     """Start `size` agents (or until a failure / the budget), measure, stop them all.
 
     Returns:
@@ -74,6 +94,8 @@ def step(size: int, start_budget_s: float, start: Callable[[int], Any] = start_i
                 break
         start_s = time.perf_counter() - started
         count = max(1, len(refs))
+        if settle:
+            _settle(threads_before, len(refs))
         resident = rss_bytes() - before
         threads_up = threading.active_count() - threads_before
         started = time.perf_counter()
@@ -93,16 +115,28 @@ def run_once(params: dict[str, Any], start: Callable[[int], Any] = start_idle,
     """The ladder: one `step` per size, stopping after the first step that failed.
 
     Args:
-        params: `sizes` (ascending agent counts) and `start_budget_s` (seconds per step).
+        params: `sizes` (ascending agent counts), `start_budget_s` (seconds per step) and
+            optionally `hibernated_sizes`: the same ladder with agents that hibernate as
+            soon as they are up (`hibernate_after_ms=0`).
         start: starts agent number i (tests inject failures here).
 
     Returns:
-        `{"steps": [step results], "stopped": None | {"size", "at", "why"}}`.
+        `{"steps": [step results], "stopped": None | {"size", "at", "why"}, "hibernated":
+        the same for the hibernated ladder, or None}`.
     """
+    out = _ladder(params["sizes"], params["start_budget_s"], start, settle=False)
+    hibernated = params.get("hibernated_sizes")
+    out["hibernated"] = None if not hibernated else _ladder(
+        hibernated, params["start_budget_s"], start_hibernating, settle=True)
+    return out
+
+
+def _ladder(sizes: list[int], start_budget_s: float, start: Callable[[int], Any],
+            settle: bool) -> dict[str, Any]:
     steps: list[dict[str, Any]] = []
     stopped = None
-    for size in params["sizes"]:
-        result = step(size, params["start_budget_s"], start)
+    for size in sizes:
+        result = step(size, start_budget_s, start, settle)
         steps.append(result)
         if result["failure"] is not None:
             stopped = {"size": size, **result["failure"]}
@@ -115,28 +149,37 @@ def _slope(a: dict[str, Any], b: dict[str, Any], key: str, scale: float) -> floa
 
 
 def summarize(reps: list[dict[str, Any]], params: dict[str, Any]) -> list[Figure]:
-    """The first repetition's curve (one row per size and measure, then the slopes)."""
+    """The first repetition's curves (one row per size and measure, then the slopes): the
+    agents with a thread each, then (if measured) the hibernated ones (keys `hib_...`)."""
     if not reps:
         return []
-    steps, stopped = reps[0]["steps"], reps[0]["stopped"]
+    figures = _curve(reps[0], "", "")
+    if reps[0].get("hibernated"):
+        figures += _curve(reps[0]["hibernated"], "hib_", "hibernated ")
+    return figures
+
+
+def _curve(ladder: dict[str, Any], prefix: str, kind: str) -> list[Figure]:
+    steps, stopped = ladder["steps"], ladder["stopped"]
     figures = []
     for result in steps:
         n = result["started"]
         tag = f"{n:,}" if result["failure"] is None else f"{n:,} of {result['size']:,}"
         figures += [
-            Figure(key=f"start_s_{result['size']}", label=f"start {tag} idle agents",
+            Figure(key=f"{prefix}start_s_{result['size']}", label=f"start {tag} {kind}idle agents",
                    unit="s", value=result["start_s"],
                    note="" if result["failure"] is None else
                    f"stopped at agent {result['failure']['at']:,}: {result['failure']['why']}"),
-            Figure(key=f"start_us_per_agent_{result['size']}",
+            Figure(key=f"{prefix}start_us_per_agent_{result['size']}",
                    label=f"  start per agent ({tag})", unit="us",
                    value=result["start_us_per_agent"]),
-            Figure(key=f"stop_s_{result['size']}", label=f"  stop {tag} (shutdown)", unit="s",
+            Figure(key=f"{prefix}stop_s_{result['size']}", label=f"  stop {tag} (shutdown)",
+                   unit="s",
                    value=result["stop_s"]),
-            Figure(key=f"stop_us_per_agent_{result['size']}",
+            Figure(key=f"{prefix}stop_us_per_agent_{result['size']}",
                    label=f"  stop per agent ({tag})", unit="us",
                    value=result["stop_us_per_agent"]),
-            Figure(key=f"kib_per_agent_{result['size']}",
+            Figure(key=f"{prefix}kib_per_agent_{result['size']}",
                    label=f"  resident memory per agent ({tag})", unit="KiB",
                    value=result["kib_per_agent"], note="" if result["size"] != steps[0]["size"]
                    else "VmRSS delta after gc and malloc_trim / agents"),
@@ -147,21 +190,22 @@ def summarize(reps: list[dict[str, Any]], params: dict[str, Any]) -> list[Figure
             continue
         span = f"{a['started']:,} -> {b['started']:,}"
         figures += [
-            Figure(key=f"start_slope_us_{a['size']}_{b['size']}",
-                   label=f"start slope {span}", unit="us/agent",
+            Figure(key=f"{prefix}start_slope_us_{a['size']}_{b['size']}",
+                   label=f"{kind}start slope {span}", unit="us/agent",
                    value=_slope(a, b, "start_s", 1e6)),
-            Figure(key=f"stop_slope_us_{a['size']}_{b['size']}",
-                   label=f"stop slope {span}", unit="us/agent",
+            Figure(key=f"{prefix}stop_slope_us_{a['size']}_{b['size']}",
+                   label=f"{kind}stop slope {span}", unit="us/agent",
                    value=_slope(a, b, "stop_s", 1e6),
                    note="linear stopping keeps this near the per-agent stop cost"),
-            Figure(key=f"memory_slope_kib_{a['size']}_{b['size']}",
-                   label=f"memory slope {span}", unit="KiB/agent",
+            Figure(key=f"{prefix}memory_slope_kib_{a['size']}_{b['size']}",
+                   label=f"{kind}memory slope {span}", unit="KiB/agent",
                    value=(b["kib_per_agent"] * b["started"] - a["kib_per_agent"] * a["started"])
                    / (b["started"] - a["started"])),
         ]
     reached = max(result["started"] for result in steps)
     figures.append(Figure(
-        key="most_agents", label="most idle agents started in one process", unit="agents",
+        key=f"{prefix}most_agents", label=f"most {kind}idle agents started in one process",
+        unit="agents",
         value=reached, note="every size started" if stopped is None else
         f"stopped at {stopped['size']:,}: agent {stopped['at']:,}: {stopped['why']}"))
     return figures

@@ -11,6 +11,8 @@ the runtime's cost. The agents and the actor are started once and shared by ever
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -28,7 +30,11 @@ NAME = "turn_overhead"
 TITLE = "1. Turn overhead (ask round trip)"
 ORDER = 10
 README = ("pykka_ask", "mock_ask", "mock_ask_p99_us", "mock_ask_vs_pykka_ask",
-          "mock_ask_vs_pykka_ask_p99_us", "instant_ask_vs_pykka_ask")
+          "mock_ask_vs_pykka_ask_p99_us", "instant_ask_vs_pykka_ask", "hibernated_ask",
+          "wake_extra")
+HIBERNATED_SHARE = 10
+"""A hibernated-ask round makes calls / HIBERNATED_SHARE asks (each waits for the thread to
+end first)."""
 FULL: dict[str, Any] = {"calls": 1000, "rounds": 15, "warmup_rounds": 1}
 SMOKE: dict[str, Any] = {"calls": 20, "rounds": 2, "warmup_rounds": 1}
 
@@ -59,6 +65,10 @@ def setup(params: dict[str, Any]) -> Iterator[dict[str, Any]]:
                 "instant": gen_agent.start_agent(BenchAgent, name="bench-instant",
                                                  backend=StreamBackend,
                                                  backend_opts={"stream": lambda: instant}),
+                "hibernating": gen_agent.start_agent(
+                    BenchAgent, name="bench-hibernating", backend=MockBackend,
+                    hibernate_after_ms=0,
+                    backend_opts={"scripts": [turn] * (total // HIBERNATED_SHARE + 1)}),
             }
     finally:
         echo.stop(timeout=30)
@@ -76,7 +86,38 @@ def pykka_ask(env: dict[str, Any], params: dict[str, Any]) -> Measured:
 def mock_ask(env: dict[str, Any], params: dict[str, Any]) -> Measured:
     """One round of asks to the mock-backend agent."""
     agent = env["mock"]
-    return latency_us(time_calls_us(lambda: agent.ask("x", timeout=30), params["calls"]))
+    measured = latency_us(time_calls_us(lambda: agent.ask("x", timeout=30), params["calls"]))
+    env["mock_p50_us"] = measured.value
+    return measured
+
+
+@figure(unit="us", label="ask to a hibernated agent", peer="mock_ask",
+        note="hibernate_after_ms=0; before each timed ask the agent's thread has ended "
+             "(AgentHandle.hibernated, internal); calls/HIBERNATED_SHARE asks per round")
+def hibernated_ask(env: dict[str, Any], params: dict[str, Any]) -> Measured:
+    """One round of asks, each waking a hibernated agent; also keeps the round's extra cost
+    over `mock_ask` of the same round for `wake_extra`."""
+    agent, handle = env["hibernating"], env["hibernating"]._handle
+    pause = threading.Event()
+    clock = time.perf_counter
+    samples = []
+    for _ in range(max(1, params["calls"] // HIBERNATED_SHARE)):
+        deadline = clock() + 5
+        while not handle.hibernated and clock() < deadline:
+            pause.wait(0.0002)
+        started = clock()
+        agent.ask("x", timeout=30)
+        samples.append((clock() - started) * 1e6)
+    measured = latency_us(samples)
+    env["wake_extra_us"] = measured.value - env.get("mock_p50_us", measured.value)
+    return measured
+
+
+@figure(unit="us", label="extra cost of waking a hibernated agent", target="< 1000",
+        note="hibernated_ask p50 - mock_ask p50 of the same round (issue 20: < 1 ms)")
+def wake_extra(env: dict[str, Any], params: dict[str, Any]) -> float | None:
+    """The difference computed by `hibernated_ask` in this round."""
+    return env.get("wake_extra_us")
 
 
 @figure(unit="us", label="agent ask (bench backend)", peer="pykka_ask",
