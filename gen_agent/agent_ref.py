@@ -35,7 +35,7 @@ from gen_agent._runtime.messages import (
 from gen_agent._runtime.watch import Watch
 from gen_agent.errors import CallTimeout, RequestError, TurnError
 from gen_agent.ref import RequestRef
-from gen_agent.request import RequestOptions, check_options
+from gen_agent.request import RequestOptions, check_options, traced
 from gen_agent.response import Response
 from gen_agent.status import PollResult, RuntimeSnapshot, Status
 
@@ -82,7 +82,7 @@ def _ask(handle: AgentHandle, prompt: str, timeout: float | None,
          options: RequestOptions | None = None, cancel_on_timeout: bool = False) -> Response:
     _check_prompt(prompt, "ask")
     _check_timeout(timeout, "ask")
-    opts = check_options(options, "ask")
+    opts = traced(check_options(options, "ask"))
     ref = RequestRef.new()
     caller = threading.current_thread()
     try:
@@ -106,7 +106,7 @@ def _tell_message(handle: AgentHandle, prompt: str, timeout: float | None, *,
     fn = "tell_with_completion" if completion else "tell"
     _check_prompt(prompt, fn)
     _check_timeout(timeout, fn)
-    opts = check_options(options, fn)
+    opts = traced(check_options(options, fn))
     if on_halt not in ("queue", "fail"):
         raise ValueError(f"on_halt must be 'queue' or 'fail', got {on_halt!r}")
     if completion:

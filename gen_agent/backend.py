@@ -27,6 +27,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from types import MappingProxyType
 from typing import Any, Final, Protocol, runtime_checkable
 
 import msgspec
@@ -90,6 +91,9 @@ class ResetError(GenAgentError):
     """
 
 
+_NO_CARRIER: Final[Mapping[str, str]] = MappingProxyType({})
+
+
 class TurnContext:
     """What the runtime hands to `backend.prompt` for one turn (attempt) of one request.
 
@@ -107,12 +111,17 @@ class TurnContext:
         checkpoint(session_id): report a provider session id early (contract §7.3).
         options: the request's `RequestOptions` (per-request settings a backend may honour;
             see `gen_agent.request`).
+        trace_carrier: the turn's trace context as propagation fields (a read-only mapping,
+            e.g. `{"traceparent": "00-…-01"}`), filled by an instrumentation such as
+            `gen_agent.otel`; empty when the turn is not traced. A backend that starts a
+            process passes it on as environment variables (`trace_env`).
 
     Mirrors: the context map passed to `prompt/3` (contract §4.6, §7.3), plus the cancel
     signal that replaces BEAM's task kill (contract §12.7).
     """
 
-    __slots__ = ("_agent", "_attempt", "_cancel_event", "_checkpoint", "_options", "_ref")
+    __slots__ = ("_agent", "_attempt", "_cancel_event", "_checkpoint", "_options", "_ref",
+                 "_trace_carrier")
 
     def __init__(
         self,
@@ -123,6 +132,7 @@ class TurnContext:
         cancel_event: threading.Event | CancelSignal,
         checkpoint: Callable[[str], None],
         options: RequestOptions | None = None,
+        trace_carrier: Mapping[str, str] | None = None,
     ) -> None:
         self._agent = agent
         self._options = DEFAULT_OPTIONS if options is None else options
@@ -130,6 +140,8 @@ class TurnContext:
         self._attempt = attempt
         self._cancel_event = cancel_event
         self._checkpoint = checkpoint
+        self._trace_carrier = _NO_CARRIER if not trace_carrier else MappingProxyType(
+            dict(trace_carrier))
 
     @property
     def agent(self) -> Any:
@@ -169,6 +181,20 @@ class TurnContext:
             True if the turn is cancelled, False if the timeout expired first.
         """
         return self._cancel_event.wait(timeout)
+
+    @property
+    def trace_carrier(self) -> Mapping[str, str]:
+        """The turn's trace propagation fields (`traceparent`, `tracestate`...); may be empty."""
+        return self._trace_carrier
+
+    def trace_env(self) -> dict[str, str]:
+        """The trace carrier as environment variables for a child process (a new dict).
+
+        Each field name is upper-cased with `-` as `_` (`traceparent` → `TRACEPARENT`), the
+        form the OpenTelemetry specification gives for environment carriers and the one the
+        Claude Code and Codex CLIs read. Empty when the turn is not traced.
+        """
+        return {key.upper().replace("-", "_"): value for key, value in self._trace_carrier.items()}
 
     def checkpoint(self, session_id: str) -> None:
         """Ask the agent to persist `session_id` now, before the terminal event (§7.3).

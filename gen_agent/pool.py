@@ -36,6 +36,7 @@ import msgspec
 from loguru import logger
 
 from gen_agent import telemetry
+from gen_agent._runtime.context import capture_trace_context
 from gen_agent._runtime.timers import TIMERS
 from gen_agent.agent_ref import AgentRef
 from gen_agent.backend import BackendError
@@ -156,7 +157,8 @@ class PoolStatus(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class _Task:
-    __slots__ = ("attempt", "done", "outcome", "prompt", "ref", "slot", "tell_ref", "timer")
+    __slots__ = ("attempt", "done", "outcome", "prompt", "ref", "slot", "tell_ref", "timer",
+                 "trace_context")
 
     def __init__(self, ref: PoolRef, prompt: str) -> None:
         self.ref = ref
@@ -164,6 +166,7 @@ class _Task:
         self.attempt = 1
         self.tell_ref: Any = None  # the worker request of the attempt in flight
         self.timer: Any = None  # the retry timer while the task waits for its next attempt
+        self.trace_context = capture_trace_context()  # the submitter's, when traced
         self.slot: _Slot | None = None  # round_robin: the worker it is assigned to
         self.done = threading.Event()
         self.outcome: tuple[str, Any] | None = None
@@ -679,8 +682,6 @@ class Pool:
     def _workers_quiet(self) -> bool:
         with self._cond:
             handles = [s.handle for s in self._slots if not s.retiring]
-        from gen_agent.agent_ref import AgentRef
-
         for handle in handles:
             if handle is None:
                 return False
@@ -846,6 +847,12 @@ class Pool:
             slot.dispatched += 1
             return slot, slot.handle, task
 
+    def _options_of(self, task: _Task) -> RequestOptions:
+        """The task's request options: the pool's, with the submitter's trace context."""
+        if task.trace_context is None:
+            return self._task_options
+        return msgspec.structs.replace(self._task_options, trace_context=task.trace_context)
+
     def _dispatch_ready(self) -> None:
         inbox = self._inbox
         while (assignment := self._next_assignment()) is not None:
@@ -855,7 +862,8 @@ class Pool:
                 inbox.put(("completion", task, handle, message))  # a worker thread: post only
 
             try:
-                outcome = _tell_incarnation(handle, task.prompt, recipient, self._task_options)
+                outcome = _tell_incarnation(handle, task.prompt, recipient,
+                                            self._options_of(task))
             except AgentDown:
                 outcome = None  # the incarnation ended before taking it: not dispatched
             with self._cond:

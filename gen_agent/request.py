@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from gen_agent._runtime.context import current_request
+from gen_agent._runtime.context import capture_trace_context, current_request
 from gen_agent.ref import RequestRef
 
 __all__ = ["RequestInfo", "RequestOptions", "current_request"]
@@ -32,12 +32,19 @@ class RequestOptions(msgspec.Struct, frozen=True, kw_only=True):
             nothing ran on it since it started or was last reset. Follow-ups the request
             chains continue its conversation (they are not reset). Requests without the
             option share the agent's conversation, as usual. Default False.
+        trace_context: the trace parent of the request's turns (an OpenTelemetry `Context`,
+            used by `gen_agent.otel`). None (default): when `gen_agent.otel` is instrumented,
+            `ask` / `tell` / `Pool.submit` fill in the calling thread's current context, so
+            the caller's span is the parent although the turns run on other threads. Retries
+            and the follow-ups the request chains carry it too. A context is not hashable:
+            options holding one are not either.
 
     Raises:
         TypeError: a field has the wrong type (from the constructor).
     """
 
     fresh_session: bool = False
+    trace_context: Any = None
 
     def __post_init__(self) -> None:
         if type(self.fresh_session) is not bool:
@@ -56,6 +63,16 @@ def check_options(options: Any, fn: str) -> RequestOptions:
         raise TypeError(f"{fn}: options must be a gen_agent.RequestOptions or None, "
                         f"got {type(options).__name__}")
     return options
+
+
+def traced(options: RequestOptions) -> RequestOptions:
+    """`options` with the calling thread's trace context filled in, when an instrumentation
+    captures contexts (`gen_agent.otel`) and none was given; else `options` itself."""
+    if options.trace_context is not None:
+        return options
+    context = capture_trace_context()
+    return options if context is None else msgspec.structs.replace(options,
+                                                                   trace_context=context)
 
 
 class RequestInfo(msgspec.Struct, frozen=True, kw_only=True):

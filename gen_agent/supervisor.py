@@ -38,6 +38,7 @@ from typing import Any, Literal
 import msgspec
 from loguru import logger
 
+from gen_agent import telemetry
 from gen_agent._runtime.options import outside_level, validate_shutdown, warn_near_misses
 from gen_agent.errors import AgentDown, AgentStartError, CallTimeout, RequestError
 from gen_agent.system import AgentSystem, current_system
@@ -717,6 +718,9 @@ class Supervisor:
                 self._post(("retry", ids[position:]))
                 return
             child.restarts += 1
+            if telemetry.attached(telemetry.SUPERVISOR_RESTART):
+                telemetry.execute(telemetry.SUPERVISOR_RESTART, {"restarts": child.restarts},
+                                  {"supervisor": self.name, "child_id": child_id})
 
     # ------------------------------------------------------------------ stopping
     def _stop_child(self, child: _Child) -> None:

@@ -37,6 +37,7 @@ __all__ = [
     "PROMPT_START",
     "PROMPT_STOP",
     "STATE_CHANGED",
+    "SUPERVISOR_RESTART",
     "TERMINATED",
     "TURN_CANCELLED",
     "TURN_ERROR",
@@ -47,6 +48,7 @@ __all__ = [
     "HandlerAlreadyAttached",
     "TelemetryRecord",
     "TelemetryRecorder",
+    "ToolCall",
     "attach",
     "attach_many",
     "attached",
@@ -59,21 +61,24 @@ EventName = tuple[str, ...]
 HandlerFunction = Callable[[EventName, dict[str, Any], dict[str, Any], Any], Any]
 
 TURN_START: Final = ("gen_agent", "turn", "start")
-"""Measurements `system_time`; metadata `agent, ref, attempt, origin`."""
+"""Measurements `system_time, queue_wait_ms, queue_depth`; metadata `agent, ref, attempt,
+origin, backend, request_model, session_id, trace_context, trace_carrier`."""
 TURN_STOP: Final = ("gen_agent", "turn", "stop")
-"""Measurements `duration_ms` (dispatch → outcome, agent clock), plus `input_tokens`,
-`output_tokens` (tokens) and `cost_usd` (US dollars) when the backend reported them; metadata
-as TURN_START."""
+"""Measurements `duration_ms` (dispatch → outcome, agent clock), `backend_duration_ms`, plus
+`input_tokens`, `output_tokens` (tokens) and `cost_usd` (US dollars) when the backend reported
+them; metadata `agent, ref, attempt, origin, model, provider, finish_reason, usage, cost_usd,
+session_id, tool_calls`."""
 TURN_ERROR: Final = ("gen_agent", "turn", "error")
-"""Measurements `duration_ms`; metadata `agent, ref, attempt, origin, reason_kind`."""
+"""Measurements `duration_ms`; metadata `agent, ref, attempt, origin, reason_kind, error_type,
+model, provider, usage, session_id, tool_calls`."""
 TURN_REJECTED: Final = ("gen_agent", "turn", "rejected")
 """Measurements `system_time`; metadata `agent, ref, attempt, origin, reason_kind`."""
 TURN_CANCELLED: Final = ("gen_agent", "turn", "cancelled")
-"""Measurements `system_time`; metadata `agent, ref, attempt, origin, reason_kind`."""
+"""Measurements `system_time, queue_depth`; metadata `agent, ref, attempt, origin, reason_kind`."""
 PROMPT_START: Final = ("gen_agent", "prompt", "start")
 """Rich: `system_time`; `agent, ref, attempt, prompt, original_prompt, rewritten, agent_state`."""
 PROMPT_STOP: Final = ("gen_agent", "prompt", "stop")
-"""Rich: `duration` (ms, task-measured); metadata `agent, ref, attempt, agent_state`."""
+"""Rich: `duration` (ms, task-measured); metadata `agent, ref, attempt, agent_state, response`."""
 PROMPT_ERROR: Final = ("gen_agent", "prompt", "error")
 """Rich: `system_time` (+ `duration` ms if dispatched); `agent, ref, attempt, reason, ...`."""
 EVENT_RECEIVED: Final = ("gen_agent", "event", "received")
@@ -88,6 +93,8 @@ HALTED: Final = ("gen_agent", "halted")
 """Measurements `system_time`; metadata `agent, agent_state` (final, after post_run)."""
 TERMINATED: Final = ("gen_agent", "terminated")
 """Measurements `system_time`; metadata `agent, reason`; after cleanup callbacks."""
+SUPERVISOR_RESTART: Final = ("gen_agent", "supervisor", "restart")
+"""Measurements `restarts` (the child's restart count); metadata `supervisor, child_id`."""
 
 EVENTS: Final = (
     TURN_START,
@@ -104,8 +111,30 @@ EVENTS: Final = (
     INPUT_REJECTED,
     HALTED,
     TERMINATED,
+    SUPERVISOR_RESTART,
 )
-"""Every event name gen_agent emits (contract §8)."""
+"""Every event name gen_agent emits (contract §8, plus `SUPERVISOR_RESTART`)."""
+
+
+class ToolCall(msgspec.Struct, frozen=True, kw_only=True):
+    """One tool call seen in a turn's events, without its arguments or result.
+
+    The `tool_calls` metadata of `TURN_STOP` / `TURN_ERROR` holds a tuple of these, in the
+    order the calls started (from the turn's retained events).
+
+    Fields:
+        name: the tool's name (`str`), or None when the event named none.
+        call_id: the provider's id of the call (`str`), or None.
+        started_ms: monotonic milliseconds of the `"tool_use"` event (see `Event.timestamp`).
+        ended_ms: monotonic milliseconds of its `"tool_result"` event, or None if none came.
+        is_error: whether the result reported a failure; None when unknown or no result.
+    """
+
+    name: str | None
+    call_id: str | None
+    started_ms: int
+    ended_ms: int | None = None
+    is_error: bool | None = None
 
 
 class Handler(msgspec.Struct, frozen=True):

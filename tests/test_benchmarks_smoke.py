@@ -37,6 +37,7 @@ HEADLINES = {
     "aio_ask": "aio_ask",
     "growth": "most_agents",
     "retention": f"coverage_retained_{_RETENTION_LIMIT}",
+    "otel_overhead": "mock_traced",
 }
 
 

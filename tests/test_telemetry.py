@@ -59,13 +59,14 @@ def recorder_fn(calls: list[Any], tag: str = "") -> Any:
 
 
 def test_event_name_constants_cover_contract_section_8() -> None:
-    assert len(EVENTS) == 14
-    assert len(set(EVENTS)) == 14
+    assert len(EVENTS) == 15  # the 14 of contract §8 and SUPERVISOR_RESTART
+    assert len(set(EVENTS)) == 15
     assert all(name[0] == "gen_agent" and all(isinstance(p, str) for p in name) for name in EVENTS)
     assert TURN_START == ("gen_agent", "turn", "start")
     assert telemetry.MAILBOX_QUEUED == ("gen_agent", "mailbox", "queued")
     assert telemetry.HALTED == ("gen_agent", "halted")
     assert telemetry.TERMINATED == ("gen_agent", "terminated")
+    assert telemetry.SUPERVISOR_RESTART == ("gen_agent", "supervisor", "restart")
 
 
 def test_execute_calls_the_handler_with_config(handler_id: str) -> None:

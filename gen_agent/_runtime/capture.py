@@ -13,8 +13,9 @@ from typing import Any, Literal
 from gen_agent.event import Event
 from gen_agent.response import EventCoverage, Omission, Response, TextAccumulator, _assemble
 from gen_agent.status import CaptureOverflow
+from gen_agent.telemetry import ToolCall
 
-__all__ = ["Capture", "LosslessBudget"]
+__all__ = ["Capture", "LosslessBudget", "tool_calls"]
 
 
 class Capture:
@@ -200,3 +201,44 @@ class LosslessBudget:
             rejected_event_kind=kind,
             rejected_event_bytes=size,
         )
+
+
+def _text(value: Any) -> str | None:
+    return value if type(value) is str and value else None
+
+
+def tool_calls(events: list[Event]) -> tuple[ToolCall, ...]:
+    """The content-free `ToolCall` records of the tool calls among `events` (in order).
+
+    A `"tool_use"` event opens a call (its `name`, else `tool`, else `type`; its `id`); the
+    `"tool_result"` event with the same id (`tool_use_id`, `id` or `call_id`) closes it,
+    with `is_error` from the result's `is_error` or a `status` of `"failed"`/`"completed"`.
+    Arguments and results are never copied. Runs only when a turn handler is attached.
+    """
+    calls: list[ToolCall] = []
+    open_calls: dict[str, int] = {}
+    for event in events:
+        kind = event.kind
+        if kind == "tool_use":
+            data = event.data
+            call_id = _text(data.get("id")) or _text(data.get("call_id"))
+            name = _text(data.get("name")) or _text(data.get("tool")) or _text(data.get("type"))
+            if call_id is not None:
+                open_calls[call_id] = len(calls)
+            calls.append(ToolCall(name=name, call_id=call_id, started_ms=event.timestamp))
+        elif kind == "tool_result":
+            data = event.data
+            call_id = (_text(data.get("tool_use_id")) or _text(data.get("id"))
+                       or _text(data.get("call_id")))
+            index = open_calls.pop(call_id, None) if call_id is not None else None
+            if index is None:
+                continue
+            flag = data.get("is_error")
+            status = data.get("status")
+            is_error = flag if type(flag) is bool else (
+                True if status == "failed" else False if status == "completed" else None)
+            call = calls[index]
+            calls[index] = ToolCall(name=call.name, call_id=call.call_id,
+                                    started_ms=call.started_ms, ended_ms=event.timestamp,
+                                    is_error=is_error)
+    return tuple(calls)

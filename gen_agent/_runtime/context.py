@@ -48,3 +48,21 @@ def current_request() -> Any:
 def current_handle() -> Any:
     """The internal handle of the agent the calling thread works for, else None."""
     return getattr(_local, "handle", None)
+
+
+# The caller's trace context, captured at the client call and carried with the request to its
+# turns (which run on other threads). None unless an instrumentation (gen_agent.otel) installed
+# a capture function, so an uninstrumented call pays one global read.
+_capture_trace_context: Any = None
+
+
+def set_trace_context_capture(capture: Any) -> None:
+    """Install `capture()` (returns an opaque context object), or None to stop capturing."""
+    global _capture_trace_context
+    _capture_trace_context = capture
+
+
+def capture_trace_context() -> Any:
+    """The calling thread's trace context from the installed capture function, else None."""
+    capture = _capture_trace_context
+    return None if capture is None else capture()

@@ -8,6 +8,7 @@ turn task's checkpoint call (§7.3); the turn lifecycle itself stays in `_server
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 from gen_agent import telemetry
@@ -215,7 +216,8 @@ class ControlsMixin:
         return "cancelled" if outcome == ("error", "cancelled") else "already_finished"
 
     def _cancelled(self, request: Request, attempt: int) -> None:
-        self._emit(telemetry.TURN_CANCELLED, self._now(),
+        self._emit(telemetry.TURN_CANCELLED,
+                   {"system_time": time.time_ns(), "queue_depth": len(self.mailbox)},
                    self._turn_meta(request, attempt, reason_kind="caller_cancelled"))
         self._deliver(request, ("error", "cancelled"))
 

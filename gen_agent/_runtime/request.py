@@ -52,8 +52,8 @@ class Request:
     """One logical request: an ask, a tell, or a generated prompt (event / self_chain)."""
 
     __slots__ = (
-        "caller", "completion", "on_halt", "options", "origin", "prompt", "recipient", "ref",
-        "reply", "stream_to", "watch",
+        "caller", "completion", "on_halt", "options", "origin", "prompt", "queued_at",
+        "recipient", "ref", "reply", "stream_to", "watch",
     )
 
     def __init__(
@@ -73,6 +73,9 @@ class Request:
         self.caller = caller
         self.options = DEFAULT_OPTIONS if options is None else options
         self.watch = watch
+        # When the request (or its retry) started waiting for dispatch (monotonic ms; None
+        # when it was dispatched at once).
+        self.queued_at: int | None = None
 
     @property
     def generated(self) -> bool:
@@ -165,6 +168,37 @@ def reason_kind(reason: Any) -> str:
     if isinstance(reason, tuple) and reason and reason[0] == "task_crashed":
         return "task_crashed"
     return "backend_or_callback_error"
+
+
+# The failure reasons the runtime itself produces, which name nothing but the failure.
+_RUNTIME_REASONS = frozenset({
+    "timeout", "interrupted", "no_terminal_event", "unknown", "unsupported_checkpoint",
+    "invalid_session_id", "conflicting_session_id", "not_current",
+})
+_RUNTIME_HEADS = frozenset({"task_crashed", "event_capture_overflow"})
+
+
+def error_type(reason: Any) -> str:
+    """A low-cardinality, content-free name of a turn's failure reason (`error.type`).
+
+    The runtime's own reasons are themselves (`"timeout"`, `"interrupted"`,
+    `"no_terminal_event"`, `"event_capture_overflow"`...); a `BackendError` gives its `kind`
+    (`"rate_limited"`, `"server_error"`...); a task crash the exception's type name (or the
+    crashed `BackendError`'s kind); any other reason, which a backend may have made from
+    anything, `"_OTHER"` (the OpenTelemetry fallback value).
+    """
+    if type(reason) is str:
+        return reason if reason in _RUNTIME_REASONS else "_OTHER"
+    kind = getattr(reason, "kind", None)
+    if type(kind) is str and isinstance(reason, Exception):
+        return kind
+    if isinstance(reason, tuple) and reason and reason[0] in _RUNTIME_HEADS:
+        crash = reason[1] if reason[0] == "task_crashed" and len(reason) > 1 else None
+        if isinstance(crash, BaseException):
+            crash_kind = getattr(crash, "kind", None)
+            return crash_kind if type(crash_kind) is str else type(crash).__name__
+        return reason[0]
+    return "_OTHER"
 
 
 def redacted(reason: Any) -> Any:

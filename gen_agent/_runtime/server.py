@@ -21,7 +21,7 @@ from loguru import logger
 
 from gen_agent import telemetry
 from gen_agent._runtime.cancel import CancelSignal
-from gen_agent._runtime.capture import Capture, LosslessBudget
+from gen_agent._runtime.capture import Capture, LosslessBudget, tool_calls
 from gen_agent._runtime.context import set_current, set_request
 from gen_agent._runtime.controls import ControlsMixin
 from gen_agent._runtime.crash import log_exception
@@ -61,6 +61,7 @@ from gen_agent._runtime.request import (
     Turn,
     caller_alive,
     deliver_to,
+    error_type,
     reason_kind,
     redacted,
     type_name,
@@ -103,6 +104,13 @@ class _HibernatingInbox(queue.SimpleQueue):  # type: ignore[type-arg]
         if self.hibernated:
             self.actor._wake()
 _RETRY_GENERATED_S = 0.010
+_NO_CARRIER: dict[str, str] = {}  # the trace carrier of a turn nobody instruments (never written)
+
+
+def _request_model(session: Any) -> str | None:
+    """The model a session's options name (the bundled backends' `model` option), or None."""
+    model = getattr(getattr(session, "options", None), "model", None)
+    return model if type(model) is str else None
 
 
 def _info(request: Request, prompt: str, attempt: int) -> RequestInfo:
@@ -511,6 +519,7 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
             self._input_rejected(reason)
             self._rejected(Request(request.origin, ""), 1, "overloaded")
             return reason
+        request.queued_at = monotonic_ms()
         self._emit(telemetry.MAILBOX_QUEUED, {"depth": len(self.mailbox)}, {})
         return None
 
@@ -524,7 +533,8 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
 
     def _caller_gone(self, request: Request) -> None:
         """A queued ask is dropped because its caller is gone: no callbacks (§4.14)."""
-        self._emit(telemetry.TURN_CANCELLED, self._now(),
+        self._emit(telemetry.TURN_CANCELLED,
+                   {"system_time": time.time_ns(), "queue_depth": len(self.mailbox)},
                    self._turn_meta(request, 1, reason_kind="caller_down"))
 
     def _can_dispatch_now(self) -> bool:
@@ -652,15 +662,27 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
             self._emit(telemetry.PROMPT_START, self._now(), self._turn_meta(
                 request, attempt, prompt=final_prompt, original_prompt=prompt,
                 rewritten=final_prompt != prompt, agent_state=self.state))
+        carrier = _NO_CARRIER
         if attached(telemetry.TURN_START):
-            self._emit(telemetry.TURN_START, self._now(), self._turn_meta(request, attempt))
+            carrier = {}
+            queued_at = request.queued_at
+            self._emit(telemetry.TURN_START, {
+                "system_time": time.time_ns(),
+                "queue_wait_ms": 0 if queued_at is None else max(0, monotonic_ms() - queued_at),
+                "queue_depth": len(self.mailbox),
+            }, self._turn_meta(
+                request, attempt, backend=self.backend, request_model=_request_model(self.session),
+                session_id=self.handle.session_id, trace_context=request.options.trace_context,
+                trace_carrier=carrier))
+        request.queued_at = None
         budget = None
         if self.opts.event_retention == "lossless":
             budget = LosslessBudget(self.opts.max_events_per_turn,
                                     self.opts.max_event_bytes_per_turn)
         context = TurnContext(agent=self.name, ref=request.ref, attempt=attempt,
                               cancel_event=turn.cancel_event,
-                              checkpoint=self._checkpoint_fn(turn), options=request.options)
+                              checkpoint=self._checkpoint_fn(turn), options=request.options,
+                              trace_carrier=carrier)
         self._set_phase("processing")
         thread = start_turn(TurnSpec(
             handle=self.handle, task_id=task_id, backend=self.backend, session=self.session,
@@ -827,10 +849,16 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
             if attached(telemetry.PROMPT_STOP):
                 self._emit(telemetry.PROMPT_STOP, {"duration": msg.duration_ms},
                            self._turn_meta(turn.request, turn.attempt,
-                                           agent_state=msg.stream_state))
+                                           agent_state=msg.stream_state, response=response))
             if attached(telemetry.TURN_STOP):
-                self._emit(telemetry.TURN_STOP, _stop_measurements(self._elapsed(turn), response),
-                           self._turn_meta(turn.request, turn.attempt))
+                self._emit(telemetry.TURN_STOP, _stop_measurements(
+                               self._elapsed(turn), msg.duration_ms, response),
+                           self._turn_meta(
+                               turn.request, turn.attempt, model=response.model,
+                               provider=response.provider, finish_reason=response.stop_reason,
+                               usage=response.usage, cost_usd=response.cost_usd,
+                               session_id=response.session_id,
+                               tool_calls=tool_calls(response.events)))
             self._retire(turn)
             self._finish_turn(turn, response, session, msg.stream_state)
         elif msg.kind == "crashed":
@@ -905,8 +933,14 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
         self._emit(telemetry.PROMPT_ERROR, {"system_time": time.time_ns(),
                                             "duration": elapsed},
                    self._turn_meta(request, attempt, reason=reason, agent_state=state))
-        self._emit(telemetry.TURN_ERROR, {"duration_ms": elapsed},
-                   self._turn_meta(request, attempt, reason_kind=reason_kind(reason)))
+        if attached(telemetry.TURN_ERROR):
+            capture = turn.capture
+            terminal = capture.terminal.data if capture.terminal is not None else {}
+            self._emit(telemetry.TURN_ERROR, {"duration_ms": elapsed}, self._turn_meta(
+                request, attempt, reason_kind=reason_kind(reason), error_type=error_type(reason),
+                model=terminal.get("model"), provider=terminal.get("provider"),
+                usage=capture.usage, session_id=self.handle.session_id,
+                tool_calls=tool_calls(capture.events)))
         set_request(_info(request, turn.prompt, attempt))
         decision = self._call_handle_error(
             request.ref, reason, delay_ok=not request.generated and reason != "interrupted")
@@ -932,6 +966,7 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
                 retry.timer = TIMERS.schedule(
                     delay_ms / 1000, lambda: self.handle.tell_unchecked(RetryDueMsg(retry)))
             self.self_chain = retry
+            request.queued_at = monotonic_ms()
             return
         overload = ("overloaded", info)
         self._input_rejected(overload)
@@ -1124,10 +1159,13 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
 __all__ = ["AgentActor", "TurnError", "deliver_to"]
 
 
-def _stop_measurements(duration_ms: int, response: Any) -> dict[str, Any]:
-    """TURN_STOP measurements: `duration_ms`, plus `input_tokens` / `output_tokens` (ints)
-    and `cost_usd` (float) when the backend reported them. Numbers only, never content."""
-    measurements: dict[str, Any] = {"duration_ms": duration_ms}
+def _stop_measurements(duration_ms: int, backend_duration_ms: int,
+                       response: Any) -> dict[str, Any]:
+    """TURN_STOP measurements: `duration_ms`, `backend_duration_ms`, plus `input_tokens` /
+    `output_tokens` (ints) and `cost_usd` (float) when the backend reported them. Numbers
+    only, never content."""
+    measurements: dict[str, Any] = {"duration_ms": duration_ms,
+                                    "backend_duration_ms": backend_duration_ms}
     usage = response.usage
     if isinstance(usage, dict):
         for key in ("input_tokens", "output_tokens"):

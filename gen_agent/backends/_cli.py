@@ -295,11 +295,16 @@ class CLIBackend(Backend, Generic[SessionT]):
         # once it is gone (it may still be writing the session this turn resumes).
         if not session.runner.wait_previous((o.exit_grace_ms + o.term_grace_ms) / 1000 + 1.0):
             logger.debug("gen_agent {}: an earlier child is still running", cls._PROVIDER)
+        env = cls._child_env(o)
+        if context.trace_carrier:
+            # The turn's trace context, so a CLI exporting its own spans nests them under the
+            # agent's turn span (both CLIs read TRACEPARENT / TRACESTATE; docs/observability).
+            env.update(context.trace_env())
         try:
             child = ChildProcess.spawn(
                 cls.command(session, prompt),
                 provider=cls._PROVIDER,
-                env=cls._child_env(o),
+                env=env,
                 cwd=o.cwd,
                 max_line_bytes=o.max_line_bytes,
                 stderr_tail_bytes=o.stderr_tail_bytes,

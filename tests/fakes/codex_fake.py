@@ -2,7 +2,7 @@
 
 Run through a wrapper made by the `FakeCodex` helper in tests/backends/conftest.py.
 Configured by the directory named in `FAKE_CODEX_DIR` (see `_fake_cli`); each call records
-`{"argv", "pid", "pgid", "env", "cwd"}`, `env` being the variables named `CODEX*`/`FAKE*`.
+`{"argv", "pid", "pgid", "env", "cwd"}`, `env` being the variables named `CODEX*`/`FAKE*`/`TRACE*`.
 
 The line shapes are those of the real `codex exec --json` (0.171.0). Only the standard
 library; never imports gen_agent.
@@ -329,7 +329,7 @@ def main() -> None:
 
 
 def _codex_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k.startswith(("CODEX", "FAKE"))}
+    return {k: v for k, v in os.environ.items() if k.startswith(("CODEX", "FAKE", "TRACE"))}
 
 
 if __name__ == "__main__":

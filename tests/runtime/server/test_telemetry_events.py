@@ -37,6 +37,12 @@ from gen_agent.telemetry import (
 from . import WAIT_S, CallLog, in_thread, start, text_events
 
 TURN_META = {"agent", "ref", "attempt", "origin"}
+START_META = TURN_META | {"backend", "request_model", "session_id", "trace_context",
+                          "trace_carrier"}
+STOP_META = TURN_META | {"model", "provider", "finish_reason", "usage", "cost_usd",
+                         "session_id", "tool_calls"}
+ERROR_META = TURN_META | {"reason_kind", "error_type", "model", "provider", "usage",
+                          "session_id", "tool_calls"}
 TURN_FAMILY = (TURN_START, TURN_STOP, TURN_ERROR, TURN_REJECTED, TURN_CANCELLED)
 
 
@@ -71,7 +77,9 @@ def test_a_successful_turn_emits_its_events_with_their_shapes_and_order(
     def pre_turn(prompt: str, state: Any) -> Any:
         return Proceed(prompt + "!", "after pre_turn")
 
-    ref = start(state="initial", scripts=[mock.text_turn("hi")],
+    usage = {"input_tokens": 7, "output_tokens": 3}
+    ref = start(state="initial",
+                scripts=[mock.text_turn("hi", usage=usage, model="m-1", session_id="s-9")],
                 hooks={"pre_turn": pre_turn, "handle_stream_event": lambda e, s: "streamed"})
     response = ref.ask("q", timeout=WAIT_S)
     ref.status(timeout=WAIT_S)  # the turn's step is complete
@@ -97,13 +105,21 @@ def test_a_successful_turn_emits_its_events_with_their_shapes_and_order(
                                              "original_prompt", "rewritten", "agent_state")} == {
         "agent": "a", "ref": ref_, "attempt": 1, "prompt": "q!", "original_prompt": "q",
         "rewritten": True, "agent_state": "after pre_turn"}
-    assert t_start.metadata == {"agent": "a", "ref": ref_, "attempt": 1, "origin": "ask"}
-    assert set(t_start.measurements) == {"system_time"}
+    assert t_start.metadata == {
+        "agent": "a", "ref": ref_, "attempt": 1, "origin": "ask", "backend": mock.MockBackend,
+        "request_model": None, "session_id": None, "trace_context": None, "trace_carrier": {}}
+    assert set(t_start.measurements) == {"system_time", "queue_wait_ms", "queue_depth"}
+    assert (t_start.measurements["queue_wait_ms"], t_start.measurements["queue_depth"]) == (0, 0)
     assert p_stop.measurements == {"duration": response.duration_ms}
     assert {k: p_stop.metadata[k] for k in ("agent", "ref", "attempt", "agent_state")} == {
         "agent": "a", "ref": ref_, "attempt": 1, "agent_state": "streamed"}
-    assert t_stop.metadata == t_start.metadata
-    assert set(t_stop.measurements) == {"duration_ms"}
+    assert p_stop.metadata["response"] is response  # the rich family carries the response
+    assert t_stop.metadata == {
+        "agent": "a", "ref": ref_, "attempt": 1, "origin": "ask", "model": "m-1",
+        "provider": None, "finish_reason": None, "usage": usage, "cost_usd": None,
+        "session_id": "s-9", "tool_calls": ()}
+    assert set(t_stop.measurements) == {"duration_ms", "backend_duration_ms"}
+    assert t_stop.measurements["backend_duration_ms"] == response.duration_ms
     assert type(t_stop.measurements["duration_ms"]) is int
     assert t_stop.measurements["duration_ms"] >= 0
 
@@ -120,19 +136,22 @@ def test_prompt_start_reports_an_unchanged_prompt_as_not_rewritten(
 
 # --- failures --------------------------------------------------------------------------------
 
-ERRORS = {
-    "backend": (lambda: mock.error(("secret", 1)), ("secret", 1), "backend_or_callback_error"),
-    "error_event": (lambda: mock.error_turn("bad"), "bad", "backend_or_callback_error"),
-    "no_terminal": (lambda: text_events("x"), "no_terminal_event", "backend_or_callback_error"),
-    "crash": (lambda: mock.raising("boom"), None, "task_crashed"),
-    "timeout": (lambda: mock.gate(mock.text_turn("never")), "timeout", "timeout"),
+ERRORS = {  # script, reason, reason_kind, error_type
+    "backend": (lambda: mock.error(("secret", 1)), ("secret", 1), "backend_or_callback_error",
+                "_OTHER"),
+    "error_event": (lambda: mock.error_turn("bad"), "bad", "backend_or_callback_error",
+                    "_OTHER"),
+    "no_terminal": (lambda: text_events("x"), "no_terminal_event", "backend_or_callback_error",
+                    "no_terminal_event"),
+    "crash": (lambda: mock.raising("boom"), None, "task_crashed", "MockRaised"),
+    "timeout": (lambda: mock.gate(mock.text_turn("never")), "timeout", "timeout", "timeout"),
 }
 
 
 @pytest.mark.parametrize("case", list(ERRORS))
 def test_a_failed_turn_emits_prompt_error_then_turn_error(rec: TelemetryRecorder,
                                                           case: str) -> None:
-    make, reason, reason_kind = ERRORS[case]
+    make, reason, reason_kind, error_type = ERRORS[case]
     ref = start(scripts=[make()], state="kept", watchdog_ms=50)
 
     with pytest.raises(TurnError) as info:
@@ -148,8 +167,10 @@ def test_a_failed_turn_emits_prompt_error_then_turn_error(rec: TelemetryRecorder
     if reason is not None:
         assert info.value.reason == reason
     assert (p_error.metadata["attempt"], p_error.metadata["agent_state"]) == (1, "kept")
-    assert t_error.metadata == {"agent": "a", "ref": records[1].metadata["ref"], "attempt": 1,
-                                "origin": "ask", "reason_kind": reason_kind}
+    assert t_error.metadata == {
+        "agent": "a", "ref": records[1].metadata["ref"], "attempt": 1, "origin": "ask",
+        "reason_kind": reason_kind, "error_type": error_type, "model": None, "provider": None,
+        "usage": None, "session_id": None, "tool_calls": ()}
     assert set(t_error.measurements) == {"duration_ms"}
 
 
@@ -255,7 +276,8 @@ def test_cancel_request_emits_turn_cancelled_caller_cancelled(rec: TelemetryReco
     (cancelled,) = rec.named(TURN_CANCELLED)
     assert cancelled.metadata == {"agent": "a", "ref": queued, "attempt": 1, "origin": "tell",
                                   "reason_kind": "caller_cancelled"}
-    assert set(cancelled.measurements) == {"system_time"}
+    assert set(cancelled.measurements) == {"system_time", "queue_depth"}
+    assert cancelled.measurements["queue_depth"] == 0  # the cancelled tell left the mailbox
 
 
 def test_a_queued_ask_whose_caller_is_gone_emits_turn_cancelled_caller_down(
@@ -436,8 +458,9 @@ def test_origins_exactly_one_terminal_per_attempt_and_no_content_in_the_turn_fam
 
     for r in records:
         if r.event_name in TURN_FAMILY:
-            assert set(r.metadata) <= TURN_META | {"reason_kind"}
-            assert set(r.measurements) <= {"system_time", "duration_ms"}
+            assert set(r.metadata) <= START_META | STOP_META | ERROR_META
+            assert set(r.measurements) <= {"system_time", "duration_ms", "backend_duration_ms",
+                                           "queue_wait_ms", "queue_depth"}
             assert "SECRET" not in repr(r.metadata) + repr(r.measurements)
     for name in (PROMPT_START, PROMPT_STOP, PROMPT_ERROR):  # the rich family does carry it
         assert any("SECRET" in repr(r.metadata) for r in rec.named(name))
