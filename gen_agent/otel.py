@@ -18,8 +18,10 @@ Spans, per turn (one attempt of one request):
 
 - `invoke_agent {agent name}`, kind INTERNAL, from dispatch to the turn's outcome (the
   `duration_ms` of `TURN_STOP` / `TURN_ERROR`); its parent is the span that was current in the
-  thread that called `ask` / `tell` (captured at the call; the turn runs on other threads).
-  Generated turns (`handle_event` / `Prompt` follow-ups) have no caller: they start a trace.
+  thread that called `ask` / `tell` (captured at the call into the request's
+  `RequestOptions.trace_context`, unless the caller gave one; the turn runs on other threads).
+  Follow-ups a request chains inherit its options, hence its parent; event turns
+  (`handle_event` / `handle_info` prompts) have no caller: they start a trace.
   A retry (attempt > 1, a `Prompt` from `handle_error`) has the same parent and a link to the
   span of attempt 1. Failed turns have status ERROR and `error.type`.
 - `execute_tool {tool name}`, kind INTERNAL, a child per tool call seen in the turn's

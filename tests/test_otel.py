@@ -329,22 +329,46 @@ def test_a_turn_still_running_when_its_agent_stops_ends_its_span(instrumented: O
     assert attrs(span)["error.type"] == "agent_terminated"
 
 
-def test_a_generated_turn_starts_its_own_trace(instrumented: Otel) -> None:
+def test_a_follow_up_keeps_the_callers_parent_and_an_event_turn_starts_a_trace(
+        instrumented: Otel) -> None:
     class Chaining(Agent):
         def handle_response(self, ref: Any, response: Any, state: Any) -> Any:
             return Prompt("follow up", state) if response.text == "1" else NoReply(state)
 
+        def handle_event(self, event: Any, state: Any) -> Any:
+            return Prompt("from an event", state)
+
     gen_agent.start_agent(Chaining, name="c", backend=MockBackend,
-                          scripts=[mock.text_turn("1"), mock.text_turn("2")])
+                          scripts=[mock.text_turn("1"), mock.text_turn("2"),
+                                   mock.text_turn("3")])
     with TelemetryRecorder([telemetry.TURN_STOP]) as rec:
-        with instrumented.tracer.start_as_current_span("caller"):
+        with instrumented.tracer.start_as_current_span("caller") as caller:
             gen_agent.ask("c", "q", timeout=T)
-        rec.wait_for(lambda r: r.metadata["origin"] == "self_chain", timeout=T)
+            rec.wait_for(lambda r: r.metadata["origin"] == "self_chain", timeout=T)
+            gen_agent.notify("c", "tick")
+        rec.wait_for(lambda r: r.metadata["origin"] == "event", timeout=T)
 
     by_origin = {attrs(s)["gen_agent.turn.origin"]: s for s in instrumented.spans()
                  if s.name == "invoke_agent c"}
-    assert by_origin["ask"].parent is not None
-    assert by_origin["self_chain"].parent is None
+    caller_id = caller.get_span_context().span_id
+    for origin in ("ask", "self_chain"):  # a follow-up inherits the request's options
+        parent = by_origin[origin].parent
+        assert parent is not None and parent.span_id == caller_id
+    assert by_origin["event"].parent is None  # a notification has no caller
+
+
+def test_an_explicit_parent_travels_in_the_request_options(instrumented: Otel) -> None:
+    from opentelemetry import trace
+
+    ref = start(scripts=[mock.text_turn("x")])
+    with instrumented.tracer.start_as_current_span("elsewhere") as elsewhere:
+        parent = trace.set_span_in_context(elsewhere)
+    with instrumented.tracer.start_as_current_span("caller"):
+        ref.ask("q", timeout=T, options=gen_agent.RequestOptions(trace_context=parent))
+
+    span = instrumented.span("invoke_agent a")
+    assert span.parent is not None
+    assert span.parent.span_id == elsewhere.get_span_context().span_id
 
 
 def test_queue_depth_rejections_and_cancellations_are_metrics(instrumented: Otel) -> None:

@@ -118,7 +118,9 @@ def test_a_successful_turn_emits_its_events_with_their_shapes_and_order(
         "agent": "a", "ref": ref_, "attempt": 1, "origin": "ask", "model": "m-1",
         "provider": None, "finish_reason": None, "usage": usage, "cost_usd": None,
         "session_id": "s-9", "tool_calls": ()}
-    assert set(t_stop.measurements) == {"duration_ms", "backend_duration_ms"}
+    assert set(t_stop.measurements) == {"duration_ms", "backend_duration_ms", "input_tokens",
+                                        "output_tokens"}
+    assert (t_stop.measurements["input_tokens"], t_stop.measurements["output_tokens"]) == (7, 3)
     assert t_stop.measurements["backend_duration_ms"] == response.duration_ms
     assert type(t_stop.measurements["duration_ms"]) is int
     assert t_stop.measurements["duration_ms"] >= 0
@@ -460,7 +462,8 @@ def test_origins_exactly_one_terminal_per_attempt_and_no_content_in_the_turn_fam
         if r.event_name in TURN_FAMILY:
             assert set(r.metadata) <= START_META | STOP_META | ERROR_META
             assert set(r.measurements) <= {"system_time", "duration_ms", "backend_duration_ms",
-                                           "queue_wait_ms", "queue_depth"}
+                                           "queue_wait_ms", "queue_depth", "input_tokens",
+                                           "output_tokens", "cost_usd"}
             assert "SECRET" not in repr(r.metadata) + repr(r.measurements)
     for name in (PROMPT_START, PROMPT_STOP, PROMPT_ERROR):  # the rich family does carry it
         assert any("SECRET" in repr(r.metadata) for r in rec.named(name))
@@ -505,6 +508,8 @@ def test_turn_stop_carries_the_reported_tokens_and_cost(rec: TelemetryRecorder) 
     ref.ask("q", timeout=WAIT_S)
     ref.ask("q", timeout=WAIT_S)
     first, second = (r.measurements for r in rec.named(TURN_STOP))
-    assert first == {"duration_ms": first["duration_ms"], "input_tokens": 12,
+    assert first == {"duration_ms": first["duration_ms"],
+                     "backend_duration_ms": first["backend_duration_ms"], "input_tokens": 12,
                      "output_tokens": 5, "cost_usd": 0.0042}
-    assert set(second) == {"duration_ms"}  # only ints and real numbers are reported
+    # only ints and real numbers are reported
+    assert set(second) == {"duration_ms", "backend_duration_ms"}
