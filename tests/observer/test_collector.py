@@ -52,7 +52,8 @@ def test_nothing_is_attached_or_kept_outside_open_and_close(
                           scripts=[mock.text_turn("x"), mock.text_turn("y")])
     gen_agent.ask("a", "before", timeout=5)
     with collector:
-        assert len(_observer_handlers()) == len(telemetry.EVENTS) - 3  # no rich prompt events
+        # no rich prompt events, no SUPERVISOR_RESTART
+        assert len(_observer_handlers()) == len(telemetry.EVENTS) - 4
         assert collector.turns() == []
         gen_agent.ask("a", "during", timeout=5)
         assert [t["outcome"] for t in collector.turns()] == ["ok"]
