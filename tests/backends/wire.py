@@ -188,6 +188,7 @@ class RawServer:
                 conn, _ = self._sock.accept()
             except OSError:
                 return
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as API servers do
             with self._lock:
                 self.connections += 1
                 self._conns.append(conn)
