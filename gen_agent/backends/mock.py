@@ -2,7 +2,8 @@
 
 An agent's `init_agent` returns the backend options, all optional:
 
-    {"scripts": [...], "session_id": "s-1", "start_error": reason, "reset_error": reason}
+    {"scripts": [...], "fallback": script, "session_id": "s-1", "start_error": reason,
+     "reset_error": reason}
 
 Each dispatched prompt pops the next script and is recorded in the history (also when no
 script is left). A script is one of:
@@ -15,7 +16,8 @@ script is left). A script is one of:
 - `gate(events, timeout=5.0)` → a `Gate`: the stream blocks when first pulled until the test
   calls `gate.release()`; `gate.wait_blocked()` tells the test the turn is in flight.
 
-No script left → `DispatchError("no_script")`.
+No script left → the `fallback` script when one is given (it is never consumed: e.g. a
+callable answering any number of turns; not a `gate`), else `DispatchError("no_script")`.
 
 Example:
     from gen_agent.backends import mock
@@ -55,7 +57,7 @@ __all__ = [
     "text_turn",
 ]
 
-OPTIONS: Final = frozenset({"scripts", "session_id", "start_error", "reset_error"})
+OPTIONS: Final = frozenset({"scripts", "fallback", "session_id", "start_error", "reset_error"})
 """The option keys `MockBackend.start_session` accepts."""
 
 # A gate wakes at once on release() and MockBackend.cancel(); a cancel_event set without a
@@ -319,9 +321,11 @@ class MockSession:
     Mirrors: the Elixir mock's session struct and its state-holder process (§7.5).
     """
 
-    def __init__(self, scripts: Iterable[Script], session_id: str | None, reset_error: Any) -> None:
+    def __init__(self, scripts: Iterable[Script], session_id: str | None, reset_error: Any,
+                 fallback: Script | None = None) -> None:
         self._lock = threading.Lock()
         self._scripts: deque[Script] = deque(scripts)
+        self._fallback = fallback
         self._history: list[str] = []
         self._session_id = session_id
         self._checkpoints: list[str] = []
@@ -370,6 +374,8 @@ class MockSession:
                 raise DispatchError("session_terminated")
             self._history.append(prompt)
             if not self._scripts:
+                if self._fallback is not None:
+                    return self._fallback
                 raise DispatchError("no_script")
             script = self._scripts.popleft()
             if isinstance(script, Gate):
@@ -409,7 +415,8 @@ class MockBackend(Backend):
 
         Args:
             opts: a mapping with the optional keys `scripts` (list of scripts, default []),
-                `session_id` (str or None), `start_error` (a reason; when not None the start
+                `fallback` (a script used whenever `scripts` is empty, never consumed; not a
+                gate), `session_id` (str or None), `start_error` (a reason; when not None the start
                 fails with it), `reset_error` (a reason; when not None `reset_session` fails
                 with it).
 
@@ -420,7 +427,8 @@ class MockBackend(Backend):
             SessionStartError: `start_error` was given (nothing is created); or the options
                 are malformed: `("unknown_option", key)`, `("invalid_option", key)` for a
                 `scripts` that is no list/tuple or a `session_id` that is no str, or
-                `("invalid_script", index)` for a script of no known form.
+                `("invalid_script", index)` for a script of no known form,
+                `("invalid_option", "fallback")` for a fallback of no known form or a gate.
         """
         if not isinstance(opts, Mapping):
             raise SessionStartError(
@@ -441,7 +449,14 @@ class MockBackend(Backend):
                 f"mock session_id must be a str or None, got {type(session_id).__name__}",
             )
         scripts = _validate_scripts(opts.get("scripts", []))
-        return MockSession(scripts, session_id, opts.get("reset_error"))
+        fallback = opts.get("fallback")
+        if fallback is not None and (isinstance(fallback, Gate) or not _known_script(fallback)):
+            raise SessionStartError(
+                ("invalid_option", "fallback"),
+                "mock fallback must be a list of Event, a callable, error() or raising() (a "
+                f"gate serves one turn); got {type(fallback).__name__}",
+            )
+        return MockSession(scripts, session_id, opts.get("reset_error"), fallback)
 
     @classmethod
     def prompt(
@@ -575,6 +590,14 @@ def _events_tuple(events: Any, where: str) -> tuple[Event, ...]:
     return items
 
 
+def _known_script(script: Any) -> bool:
+    if isinstance(script, ErrorScript | RaisingScript | Gate):
+        return True
+    if isinstance(script, list | tuple):
+        return all(isinstance(item, Event) for item in script)
+    return callable(script)
+
+
 def _validate_scripts(scripts: Any) -> list[Script]:
     if not isinstance(scripts, list | tuple):
         raise SessionStartError(
@@ -582,12 +605,7 @@ def _validate_scripts(scripts: Any) -> list[Script]:
             f"mock scripts must be a list, got {type(scripts).__name__}",
         )
     for index, script in enumerate(scripts):
-        if isinstance(script, ErrorScript | RaisingScript | Gate):
-            continue
-        if isinstance(script, list | tuple):
-            if all(isinstance(item, Event) for item in script):
-                continue
-        elif callable(script):
+        if _known_script(script):
             continue
         raise SessionStartError(
             ("invalid_script", index),

@@ -210,18 +210,27 @@ class MockScripts:
         return mock.gate(mock.text_turn("") if events is None else events, timeout)
 
     def echo(self, prefix: str = "") -> Callable[[str], list[Event]]:
-        """A script answering every prompt with `prefix + prompt`; reusable for many turns."""
+        """A callable script answering a prompt with `prefix + prompt`.
+
+        Like every script, one entry in `scripts` serves one turn; the same callable may be
+        listed many times, or given once as the `fallback` to answer every turn:
+        `options(fallback=mock_backend.echo("you said: "))`.
+        """
 
         def script(prompt: str) -> list[Event]:
             return mock.text_turn(prefix + prompt)
 
         return script
 
-    def options(self, *scripts: Any, session_id: str | None = None) -> dict[str, Any]:
-        """Backend options for `init_agent`: `{"scripts": [...], "session_id": ...}`."""
+    def options(self, *scripts: Any, session_id: str | None = None,
+                fallback: Any = None) -> dict[str, Any]:
+        """Backend options for `init_agent`: `{"scripts": [...], "session_id": ...,
+        "fallback": ...}` (the last two only when given)."""
         opts: dict[str, Any] = {"scripts": list(scripts)}
         if session_id is not None:
             opts["session_id"] = session_id
+        if fallback is not None:
+            opts["fallback"] = fallback
         return opts
 
     def history(self, agent: Any) -> list[str]:

@@ -131,6 +131,9 @@ class _Handler(BaseHTTPRequestHandler):
 class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = True
+    # The listen backlog: many clients connecting at once (a 64-worker pool) must not see
+    # resets and 1 s SYN retries (socketserver's default is 5).
+    request_queue_size = 256
 
     def __init__(self, owner: ScriptedModelServer, handler_timeout: float) -> None:
         self.owner = owner
@@ -146,6 +149,10 @@ class _HTTPServer(ThreadingHTTPServer):
 
     def process_request(self, request: Any, client_address: Any) -> None:
         request.settimeout(self.handler_timeout)
+        # Chunked replies are many small writes: without TCP_NODELAY each may wait ~40 ms
+        # for the client's delayed ACK (Nagle), which distorts every timing taken here.
+        with contextlib.suppress(OSError):
+            request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         with self._connections_lock:
             self._connections.add(request)
         super().process_request(request, client_address)
@@ -199,6 +206,7 @@ class ScriptedModelServer:
         self._unscripted = 0
         self._failures: list[BaseException] = []
         self._default = default
+        self._initial_default = default
         self._closing = threading.Event()
         self._handler_timeout = handler_timeout
         self._httpd: _HTTPServer | None = None
@@ -266,6 +274,31 @@ class ScriptedModelServer:
         return self.url
 
     # -- script --------------------------------------------------------------------------
+
+    def reset(self) -> None:
+        """Forget the script, the request log, the failures and the unscripted count, and
+        restore the `default` given at construction: the server is as if freshly started
+        (same port). The `scripted_model_server` fixture calls it before every test."""
+        with self._lock:
+            self._script.clear()
+            self._requests.clear()
+            self._failures.clear()
+            self._unscripted = 0
+            self._default = self._initial_default
+
+    @property
+    def default(self) -> Reply | None:
+        """The reply used when the script is empty (None: an HTTP 400 "no scripted reply
+        left"). Settable; `reset()` restores the constructor's value."""
+        with self._lock:
+            return self._default
+
+    @default.setter
+    def default(self, reply: Reply | None) -> None:
+        if reply is not None and not isinstance(reply, Reply):
+            raise TypeError(f"default must be a Reply or None, got {type(reply).__name__}")
+        with self._lock:
+            self._default = reply
 
     def enqueue(self, *items: ScriptItem) -> None:
         """Append replies (or `f(RecordedRequest) -> Reply` callables) to the script."""

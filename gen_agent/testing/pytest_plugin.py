@@ -108,11 +108,20 @@ def telemetry_recorder() -> Iterator[TelemetryRecorder]:
 
 
 @pytest.fixture(scope="session")
-def scripted_model_server() -> Iterator[Any]:
-    """A `ScriptedModelServer` on 127.0.0.1 shared by the whole session."""
+def _scripted_model_server_session() -> Iterator[Any]:
     if importlib.util.find_spec("gen_agent.testing.model_server") is None:
         pytest.skip("gen_agent.testing.model_server is not available")
     from gen_agent.testing.model_server import ScriptedModelServer
 
     with ScriptedModelServer() as server:
         yield server
+
+
+@pytest.fixture
+def scripted_model_server(_scripted_model_server_session: Any) -> Iterator[Any]:
+    """A `ScriptedModelServer` on 127.0.0.1: one server (one port) for the whole session,
+    `reset()` before every test, so no reply, request or default is left over from another."""
+    server = _scripted_model_server_session
+    server.reset()
+    yield server
+    server.reset()

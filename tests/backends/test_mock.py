@@ -527,3 +527,29 @@ def test_error_turn_shape() -> None:
         {"reason": ("provider", "x")},
         True,
     )
+
+
+# -- issue #15: a fallback script ---------------------------------------------------------------
+def test_a_fallback_script_answers_every_turn_once_the_scripts_are_used() -> None:
+    from gen_agent.backends import mock as mock_module
+    from gen_agent.testing.helpers import MockScripts
+
+    echo = MockScripts().echo("you said: ")
+    session = MockBackend.start_session(
+        {"scripts": [mock_module.text_turn("first")], "fallback": echo})
+    texts = []
+    for prompt in ("a", "b", "c"):
+        stream, session = MockBackend.prompt(session, prompt)
+        texts.append("".join(e.data.get("text", "") for e in stream if e.kind == "text"))
+    assert texts == ["first", "you said: b", "you said: c"]
+    assert MockBackend.history(session) == ["a", "b", "c"]
+
+
+def test_a_gate_or_junk_is_refused_as_fallback() -> None:
+    from gen_agent.backend import SessionStartError
+    from gen_agent.backends import mock as mock_module
+
+    for bad in (mock_module.gate(mock_module.text_turn("x")), 42):
+        with pytest.raises(SessionStartError) as info:
+            MockBackend.start_session({"fallback": bad})
+        assert info.value.reason == ("invalid_option", "fallback")

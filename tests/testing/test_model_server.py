@@ -351,10 +351,10 @@ def test_chunk_delay_slows_the_stream_and_close_cuts_it():
         b"content-length: " + str(len(body)).encode() + b"\r\n\r\n" + body
     )
     server.wait_requests(1, timeout=10)
+    received = sock.recv(65536)  # the headers and the first chunk, before the long delay
     started = time.monotonic()
     server.close()
     assert time.monotonic() - started < 5
-    received = b""
     while chunk := sock.recv(65536):
         received += chunk
     sock.close()
@@ -389,3 +389,48 @@ def test_lifecycle_errors():
     with pytest.raises(RuntimeError, match="already started"):
         server.start()
     server.close()
+
+
+# -- issue #15: many simultaneous connections, no delayed-ACK stalls, a settable default ----
+def test_the_listen_backlog_takes_128_simultaneous_connections() -> None:
+    from gen_agent.testing.model_server import _HTTPServer
+
+    httpd = _HTTPServer(ScriptedModelServer(), 5.0)  # bound and listening, not accepting
+    sockets = []
+    try:
+        for _ in range(128):
+            sockets.append(socket.create_connection(("127.0.0.1", httpd.server_address[1]),
+                                                    timeout=2))
+    finally:
+        for sock in sockets:
+            sock.close()
+        httpd.server_close()
+    assert len(sockets) == 128
+
+
+def test_connections_are_served_with_tcp_nodelay() -> None:
+    with ScriptedModelServer([Reply.text("hi")]) as server:
+        sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+        try:
+            body = json.dumps(stream_body()).encode()
+            sock.sendall(b"POST /v1/messages HTTP/1.1\r\nhost: x\r\ncontent-type: "
+                         b"application/json\r\ncontent-length: " + str(len(body)).encode()
+                         + b"\r\n\r\n" + body)
+            server.wait_requests(1, timeout=10)
+            assert server._httpd is not None
+            with server._httpd._connections_lock:
+                connections = list(server._httpd._connections)
+            assert connections
+            assert all(c.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) for c in connections)
+        finally:
+            sock.close()
+
+
+def test_default_is_settable_and_reset_restores_it() -> None:
+    with ScriptedModelServer(default=Reply.text("fallback")) as server:
+        server.default = None
+        server.enqueue(Reply.text("x"))
+        server.reset()
+        assert (server.default is not None, server.remaining, server.requests) == (True, 0, [])
+        with pytest.raises(TypeError, match="default must be a Reply"):
+            server.default = "hi"  # type: ignore[assignment]

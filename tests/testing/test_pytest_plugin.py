@@ -180,6 +180,22 @@ def test_scripted_model_server_is_one_loopback_server_per_session(pytester, prob
     assert first == second
 
 
+def test_scripted_model_server_is_clean_for_every_test(pytester, probe):
+    pytester.makepyfile("""
+        from gen_agent.testing.model_server import Reply
+
+        def test_leaves_things_behind(scripted_model_server):
+            scripted_model_server.enqueue(Reply.text("left over"))
+            scripted_model_server.default = Reply.text("a default")
+
+        def test_sees_none_of_them(scripted_model_server):
+            assert scripted_model_server.remaining == 0
+            assert scripted_model_server.default is None
+            assert scripted_model_server.requests == []
+    """)
+    pytester.runpytest(*plugin_args()).assert_outcomes(passed=2)
+
+
 def test_the_plugin_can_be_disabled(pytester, probe):
     if not any(ep.value == PLUGIN for ep in entry_points(group="pytest11")):
         pytest.skip("the package is installed without its entry point")
