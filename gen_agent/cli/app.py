@@ -57,8 +57,24 @@ from gen_agent.response import Response
 
 __all__ = ["app", "main"]
 
+_CONTEXT = {"help_option_names": ["-h", "--help"]}
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Run long-lived LLM agents as supervised actors.")
+                  context_settings=_CONTEXT, help="Run long-lived LLM agents as supervised actors.")
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        typer.echo(f"gen-agent {gen_agent.__version__}")
+        raise typer.Exit(EXIT_OK)
+
+
+VersionOpt = Annotated[bool, typer.Option(
+    "--version", callback=_show_version, is_eager=True, help="Print the version and exit.")]
+
+
+@app.callback()
+def _main(version: VersionOpt = False) -> None:
+    """Run long-lived LLM agents as supervised actors."""
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -112,9 +128,10 @@ def _fail(message: str, code: int) -> None:
 def _require_backend(backend: str | None) -> str:
     if backend is None:
         raise CliError(f"choose a backend with --backend ({', '.join(BACKENDS)})")
-    if backend not in BACKENDS:
+    name = backend.strip().lower()  # "Claude", "OPENAI" work too
+    if name not in BACKENDS:
         raise CliError(f"unknown backend {backend!r}; choose one of: {', '.join(BACKENDS)}")
-    return backend
+    return name
 
 
 @contextmanager
@@ -218,7 +235,7 @@ def run(
     prompts: Annotated[list[str], typer.Argument(help="Prompts, sent as successive turns.")],
     backend: BackendOpt = None, model: ModelOpt = None, cwd: CwdOpt = None,
     base_url: BaseUrlOpt = None, cli_path: CliPathOpt = None, json_out: JsonOpt = False,
-    timeout: TimeoutOpt = 600.0,
+    timeout: TimeoutOpt = 600.0, version: VersionOpt = False,
 ) -> None:
     """Send PROMPTS as successive turns of one conversation with one agent."""
     setup = backend_setup(_require_backend(backend), model=model, cwd=cwd, base_url=base_url,
@@ -253,6 +270,7 @@ _CHAT_HELP = ("Type a prompt and press Enter. Ctrl-C interrupts a turn. Commands
 def chat(
     backend: BackendOpt = None, model: ModelOpt = None, cwd: CwdOpt = None,
     base_url: BaseUrlOpt = None, cli_path: CliPathOpt = None, timeout: TimeoutOpt = 600.0,
+    version: VersionOpt = False,
 ) -> None:
     """Talk with one long-lived agent (Ctrl-C interrupts a turn; /status, /reset, /quit)."""
     name = _require_backend(backend)
@@ -302,8 +320,13 @@ def _chat_command(console: Console, agent: Any, line: str, backend: str,
         except GenAgentError as exc:
             console.print(f"[red]reset refused:[/] {escape(describe_reason(exc.reason))}")
         else:
-            session[0] = None
-            console.print("conversation reset: the next prompt starts a new session")
+            old = session[0] or "-"
+            raw = gen_agent.backend_session(agent.name, timeout=10)
+            new = getattr(raw, "session_id", None)
+            session[0] = new
+            shown = new or "a new one, its id assigned by the next turn"
+            console.print(f"conversation reset: session {old} ended; new session: {shown}",
+                          markup=False, soft_wrap=True)
     elif command == "/help":
         console.print(_CHAT_HELP, soft_wrap=True)
     else:
@@ -340,6 +363,7 @@ def pool(
                                          help="Pool size.")] = 4,
     model: ModelOpt = None, cwd: CwdOpt = None, base_url: BaseUrlOpt = None,
     cli_path: CliPathOpt = None, json_out: JsonOpt = False, timeout: TimeoutOpt = 600.0,
+    version: VersionOpt = False,
 ) -> None:
     """Run every line of FILE as a prompt through a supervised pool of WORKERS agents."""
     name = _require_backend(backend)
@@ -352,27 +376,54 @@ def pool(
                                       backend_opts=setup.backend_opts,
                                       watchdog_ms=int(timeout * 1000))
         try:
-            outcomes = _pool_outcomes(workers_pool, prompts)
+            outcomes, interrupted = _pool_outcomes(workers_pool, prompts)
         finally:
             workers_pool.stop(30)
-    failed = sum(1 for outcome in outcomes if outcome[0] != "ok")
+    finished = [(index, prompts[index], outcomes[index]) for index in sorted(outcomes)]
+    failed = sum(1 for _, _, outcome in finished if outcome[0] != "ok")
     if json_out:
-        for index, (prompt, (kind, value)) in enumerate(zip(prompts, outcomes, strict=True), 1):
+        for index, prompt, (kind, value) in finished:
             record = response_record(prompt, value) if kind == "ok" else failure_record(
                 prompt, value)
-            _emit_json({"index": index, **record})
-    else:
-        _out().print(_pool_table(prompts, outcomes))
+            _emit_json({"index": index + 1, **record})
+    elif finished:
+        _out().print(_pool_table(finished))
+    if interrupted:
+        left = len(prompts) - len(finished)
+        _err().print(f"[yellow]interrupted: {len(finished)} of {len(prompts)} prompts finished "
+                     f"({len(finished) - failed} ok, {failed} failed); {left} not finished[/]",
+                     soft_wrap=True)
+        raise typer.Exit(EXIT_INTERRUPTED)
+    if not json_out:
         summary = f"{len(prompts) - failed} of {len(prompts)} prompts succeeded"
         _err().print(summary if not failed else f"[red]{summary}; {failed} failed[/]")
     raise typer.Exit(EXIT_FAILED if failed else EXIT_OK)
 
 
-def _pool_outcomes(workers_pool: gen_agent.Pool, prompts: list[str]) -> list[tuple[str, Any]]:
-    """Submit every prompt, show a progress bar (stderr), return outcomes in input order."""
+def _pool_outcomes(workers_pool: gen_agent.Pool,
+                   prompts: list[str]) -> tuple[dict[int, tuple[str, Any]], bool]:
+    """Submit every prompt, show a progress bar (stderr); return the outcomes by input index
+    and whether Ctrl-C ended the wait early (then only the finished ones are there)."""
     refs = [workers_pool.submit(prompt) for prompt in prompts]
     outcomes: dict[int, tuple[str, Any]] = {}
     columns = (TextColumn("prompts"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    try:
+        _collect_outcomes(workers_pool, refs, outcomes, columns)
+    except KeyboardInterrupt:
+        for index, ref in enumerate(refs):  # everything finished by now counts as done
+            if index not in outcomes:
+                try:
+                    outcomes[index] = ("ok", workers_pool.result(ref, 0))
+                except CallTimeout:
+                    continue
+                except TurnError as exc:
+                    outcomes[index] = ("error", exc.reason)
+        return outcomes, True
+    return outcomes, False
+
+
+def _collect_outcomes(workers_pool: gen_agent.Pool, refs: list[Any],
+                      outcomes: dict[int, tuple[str, Any]], columns: Any) -> None:
     with Progress(*columns, console=_err()) as progress:
         bar = progress.add_task("prompts", total=len(refs))
         while len(outcomes) < len(refs):
@@ -389,15 +440,15 @@ def _pool_outcomes(workers_pool: gen_agent.Pool, prompts: list[str]) -> list[tup
                 except TurnError as exc:
                     outcomes[index] = ("error", exc.reason)
                 progress.advance(bar)
-    return [outcomes[index] for index in range(len(refs))]
 
 
-def _pool_table(prompts: list[str], outcomes: list[tuple[str, Any]]) -> Table:
+def _pool_table(finished: list[tuple[int, str, tuple[str, Any]]]) -> Table:
     table = Table(title="gen-agent pool: results", header_style="bold")
     for column, justify in (("#", "right"), ("prompt", "left"), ("result", "left"),
                             ("in tok", "right"), ("out tok", "right"), ("ms", "right")):
         table.add_column(column, justify=justify)  # type: ignore[arg-type]
-    for index, (prompt, (kind, value)) in enumerate(zip(prompts, outcomes, strict=True), 1):
+    for position, prompt, (kind, value) in finished:
+        index = position + 1
         if kind == "ok":
             usage = value.usage or {}
             table.add_row(str(index), Text(_clip(prompt, 50)), Text(_clip(value.text, 70)),
@@ -422,6 +473,7 @@ def demo(
     cli_path: CliPathOpt = None, json_out: JsonOpt = False,
     timeout: Annotated[float, typer.Option("--timeout", min=1,
                                            help="Seconds the demo may take.")] = 180.0,
+    version: VersionOpt = False,
 ) -> None:
     """Supervised agents on a real client against a scripted model on 127.0.0.1."""
     from gen_agent.cli.demo import DEMO_BACKENDS, DemoOptions, run_demo
@@ -477,6 +529,7 @@ def observe(
     cli_path: CliPathOpt = None,
     timeout: Annotated[float, typer.Option("--timeout", min=1,
                                            help="Seconds one demo run may take.")] = 180.0,
+    version: VersionOpt = False,
 ) -> None:
     """Run the demo's agents, round after round, with the observer's live web view."""
     import time

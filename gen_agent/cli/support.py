@@ -20,6 +20,7 @@ import queue
 import re
 import shutil
 import time
+import urllib.parse
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
@@ -137,8 +138,11 @@ def backend_setup(name: str, *, model: str | None = None, cwd: str | None = None
             API key for a real provider, a `--cwd` that is not a directory, or `--base-url`
             with `codex`.
     """
+    name = name.strip().lower()
     if name not in BACKENDS:
         raise CliError(f"unknown backend {name!r}; choose one of: {', '.join(BACKENDS)}")
+    if base_url is not None:
+        base_url = normalize_base_url(name, base_url)
     if cwd is not None and not Path(cwd).is_dir():
         raise CliError(f"--cwd {cwd!r} is not a directory")
     if name == "mock":
@@ -185,6 +189,13 @@ def require_cli(name: str, cli_path: str | None) -> str:
         CliError: it is not found; the message says how to install it.
     """
     executable = cli_path or name
+    if cli_path is not None and os.path.exists(cli_path):
+        if os.path.isdir(cli_path):
+            raise CliError(f"--cli-path {cli_path!r} is a directory, not the {_cli_title(name)} "
+                           f"executable (e.g. {os.path.join(cli_path, name)!r}?)")
+        if not os.access(cli_path, os.X_OK):
+            raise CliError(f"--cli-path {cli_path!r} exists but is not executable "
+                           f"(chmod +x {cli_path}, or point it at the {name} executable)")
     found = shutil.which(executable)
     if found is None:
         where = f"{executable!r} was not found" + ("" if cli_path else " on PATH")
@@ -197,6 +208,26 @@ def require_cli(name: str, cli_path: str | None) -> str:
             f"executable{hint}.")
     # Absolute: the CLI may run in another working directory (--cwd).
     return os.path.abspath(found)
+
+
+def normalize_base_url(name: str, base_url: str) -> str:
+    """`--base-url` as the backend's client expects it: a bare host (`127.0.0.1:8080`) gets
+    `http://`; for `openai`, a root without a path gets the API's `/v1` (the SDK appends
+    `/responses` to it).
+
+    Raises:
+        CliError: not an http(s) URL.
+    """
+    url = base_url.strip()
+    if "://" not in url:
+        url = "http://" + url
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise CliError(f"--base-url {base_url!r} is not an http(s) URL, e.g. "
+                       "http://127.0.0.1:8080")
+    if name == "openai" and parts.path in ("", "/"):
+        url = urllib.parse.urlunsplit((parts.scheme, parts.netloc, "/v1", "", ""))
+    return url.rstrip("/")
 
 
 def require_sdk(name: str) -> None:

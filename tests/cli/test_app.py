@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+import gen_agent
 import gen_agent.cli.support as cli_support
 from gen_agent.backends import mock
 from gen_agent.cli.app import app
@@ -176,6 +177,26 @@ def test_ctrl_c_during_run_interrupts_the_turn_and_exits_130(monkeypatch: pytest
     assert gate.cancelled
 
 
+def test_ctrl_c_during_pool_writes_the_finished_results_and_exits_130(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    gate = mock.gate(mock.text_turn("too late"), timeout=WAIT_S * 2)
+    canned = cli_support.mock_scripts
+    monkeypatch.setattr(cli_support, "mock_scripts",
+                        lambda turns: [canned(1)[0], gate, *canned(turns)])
+    file = tmp_path / "prompts.txt"
+    file.write_text("first\nsecond\nthird\n")
+    presser = press_ctrl_c_when_blocked(gate)
+    result = invoke("pool", "--backend", "mock", "--workers", "1", "--json", str(file))
+    presser.join(WAIT_S)
+
+    assert result.exit_code == 130, result.output
+    records = json_lines(result.stdout)
+    assert [(r["index"], r["prompt"]) for r in records] == [(1, "first")]
+    assert ("interrupted: 1 of 3 prompts finished (1 ok, 0 failed); 2 not finished"
+            in " ".join(result.stderr.split()))
+    assert gate.cancelled
+
+
 # -- chat --------------------------------------------------------------------------------------
 
 
@@ -187,7 +208,8 @@ def test_chat_turns_and_commands():
     out = result.stdout
     assert "(mock) You said: Hello" in out
     assert "agent gen-agent-chat · idle · 1 turn · session mock-session · backend mock" in out
-    assert "conversation reset: the next prompt starts a new session" in out
+    assert ("conversation reset: session mock-session ended; new session: a new one, its id "
+            "assigned by the next turn") in out
     assert "agent gen-agent-chat · idle · 1 turn · session - · backend mock" in out
     assert "unknown command /bogus" in out
     assert out.count("Commands: /status") == 3  # banner, /help, unknown command
@@ -305,6 +327,58 @@ def test_unknown_backend(command: list[str], tmp_path: Path):
     result = invoke(*command, "--backend", "gpt")
     assert_usage_error(result, "unknown backend 'gpt'; choose one of: claude, codex, anthropic, "
                                "openai, mock")
+
+
+# -- issue #15: help, version, backend names, --base-url, --cli-path ---------------------------
+@pytest.mark.parametrize("command", [[], ["run"], ["chat"], ["pool"], ["demo"], ["observe"]])
+def test_every_command_takes_h_help_and_version(command: list[str]):
+    for flag in ("-h", "--help"):
+        result = invoke(*command, flag)
+        assert result.exit_code == 0, result.output
+        assert "Usage:" in result.stdout
+    result = invoke(*command, "--version")
+    assert result.exit_code == 0, result.output
+    assert result.stdout == f"gen-agent {gen_agent.__version__}\n"
+
+
+def test_backend_names_are_case_insensitive():
+    result = invoke("run", "--backend", "MOCK", "hi")
+    assert result.exit_code == 0, result.output
+    assert "(mock) You said: hi" in result.stdout
+
+
+@pytest.mark.parametrize(("given", "expected"), [
+    ("127.0.0.1:8080", "http://127.0.0.1:8080/v1"),
+    ("http://127.0.0.1:8080", "http://127.0.0.1:8080/v1"),
+    ("http://127.0.0.1:8080/", "http://127.0.0.1:8080/v1"),
+    ("http://127.0.0.1:8080/v1", "http://127.0.0.1:8080/v1"),
+    ("http://127.0.0.1:8080/custom/", "http://127.0.0.1:8080/custom"),
+])
+def test_openai_base_url_accepts_a_bare_host(given: str, expected: str):
+    from gen_agent.cli.support import normalize_base_url
+
+    assert normalize_base_url("openai", given) == expected
+    assert normalize_base_url("anthropic", "127.0.0.1:8080") == "http://127.0.0.1:8080"
+
+
+def test_openai_against_a_bare_host_base_url_works(scripted_model_server: Any):
+    from gen_agent.testing.model_server import Reply
+
+    scripted_model_server.enqueue(Reply.text("hello from the root"))
+    result = invoke("run", "--backend", "openai", "--base-url",
+                    f"127.0.0.1:{scripted_model_server.port}", "hi")
+    assert result.exit_code == 0, result.output
+    assert "hello from the root" in result.stdout
+
+
+def test_a_directory_or_non_executable_cli_path_says_so(tmp_path: Path):
+    result = invoke("run", "--backend", "claude", "--cli-path", str(tmp_path), "hi")
+    assert_usage_error(result, f"--cli-path '{tmp_path}' is a directory")
+    plain = tmp_path / "claude"
+    plain.write_text("#!/bin/sh\n")
+    plain.chmod(0o644)
+    result = invoke("run", "--backend", "claude", "--cli-path", str(plain), "hi")
+    assert_usage_error(result, f"--cli-path '{plain}' exists but is not executable")
 
 
 def test_no_backend_chosen(no_keys: None):
