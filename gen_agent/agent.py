@@ -22,7 +22,7 @@ Return values (python_api.md, "Callbacks"):
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import msgspec
 
@@ -98,6 +98,47 @@ class GenAgent:
 
     Mirrors: the `GenAgent` behaviour (`use GenAgent`), contract §3.
     """
+
+    persist_state: ClassVar[bool] = False
+    """Whether an agent started with `store=`/`session_key=` stores its state (through
+    `encode_state`) after every turn and gets it back (through `decode_state`) at its next
+    start, instead of `init_agent`'s state. Default False: only the conversation and the
+    accounting totals are stored (`gen_agent.store`)."""
+
+    def encode_state(self, state: Any) -> bytes:
+        """Encode the agent state for the session store (`persist_state = True` only).
+
+        Runs in the agent thread after each turn's decision callback and `post_turn`, before
+        the reply; skipped when the bytes equal the last stored ones. The default is
+        `msgspec.msgpack.encode` (dicts, lists, str, numbers, msgspec structs...; tuples come
+        back as lists).
+
+        Returns:
+            The bytes to store.
+
+        Raises:
+            Exception: protected: logged (type only), reported in `Status.store` and the
+                `STORE_ERROR` telemetry event; the turn's outcome is unchanged and the write
+                is retried after the next turn.
+
+        Mirrors: nothing in the original (issue #22).
+        """
+        return msgspec.msgpack.encode(state)
+
+    def decode_state(self, data: bytes) -> Any:
+        """Decode a stored agent state (`persist_state = True` only); the inverse of
+        `encode_state`.
+
+        Runs in the agent thread at start, after `init_agent` and before `pre_run`; its
+        result replaces `init_agent`'s state. The default is `msgspec.msgpack.decode`.
+
+        Raises:
+            Exception: the start fails with `AgentStartError(("store_corrupt", key,
+                "the agent state does not decode"))`.
+
+        Mirrors: nothing in the original (issue #22).
+        """
+        return msgspec.msgpack.decode(data)
 
     def init_agent(self, opts: dict[str, Any]) -> tuple[dict[str, Any], Any]:
         """Build the backend options and the initial state. Required.

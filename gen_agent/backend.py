@@ -12,7 +12,8 @@ Required hooks, and where the runtime calls them:
 - `terminate_session(session) -> None`: agent thread; idempotent.
 
 Optional hooks, detected with `getattr` (see `OPTIONAL_HOOKS`): `update_session`,
-`checkpoint_session`, `reset_session`, `resume_session`, `cancel` (`Backend` documents each).
+`checkpoint_session`, `reset_session`, `resume_session`, `cancel`, `export_session`,
+`restore_session` (`Backend` documents each).
 
 `BackendError` is the normalized provider failure of the bundled backends (§7.4); it is both a
 value (a reason compared by fields) and an exception.
@@ -60,6 +61,8 @@ OPTIONAL_HOOKS: Final = (
     "reset_session",
     "resume_session",
     "cancel",
+    "export_session",
+    "restore_session",
 )
 """Hooks the runtime looks up with `getattr(backend, name, None)` and uses when present."""
 
@@ -252,6 +255,17 @@ class Backend(abc.ABC):
       task may still be running. Must be quick, thread-safe and idempotent: a CLI backend kills
       its process group, an HTTP backend closes its response, the mock wakes a blocked gate.
       Python threads cannot be killed, so this hook is how a blocked turn ends (§12.7).
+    - `export_session(session) -> data`: agent thread, after every finished turn of an agent
+      with a session store (`gen_agent.store`), before the decision callback: the resumable
+      session as plain data that msgspec encodes (a CLI's session id, an HTTP backend's kept
+      history, a server-side response id), never a client or a secret. An exception fails
+      a successful turn with `("store_failed", "export_failed")`. Without it nothing of the
+      conversation is stored (totals and state still are).
+    - `restore_session(data, opts) -> session`: agent thread, at start when the store holds
+      `export_session` data for the key; replaces `start_session(opts)`. Raise
+      `SessionStartError(reason)` to refuse; any other exception makes the record corrupt
+      (`("store_corrupt", key, detail)`). Issue #18 will switch the HTTP backends' data to
+      the turn record's replayable message deltas (`response.messages`).
 
     Mirrors: the `GenAgent.Backend` behaviour (contract §7.1).
     """

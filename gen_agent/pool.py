@@ -229,7 +229,10 @@ class Pool:
         retry: a `RetryPolicy` for failed tasks; None (default) = no retries.
         system: the `AgentSystem` the workers run in (default: the current one).
         **opts: every other `start_agent` option, given to each worker (e.g. `watchdog_ms`,
-            and the options for `init_agent`).
+            and the options for `init_agent`). With `store=` and `session_key=`
+            (`gen_agent.store`), `session_key` is a prefix: worker `<name_prefix>-<i>` gets
+            the key `"<session_key>/<name_prefix>-<i>"`, so each worker keeps its own durable
+            session and a restarted worker resumes it.
 
     Task outcomes: `result(ref)` returns the `Response`, or raises `TurnError` whose reason
     is the turn's own reason, `("overloaded", info)`, `"halted"`, `("worker_down", reason)`
@@ -612,8 +615,11 @@ class Pool:
 
     # ------------------------------------------------------------------ bookkeeping
     def _spec(self, slot: _Slot) -> Any:
+        opts = self._worker_opts
+        if opts.get("session_key") is not None:  # one durable session per worker
+            opts = {**opts, "session_key": f"{opts['session_key']}/{slot.name}"}
         return child_spec(self._module, name=slot.name, backend=self._backend,
-                          restart="permanent", **self._worker_opts)
+                          restart="permanent", **opts)
 
     def _new_slot(self) -> _Slot:
         slot = _Slot(f"{self.name_prefix}-{next(self._indices)}")

@@ -10,6 +10,7 @@ from typing import Any, Literal
 import msgspec
 
 from gen_agent.response import Response
+from gen_agent.store import StoreStatus
 
 __all__ = [
     "CaptureOverflow",
@@ -97,8 +98,11 @@ class Status(msgspec.Struct, frozen=True, kw_only=True):
         current_request: the active `RequestRef`, else None.
         halted, halt_pending, draining: the flags of contract §4.1.
         agent_state: the agent's retained state (while busy: as of dispatch, after pre_turn).
+        store: for an agent started with `store=`/`session_key=`, its durable session's
+            `StoreStatus` (key, resumed, interrupted turn, last failed write); else None.
 
-    Mirrors the map of `GenAgent.status/2` (contract §2.16).
+    Mirrors the map of `GenAgent.status/2` (contract §2.16); `store` is an addition
+    (`gen_agent.store`).
     """
 
     state: Literal["idle", "processing"]
@@ -109,6 +113,7 @@ class Status(msgspec.Struct, frozen=True, kw_only=True):
     halt_pending: bool
     draining: bool
     agent_state: Any
+    store: StoreStatus | None = None
 
     def __repr__(self) -> str:
         # Redacted like the original's format_status (§3.14): never print agent state.

@@ -38,6 +38,7 @@ HEADLINES = {
     "growth": "most_agents",
     "retention": f"coverage_retained_{_RETENTION_LIMIT}",
     "otel_overhead": "mock_traced",
+    "persistence": "mock_normal_vs_mock_none",
 }
 
 

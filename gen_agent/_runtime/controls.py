@@ -38,6 +38,7 @@ class ControlsMixin:
     state: Any
     opts: Any
     handle: Any
+    durable: Any
     name: Any
     log: Any
     _emit: Any
@@ -182,7 +183,8 @@ class ControlsMixin:
             queued=len(self.mailbox),
             current_request=self.turn.request.ref if self.turn is not None else None,
             halted=self.halted, halt_pending=self.halt_pending, draining=self.draining,
-            agent_state=self.state)
+            agent_state=self.state,
+            store=self.durable.status() if self.durable is not None else None)
 
     def _snapshot(self) -> RuntimeSnapshot:
         turn = self.turn

@@ -21,6 +21,7 @@ RESERVED = (
     "max_events_per_turn", "max_event_bytes_per_turn", "event_retention",
     "max_pending_prompts", "max_pending_prompt_bytes", "max_pending_notifications",
     "max_pending_notification_bytes", "resume_session_id", "hibernate_after_ms",
+    "store", "session_key",
 )
 
 HIBERNATE_ENV = "GEN_AGENT_HIBERNATE_AFTER_MS"
@@ -41,6 +42,8 @@ DEFAULTS: dict[str, Any] = {
     "max_pending_notification_bytes": 1_048_576,
     "resume_session_id": None,
     "hibernate_after_ms": None,
+    "store": None,
+    "session_key": None,
 }
 
 _POSITIVE = ("max_events_per_turn", "max_event_bytes_per_turn")
@@ -66,6 +69,25 @@ class AgentOptions(msgspec.Struct, frozen=True, kw_only=True):
     max_pending_notification_bytes: int
     resume_session_id: str | None = None
     hibernate_after_ms: int | None = None
+    store: Any = None
+    session_key: str | None = None
+
+
+_STORE_METHODS = ("acquire", "release", "load", "update")
+
+
+def _check_store(store: Any, key: Any) -> None:
+    # Both or neither: a durable session is named by its key (gen_agent.store, issue #22).
+    if store is None and key is None:
+        return
+    if store is None:
+        raise ValueError("session_key needs a store (store=SQLiteStore(path) or MemoryStore())")
+    missing = [name for name in _STORE_METHODS if not callable(getattr(store, name, None))]
+    if missing:
+        raise ValueError(f"store must be a gen_agent.store.SessionStore (SQLiteStore, "
+                         f"MemoryStore); {store!r} lacks {', '.join(missing)}")
+    if not (isinstance(key, str) and key):
+        raise ValueError(f"store needs session_key, a non-empty str, got {key!r}")
 
 
 def _is_int(value: Any) -> bool:
@@ -172,6 +194,7 @@ def build_options(reserved: dict[str, Any]) -> AgentOptions:
     resume = values["resume_session_id"]
     if resume is not None and not (isinstance(resume, str) and resume):
         raise ValueError(f"resume_session_id must be a non-empty str, got {resume!r}")
+    _check_store(values["store"], values["session_key"])
     if values["event_retention"] not in ("compact", "lossless"):
         raise ValueError(
             f"event_retention must be 'compact' or 'lossless', got {values['event_retention']!r}"

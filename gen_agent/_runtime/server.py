@@ -25,6 +25,7 @@ from gen_agent._runtime.capture import Capture, LosslessBudget, tool_calls
 from gen_agent._runtime.context import set_current, set_request
 from gen_agent._runtime.controls import ControlsMixin
 from gen_agent._runtime.crash import log_exception
+from gen_agent._runtime.durable import Durable
 from gen_agent._runtime.handle import AgentHandle
 from gen_agent._runtime.messages import (
     AbandonAskMsg,
@@ -193,6 +194,10 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
         self.hibernations = 0  # times this agent's thread ended while idle (tests, benches)
         if options.hibernate_after_ms is not None:
             self._enable_hibernation(options.hibernate_after_ms)
+        self.durable: Durable | None = None
+        if options.store is not None:
+            self.durable = Durable(options.store, options.session_key, self.name, backend,
+                                   self.log, lambda: not handle.closed)
 
     def __repr__(self) -> str:
         # Redacted (§3.14): never the session, state, prompts or queues.
@@ -311,7 +316,11 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
             backend_opts, state = self._init_agent()
             self._backend_opts = backend_opts
             try:
-                self.session = self._start_session(backend_opts)
+                if self.durable is not None:  # resume from the store (gen_agent.store)
+                    self.session, state = self.durable.open(
+                        self.impl, backend_opts, state, self._start_session)
+                else:
+                    self.session = self._start_session(backend_opts)
             except SessionStartError as exc:
                 failed = ("backend_start_failed", exc.reason)
                 raise AgentStartError(failed, _with_detail(failed, exc)) from exc
@@ -335,6 +344,9 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
         self._set_phase("idle")
         self._init_reply.resolve(self.handle)
         self._run_pre_run()
+        if self.durable is not None and self.durable.interrupted is not None \
+                and not self._terminated:
+            self._on_info(self.durable.interrupted)  # the turn the last owner did not finish
 
     def _start_session(self, backend_opts: dict[str, Any]) -> Any:
         # A supervisor restarting an agent passes the old session id (resume_session_id);
@@ -358,6 +370,8 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
     def _fail_start(self, error: AgentStartError) -> None:
         # Free the name before the starter hears of the failure, so it can retry at once.
         self._terminated = True
+        if self.durable is not None:
+            self.durable.close()
         self._exit(error.reason, unregister=True, cause=error.__cause__)
         self._init_reply.fail(error)
 
@@ -658,6 +672,8 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
                     TurnChannel(self.handle, task_id, self.opts.max_event_bytes_per_turn,
                                 cancel_event), cancel_event)
         self.turn = turn
+        if self.durable is not None:
+            self.durable.turn_started(request, attempt)
         if attached(telemetry.PROMPT_START):
             self._emit(telemetry.PROMPT_START, self._now(), self._turn_meta(
                 request, attempt, prompt=final_prompt, original_prompt=prompt,
@@ -846,6 +862,12 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
                 self._finish_error(turn.checkpoint_error, msg.stream_state, self.session, turn)
                 return
             session = self._reapply_checkpoint(turn, msg.session)
+            if self.durable is not None:  # the conversation record, before the decision
+                kind = self.durable.turn_ended(turn.task_id, turn.request.ref, session, response)
+                if kind is not None:
+                    self._retire(turn)
+                    self._finish_error(("store_failed", kind), msg.stream_state, session, turn)
+                    return
             if attached(telemetry.PROMPT_STOP):
                 self._emit(telemetry.PROMPT_STOP, {"duration": msg.duration_ms},
                            self._turn_meta(turn.request, turn.attempt,
@@ -922,6 +944,8 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
         if isinstance(response.session_id, str) and response.session_id:
             self.handle.session_id = response.session_id
         self.state = self._post_turn(("ok", response), request.ref, decision.state)
+        if self.durable is not None:
+            self.durable.save_state(self.impl, self.state)
         set_request(None)
         self._deliver(request, ("ok", response))
         self._transition(decision, request.options)
@@ -930,6 +954,8 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
         request, attempt = turn.request, turn.attempt
         elapsed = self._elapsed(turn)
         self.state, self.session = state, session
+        if self.durable is not None:  # the turn is over: clear its in-flight marker
+            self.durable.turn_ended(turn.task_id, request.ref, session, None, reason)
         self._emit(telemetry.PROMPT_ERROR, {"system_time": time.time_ns(),
                                             "duration": elapsed},
                    self._turn_meta(request, attempt, reason=reason, agent_state=state))
@@ -945,6 +971,8 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
         decision = self._call_handle_error(
             request.ref, reason, delay_ok=not request.generated and reason != "interrupted")
         self.state = self._post_turn(("error", reason), request.ref, decision.state)
+        if self.durable is not None:
+            self.durable.save_state(self.impl, self.state)
         set_request(None)
         if (type(decision) is Prompt and not self.draining and reason != "interrupted"
                 and not request.generated):
@@ -1142,6 +1170,8 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
             self.backend.terminate_session(self.session)
         except Exception as exc:  # noqa: BLE001 - protected (§4.19)
             log_exception(self.log, "ERROR", "gen_agent terminate_session failed", exc)
+        if self.durable is not None:
+            self.durable.close()
         self._emit(telemetry.TERMINATED, self._now(), {"reason": reason})
         if reason not in _GRACEFUL:
             self.log.error("gen_agent agent stopped ({})", redacted(reason))

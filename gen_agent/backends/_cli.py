@@ -251,6 +251,28 @@ class CLIBackend(Backend, Generic[SessionT]):
         return cls.start_session({**opts, "session_id": session_id})
 
     @classmethod
+    def export_session(cls, session: SessionT) -> dict[str, Any]:
+        """The resumable session for a session store: `{"session_id": id or None}`.
+
+        The CLI keeps the transcript itself; the id is all it needs to resume.
+        """
+        return {"session_id": getattr(session, cls._RESUME_FIELD)}
+
+    @classmethod
+    def restore_session(cls, data: Mapping[str, Any], opts: Mapping[str, Any]) -> SessionT:
+        """`start_session(opts)`, resuming the conversation in `export_session`'s `data`.
+
+        Raises:
+            SessionStartError: as `start_session`. ValueError: `data` is not such a record.
+        """
+        session_id = data.get("session_id") if isinstance(data, Mapping) else ...
+        if session_id is ...:
+            raise ValueError("a CLI session record is a dict with a session_id")
+        if session_id is None:
+            return cls.start_session(opts)
+        return cls.resume_session(session_id, opts)
+
+    @classmethod
     def command(cls, session: SessionT, prompt: str) -> list[str]:
         """The argument list one turn runs: the CLI, its flags, then the prompt (one argument).
 

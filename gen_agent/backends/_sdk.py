@@ -58,7 +58,9 @@ __all__ = [
     "Transport",
     "after_reply",
     "connection_error",
+    "export_history",
     "load_sdk",
+    "restored",
     "status_error",
     "stream_turn",
     "transport_error",
@@ -551,6 +553,34 @@ def transport_error(provider: str, exc: BaseException, *, timeout: bool) -> Back
     kind = "timeout" if timeout else "transport"
     message = f"{provider} request failed before an answer ({type(exc).__name__})"
     return BackendError.new(provider, kind, exc, retryable=True, message=message)
+
+
+def export_history(session: SDKSession, **extra: Any) -> dict[str, Any]:
+    """The resumable session of an SDK backend (its `export_session` data): the session id,
+    the kept history (text messages, oldest first), the turn count and `extra`.
+
+    Issue #18 will replace the history with the turn record's replayable message deltas.
+    """
+    return {"session_id": session.session_id, "history": [dict(m) for m in session.history],
+            "turns": session.turns, **extra}
+
+
+def restored(session: SDKSession, data: Mapping[str, Any]) -> dict[str, Any]:
+    """The session fields to replace from `export_history`'s `data` (validated).
+
+    Raises:
+        ValueError: `data` is not such a record.
+    """
+    history = data.get("history") if isinstance(data, Mapping) else None
+    if not (isinstance(history, list) and all(
+            isinstance(m, Mapping) and m.get("role") in ("user", "assistant")
+            and isinstance(m.get("content"), str | list) for m in history)):
+        raise ValueError("an SDK session record has a history of role/content messages")
+    turns = data.get("turns", 0)
+    session_id = data.get("session_id") or session.session_id
+    return {"history": tuple(dict(m) for m in history),
+            "turns": turns if isinstance(turns, int) else 0,
+            "session_id": session_id if isinstance(session_id, str) else session.session_id}
 
 
 def with_prompt(history: tuple[dict[str, Any], ...], prompt: str) -> tuple[dict[str, Any], ...]:

@@ -58,6 +58,8 @@ from gen_agent.backends._sdk import (
     StreamTranslator,
     after_reply,
     connection_error,
+    export_history,
+    restored,
     status_error,
     stream_turn,
     with_prompt,
@@ -479,6 +481,23 @@ class AnthropicAPI(Backend):
         text = None if refused else result_data.get("text")
         kept = after_reply(session.history, text, session.options)
         return msgspec.structs.replace(session, history=kept, turns=session.turns + 1)
+
+    @classmethod
+    def export_session(cls, session: AnthropicSession) -> dict[str, Any]:
+        """The resumable session for a session store: session id, kept history, turns."""
+        return export_history(session)
+
+    @classmethod
+    def restore_session(
+        cls, data: Mapping[str, Any], opts: Mapping[str, Any]
+    ) -> AnthropicSession:
+        """`start_session(opts)` with the conversation of `export_session`'s `data`.
+
+        Raises:
+            SessionStartError: as `start_session`. ValueError: `data` is no such record.
+        """
+        session = cls.start_session(opts)
+        return msgspec.structs.replace(session, **restored(session, data))
 
     @classmethod
     def reset_session(cls, session: AnthropicSession) -> AnthropicSession:

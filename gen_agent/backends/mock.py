@@ -507,6 +507,24 @@ class MockBackend(Backend):
         return session
 
     @classmethod
+    def export_session(cls, session: MockSession) -> dict[str, Any]:
+        """The resumable session for a session store: `{"session_id": id or None}`."""
+        return {"session_id": _session(session).session_id}
+
+    @classmethod
+    def restore_session(cls, data: Mapping[str, Any], opts: Mapping[str, Any]) -> MockSession:
+        """`start_session(opts)` with the stored session id (the scripts come from `opts`).
+
+        Raises:
+            SessionStartError: as `start_session`. ValueError: `data` is no such record.
+        """
+        if not isinstance(data, Mapping) or "session_id" not in data:
+            raise ValueError("a mock session record is a dict with a session_id")
+        if data["session_id"] is None:
+            return cls.start_session(opts)
+        return cls.start_session({**opts, "session_id": data["session_id"]})
+
+    @classmethod
     def reset_session(cls, session: MockSession) -> MockSession:
         """Forget the session id (history and scripts are kept); return the session.
 

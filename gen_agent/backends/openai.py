@@ -63,6 +63,8 @@ from gen_agent.backends._sdk import (
     StreamTranslator,
     after_reply,
     connection_error,
+    export_history,
+    restored,
     status_error,
     stream_turn,
     with_prompt,
@@ -544,6 +546,25 @@ class OpenAIResponses(Backend):
             return msgspec.structs.replace(session, previous_response_id=response_id, turns=turns)
         kept = after_reply(session.history, result_data.get("text"), session.options)
         return msgspec.structs.replace(session, history=kept, turns=turns)
+
+    @classmethod
+    def export_session(cls, session: OpenAISession) -> dict[str, Any]:
+        """The resumable session for a session store: session id, kept history (stateless
+        mode), turns, and the response the next turn continues (`store=True`)."""
+        return export_history(session, previous_response_id=session.previous_response_id)
+
+    @classmethod
+    def restore_session(cls, data: Mapping[str, Any], opts: Mapping[str, Any]) -> OpenAISession:
+        """`start_session(opts)` with the conversation of `export_session`'s `data`.
+
+        Raises:
+            SessionStartError: as `start_session`. ValueError: `data` is no such record.
+        """
+        session = cls.start_session(opts)
+        previous = data.get("previous_response_id") if isinstance(data, Mapping) else None
+        return msgspec.structs.replace(
+            session, **restored(session, data),
+            previous_response_id=previous if is_text(previous) else session.previous_response_id)
 
     @classmethod
     def reset_session(cls, session: OpenAISession) -> OpenAISession:

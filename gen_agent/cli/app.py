@@ -12,6 +12,8 @@ Commands:
 - `gen-agent demo`: the embedded demo (see `gen_agent.cli.demo`).
 - `gen-agent observe`: the demo's agents, round after round, with the observer's web view
   (`gen_agent.observer`; extra `gen_agent[observer]`).
+- `gen-agent sessions list|show|delete --db FILE`: the durable sessions of a `SQLiteStore`
+  (see `gen_agent.cli.sessions`).
 
 Exit codes: 0 all turns succeeded; 1 a turn failed; 2 bad input or set-up (unknown backend,
 missing CLI / SDK / API key, unreadable file); 130 Ctrl-C ended `run`. Errors are one line
@@ -36,6 +38,7 @@ from rich.table import Table
 from rich.text import Text
 
 import gen_agent
+from gen_agent.cli.sessions import sessions_app
 from gen_agent.cli.support import (
     BACKENDS,
     EXIT_FAILED,
@@ -75,6 +78,8 @@ VersionOpt = Annotated[bool, typer.Option(
 @app.callback()
 def _main(version: VersionOpt = False) -> None:
     """Run long-lived LLM agents as supervised actors."""
+
+app.add_typer(sessions_app, name="sessions")  # gen-agent sessions list/show/delete
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 

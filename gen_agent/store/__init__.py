@@ -1,0 +1,70 @@
+"""Durable sessions: where an agent's conversation, state and accounting survive its process.
+
+An agent opts in with two reserved start options, `store=` (a `SessionStore`) and
+`session_key=` (a non-empty `str`). At start it takes the key's lease (one live owner per key,
+across processes), loads the stored record and resumes from it: the backend session through the
+backend's `restore_session` hook, the agent state through `GenAgent.decode_state` when the
+agent sets `persist_state = True`. Every turn then writes, in this order (issue #22):
+
+1. at dispatch, the in-flight marker (which request, which attempt, since when);
+2. after the terminal event and *before* `handle_response`, the conversation record (the
+   backend's resumable session from `export_session`, the accounting totals) and the marker's
+   removal; if this write fails the turn fails through `handle_error` with
+   `("store_failed", kind)`, so a caller who saw an answer never loses it;
+3. after the decision callback (and `post_turn`) and before the reply, the agent state; a
+   failed state write does not change the outcome: it is logged, emitted as telemetry
+   (`STORE_ERROR`), shown in `Status.store` and retried with the next turn.
+
+A turn that was running when its process died is not replayed: the next start finds the
+marker, moves it to `interrupted`, sends an `InterruptedTurn` record to `handle_info` and shows
+it in `Status.store.interrupted_turn`.
+
+Implementations: `SQLiteStore` (stdlib `sqlite3`, one file, WAL; the embedded default) and
+`MemoryStore` (one process; tests). Values are encoded with msgspec (MessagePack); the schema is
+versioned (`SCHEMA_VERSION`) and a newer schema on disk is refused with `StoreSchemaError`,
+never misread. Records hold data only: reasons are stored in their portable form
+(`gen_agent.portable`), never as exception objects.
+
+Mirrors: nothing in the Elixir original (its agents are `:temporary` and persist nothing,
+contract Appendix B item 9); the design follows issue #22.
+"""
+
+from gen_agent.store.lease import bind_owner
+from gen_agent.store.memory import MemoryStore
+from gen_agent.store.records import (
+    SCHEMA_VERSION,
+    STORE_ERROR,
+    CorruptRecord,
+    InFlightTurn,
+    InterruptedTurn,
+    Lease,
+    LeaseHeld,
+    SessionRecord,
+    SessionStore,
+    StoreError,
+    StoreSchemaError,
+    StoreStatus,
+    Totals,
+    TurnOutcome,
+)
+from gen_agent.store.sqlite import SQLiteStore
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "STORE_ERROR",
+    "CorruptRecord",
+    "InFlightTurn",
+    "InterruptedTurn",
+    "Lease",
+    "LeaseHeld",
+    "MemoryStore",
+    "SQLiteStore",
+    "SessionRecord",
+    "SessionStore",
+    "StoreError",
+    "StoreSchemaError",
+    "StoreStatus",
+    "Totals",
+    "TurnOutcome",
+    "bind_owner",
+]

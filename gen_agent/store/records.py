@@ -1,0 +1,357 @@
+"""The records, errors and protocol of `gen_agent.store`, and their MessagePack encoding.
+
+Everything here is data: msgspec structs encoded with MessagePack, one blob per record field,
+so a field can be written alone (the in-flight marker, the state) and a field that does not
+decode names itself in `CorruptRecord`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final, Protocol, runtime_checkable
+
+import msgspec
+
+from gen_agent.errors import GenAgentError
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "STORE_ERROR",
+    "CorruptRecord",
+    "InFlightTurn",
+    "InterruptedTurn",
+    "Lease",
+    "LeaseHeld",
+    "SessionRecord",
+    "SessionStore",
+    "StoreError",
+    "StoreSchemaError",
+    "StoreStatus",
+    "Totals",
+    "TurnOutcome",
+]
+
+SCHEMA_VERSION: Final = 1
+"""The record schema this gen_agent reads and writes (SQLite `PRAGMA user_version`)."""
+
+STORE_ERROR: Final = ("gen_agent", "store", "error")
+"""Telemetry: a store write failed. Measurements `system_time`; metadata `agent`, `key`,
+`operation` (`"begin"`, `"conversation"`, `"state"`, `"release"`) and `kind` (the
+`StoreError` reason). A gen_agent extension, not one of the contract's §8 events."""
+
+
+# -- errors --------------------------------------------------------------------------------
+
+
+class StoreError(GenAgentError):
+    """A store operation failed; `.reason` is its kind, a `str`.
+
+    Kinds: `"busy"` (the database stayed locked by other processes past `busy_timeout`),
+    `"io_error"` (any other SQLite or OS failure), `"lease_lost"` (another owner took the
+    key's lease), `"encode_error"` (a value msgspec cannot encode), `"closed"` (the store was
+    closed). Differs from `CorruptRecord` (a record that cannot be decoded) and
+    `StoreSchemaError` (a file written by a newer gen_agent).
+    """
+
+
+class StoreSchemaError(StoreError):
+    """The store's file has a schema this gen_agent does not know (newer, or not ours).
+
+    `.found` is the version on disk, `.supported` this gen_agent's `SCHEMA_VERSION`.
+    Raised by the `SQLiteStore` constructor: nothing is read or written.
+    """
+
+    def __init__(self, path: str, found: int, supported: int) -> None:
+        self.path, self.found, self.supported = path, found, supported
+        super().__init__(
+            "schema_newer",
+            f"session store {path!r} has schema version {found}, newer than the version "
+            f"{supported} this gen_agent supports; upgrade gen_agent to open it",
+        )
+
+
+class CorruptRecord(StoreError):
+    """The record stored under `.key` cannot be decoded (`.detail` says which part).
+
+    An agent starting on that key fails with `AgentStartError(("store_corrupt", key,
+    detail))`; other keys are unaffected. Delete the record (`gen-agent sessions delete`).
+    """
+
+    def __init__(self, key: str, detail: str) -> None:
+        self.key, self.detail = key, detail
+        super().__init__("corrupt_record", f"stored session {key!r} is corrupt ({detail})")
+
+
+class LeaseHeld(StoreError):
+    """Another live owner holds the key's lease (`.key`, `.holder`: its `Lease`).
+
+    An agent starting on that key fails with `AgentStartError(("session_leased", key,
+    {"pid": ..., "host": ...}))`.
+    """
+
+    def __init__(self, key: str, holder: Lease) -> None:
+        self.key, self.holder = key, holder
+        super().__init__(
+            "lease_held",
+            f"session {key!r} is owned by pid {holder.pid} on {holder.host!r}",
+        )
+
+
+# -- records -------------------------------------------------------------------------------
+
+
+class Totals(msgspec.Struct, frozen=True, kw_only=True):
+    """The per-session accounting totals: what the successful turns' `Response`s carried.
+
+    Fields:
+        turns: successful turns (count).
+        usage: every integer field of `Response.usage`, summed per key (tokens).
+        cost_usd: the sum of `Response.cost_usd` (US dollars; 0.0 when none reported).
+    """
+
+    turns: int = 0
+    usage: dict[str, int] = msgspec.field(default_factory=dict)
+    cost_usd: float = 0.0
+
+    def add(self, response: Any) -> Totals:
+        """These totals plus one successful turn's `Response` (a new `Totals`)."""
+        usage = dict(self.usage)
+        for name, value in (getattr(response, "usage", None) or {}).items():
+            if isinstance(value, int) and not isinstance(value, bool):
+                usage[name] = usage.get(name, 0) + value
+        cost = getattr(response, "cost_usd", None)
+        extra = float(cost) if isinstance(cost, int | float) and not isinstance(cost, bool) else 0
+        return Totals(turns=self.turns + 1, usage=usage, cost_usd=self.cost_usd + extra)
+
+
+class InFlightTurn(msgspec.Struct, frozen=True, kw_only=True):
+    """The turn an owner has dispatched and not yet finished (the in-flight marker).
+
+    Fields:
+        ref: the request's ref, as text (`repr` of the `RequestRef`).
+        origin: `"ask"`, `"tell"`, `"event"` or `"self_chain"`.
+        attempt: the attempt number, 1-based.
+        started_at: when it was dispatched (Unix time, seconds).
+        pid: the owner process's id.
+    """
+
+    ref: str
+    origin: str
+    attempt: int
+    started_at: float
+    pid: int
+
+
+class InterruptedTurn(msgspec.Struct, frozen=True, kw_only=True, tag="interrupted_turn"):
+    """A turn that was running when its agent's process died (or the agent was stopped):
+    it was not answered and is not replayed.
+
+    Sent once to `handle_info` at the next start on the same key, and shown in
+    `Status.store.interrupted_turn` (and by `gen-agent sessions show`).
+
+    Fields:
+        key: the session key.
+        ref: the interrupted request's ref, as text.
+        origin: its origin (`"ask"`, `"tell"`, `"event"`, `"self_chain"`).
+        attempt: its attempt number, 1-based.
+        started_at: when it was dispatched (Unix time, seconds).
+        detected_at: when the next start found it (Unix time, seconds).
+    """
+
+    key: str
+    ref: str
+    origin: str
+    attempt: int
+    started_at: float
+    detected_at: float
+
+
+class TurnOutcome(msgspec.Struct, frozen=True, kw_only=True):
+    """How the last finished turn of a session ended (data only).
+
+    Fields:
+        ref: the request's ref, as text.
+        ok: True for a response, False for an error.
+        reason: for an error, the reason in portable form (`gen_agent.portable.portable`:
+            exceptions become `PortableException` records), else None.
+        ended_at: Unix time, seconds.
+    """
+
+    ref: str
+    ok: bool
+    reason: Any = None
+    ended_at: float = 0.0
+
+
+class Lease(msgspec.Struct, frozen=True, kw_only=True):
+    """Who owns a key: one live owner per key, across processes.
+
+    Fields:
+        key: the session key.
+        token: the owner's random token (fences writes: a lost lease fails them).
+        pid: the owner's process id.
+        host: the owner's host name.
+        boot_id: the owner host's boot id (Linux), so a reboot frees every lease.
+        started_ticks: the owner process's start time (Linux clock ticks since boot), so a
+            reused pid is not mistaken for the owner; 0 when unknown.
+        heartbeat_at: the last write or heartbeat (Unix time, seconds).
+        acquired_at: when the lease was taken (Unix time, seconds).
+    """
+
+    key: str
+    token: str
+    pid: int
+    host: str
+    boot_id: str = ""
+    started_ticks: int = 0
+    heartbeat_at: float = 0.0
+    acquired_at: float = 0.0
+
+
+class SessionRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """Everything stored under one key, decoded.
+
+    Fields:
+        key: the session key.
+        backend: the backend's name (`"AnthropicAPI"`, ...) of the last writer, or None.
+        conversation: the backend's resumable session (`export_session`'s data: a CLI's
+            session id, an HTTP backend's history, a response id), or None.
+        state: the agent state as encoded by `GenAgent.encode_state` (bytes), or None.
+        totals: the accounting `Totals`.
+        in_flight: the turn running now (or when the owner died), or None.
+        interrupted: the last `InterruptedTurn` found at a start, or None.
+        last_outcome: how the last finished turn ended (`TurnOutcome`), or None.
+        created_at, updated_at: Unix time, seconds.
+        lease: the current lease, or None.
+    """
+
+    key: str
+    backend: str | None = None
+    conversation: Any = None
+    state: bytes | None = None
+    totals: Totals = msgspec.field(default_factory=Totals)
+    in_flight: InFlightTurn | None = None
+    interrupted: InterruptedTurn | None = None
+    last_outcome: TurnOutcome | None = None
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    lease: Lease | None = None
+
+
+class StoreStatus(msgspec.Struct, frozen=True, kw_only=True):
+    """The durable-session part of `Status` (`Status.store`), for an agent with a store.
+
+    Fields:
+        key: the session key.
+        resumed: whether the start found a stored record and resumed from it.
+        interrupted_turn: the `InterruptedTurn` this start found, or None.
+        last_error: `(operation, kind)` of the latest failed store write, or None once a
+            later write of the same kind succeeded.
+        state_pending: True while the latest agent state is not stored (a failed state write,
+            retried with the next turn).
+    """
+
+    key: str
+    resumed: bool = False
+    interrupted_turn: InterruptedTurn | None = None
+    last_error: tuple[str, str] | None = None
+    state_pending: bool = False
+
+
+# -- the protocol --------------------------------------------------------------------------
+
+
+@runtime_checkable
+class SessionStore(Protocol):
+    """What the runtime needs from a session store. Implementations must be thread-safe
+    (many agents of one process share one store) and, for a store shared between processes,
+    process-safe.
+
+    Methods:
+        acquire(key): take the key's lease; returns the `Lease`. Raises `LeaseHeld` when
+            another live owner holds it (a lease whose owner is dead is taken over at once).
+        release(lease): give the lease up (no-op when no longer held).
+        load(key): the `SessionRecord` under `key`, or None. Raises `CorruptRecord`.
+        update(lease, *, sync=True, **fields): write some fields of the lease's record
+            (creating it), refreshing the heartbeat; `fields` are `SessionRecord` field
+            names other than `key`, `created_at`, `updated_at` and `lease`. `sync=False`
+            allows the write to become durable only with the next synced one (the runtime's
+            in-flight marker, and a conversation record followed by a state write). Raises
+            `StoreError` (`"lease_lost"` when the lease is no longer this owner's).
+        list_keys(): every stored key, sorted.
+        delete(key, force=False): remove the record and its lease; True if there was a
+            record. Raises `LeaseHeld` when a live owner holds it, unless `force`.
+        close(): release resources (idempotent).
+    """
+
+    def acquire(self, key: str) -> Lease:
+        """See the class docstring."""
+
+    def release(self, lease: Lease) -> None:
+        """See the class docstring."""
+
+    def load(self, key: str) -> SessionRecord | None:
+        """See the class docstring."""
+
+    def update(self, lease: Lease, *, sync: bool = True, **fields: Any) -> None:
+        """See the class docstring."""
+
+    def list_keys(self) -> list[str]:
+        """See the class docstring."""
+
+    def delete(self, key: str, *, force: bool = False) -> bool:
+        """See the class docstring."""
+
+    def close(self) -> None:
+        """See the class docstring."""
+
+
+# -- encoding ------------------------------------------------------------------------------
+
+_FIELD_TYPES: Final[Mapping[str, Any]] = {
+    "backend": str | None,
+    "conversation": Any,
+    "state": bytes | None,
+    "totals": Totals,
+    "in_flight": InFlightTurn | None,
+    "interrupted": InterruptedTurn | None,
+    "last_outcome": TurnOutcome | None,
+}
+FIELDS: Final = tuple(_FIELD_TYPES)
+ENCODER = msgspec.msgpack.Encoder()
+_DECODERS: Final = {name: msgspec.msgpack.Decoder(kind) for name, kind in _FIELD_TYPES.items()}
+LEASE_DECODER = msgspec.msgpack.Decoder(Lease)
+
+
+def encode_fields(fields: Mapping[str, Any]) -> dict[str, bytes]:
+    unknown = set(fields) - set(FIELDS)
+    if unknown:
+        raise TypeError(f"unknown session record fields {sorted(unknown)}; known: {FIELDS}")
+    try:
+        return {name: ENCODER.encode(value) for name, value in fields.items()}
+    except (TypeError, msgspec.EncodeError, OverflowError) as exc:
+        raise StoreError("encode_error", f"a session record value cannot be encoded "
+                                         f"({type(exc).__name__})") from None
+
+
+def decode_record(key: str, blobs: Mapping[str, bytes | None], created_at: float,
+                   updated_at: float, lease: Lease | None) -> SessionRecord:
+    values: dict[str, Any] = {}
+    for name in FIELDS:
+        blob = blobs.get(name)
+        if blob is None:
+            continue
+        try:
+            values[name] = _DECODERS[name].decode(blob)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            raise CorruptRecord(key, f"field {name!r} does not decode") from None
+    if values.get("totals") is None:
+        values.pop("totals", None)
+    return SessionRecord(key=key, created_at=created_at, updated_at=updated_at, lease=lease,
+                         **values)
+
+
+def check_key(key: Any) -> str:
+    if not isinstance(key, str) or not key:
+        raise ValueError(f"a session key must be a non-empty str, got {key!r}")
+    return key
