@@ -195,7 +195,7 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
         if options.hibernate_after_ms is not None:
             self._enable_hibernation(options.hibernate_after_ms)
         self.durable: Durable | None = None
-        if options.store is not None:
+        if options.store is not None and options.session_key is not None:
             self.durable = Durable(options.store, options.session_key, self.name, backend,
                                    self.log, lambda: not handle.closed)
 
