@@ -36,6 +36,7 @@ from typing import Any, ClassVar, Final
 import msgspec
 from loguru import logger
 
+from gen_agent._runtime.timers import TIMERS
 from gen_agent.backend import BackendError, SessionStartError, TurnContext
 from gen_agent.backends._option_checks import (
     Check,
@@ -69,6 +70,9 @@ __all__ = [
 ]
 
 _CONNECT_DONE: Final = "connect_tcp.complete"
+# How long the next turn reads a finished turn's body to its end before giving the
+# connection up (seconds): the end normally comes with the last event.
+_DRAIN_LIMIT_S: Final = 1.0
 
 
 def load_sdk(module: str, *, extra: str, provider: str) -> ModuleType:
@@ -135,20 +139,24 @@ class Transport:
     def finish_parked(self) -> None:
         """Read the parked response to its end and release it (its connection is reused).
 
-        Called by the next turn before its request. A body that fails or is cut is closed
-        instead (the pool then drops that connection). Quick in the usual case: the end of
-        the body arrived together with the last event.
+        Called by the next turn before its request. Quick in the usual case (the end of the
+        body came with the last event); bounded by `_DRAIN_LIMIT_S`: a body that has not
+        ended by then has its connection shut down (the pool drops it, the next request opens
+        a new one), as has one that fails or is cut.
         """
         with self._lock:
             parked, self._parked = self._parked, None
         if parked is None:
             return
         stream, rest = parked
+        limit = TIMERS.schedule(_DRAIN_LIMIT_S, self._shut_sockets)
         try:
             for _ in rest:
                 pass
         except Exception as exc:  # noqa: BLE001 - the turn it belonged to is over; logged
             logger.debug("gen_agent reading a body to its end raised {}", type(exc).__name__)
+        finally:
+            limit.cancel()
         _close_quietly(stream)
 
     def begin_turn(self) -> int:
@@ -166,6 +174,10 @@ class Transport:
         """Cancel the current turn: shut down every socket of the client. Quick; idempotent."""
         with self._lock:
             self._cancelled_turn = self._turn
+        self._shut_sockets()
+
+    def _shut_sockets(self) -> None:
+        with self._lock:
             sockets = list(self._sockets)
         for sock in sockets:
             with contextlib.suppress(OSError):

@@ -409,3 +409,19 @@ def test_openai_function_call_without_arguments_has_input_empty_object(
 
     assert [e.data["input"] for e in response.tool_calls] == [{}]
     next_ask_works(server, OPENAI, agent)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS, ids=repr)
+def test_a_body_that_never_ends_after_its_outcome_does_not_hold_the_next_turn(
+    server: RawServer, provider: Provider
+) -> None:
+    held = provider.reply("first")
+    server.enqueue([*held[:-1], Hold()], provider.reply("second"))  # the end never comes
+    agent = provider.start(server, timeout=60)
+
+    assert agent.ask("1", timeout=WAIT_S).text == "first"
+    # The next turn gives the unfinished body up (bounded) and opens a new connection,
+    # instead of waiting for the SDK's 60 s read timeout.
+    assert agent.ask("2", timeout=WAIT_S).text == "second"
+    assert server.connections == 2
+    gen_agent.stop(f"faults-{provider.name}")
