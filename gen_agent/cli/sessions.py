@@ -76,11 +76,11 @@ def _time(value: float) -> str:
     return datetime.datetime.fromtimestamp(value).isoformat(sep=" ", timespec="seconds")
 
 
-def _owner(record: SessionRecord) -> dict[str, Any] | None:
+def _owner(record: SessionRecord, ttl_s: float) -> dict[str, Any] | None:
     lease = record.lease
     if lease is None:
         return None
-    alive = holder_alive(lease, 60.0, datetime.datetime.now().timestamp())
+    alive = holder_alive(lease, ttl_s, datetime.datetime.now().timestamp())
     return {"pid": lease.pid, "host": lease.host, "alive": alive,
             "heartbeat_at": lease.heartbeat_at}
 
@@ -100,8 +100,15 @@ def _conversation_summary(conversation: Any) -> Any:
     return summary
 
 
-def describe_record(record: SessionRecord, *, payload: bool = False) -> dict[str, Any]:
+def describe_record(record: SessionRecord, *, payload: bool = False,
+                    lease_ttl_s: float = 60.0) -> dict[str, Any]:
     """A JSON-ready view of `record`: without conversation or state text unless `payload`.
+
+    Args:
+        record: the stored record.
+        payload: include the conversation data and the decoded state.
+        lease_ttl_s: the store's lease TTL (seconds), to tell whether an owner on another
+            host is alive.
 
     Returns:
         A dict with `key`, `backend`, `totals`, `owner`, `in_flight`, `interrupted`,
@@ -112,7 +119,7 @@ def describe_record(record: SessionRecord, *, payload: bool = False) -> dict[str
         "key": record.key,
         "backend": record.backend,
         "totals": msgspec.to_builtins(record.totals),
-        "owner": _owner(record),
+        "owner": _owner(record, lease_ttl_s),
         "in_flight": msgspec.to_builtins(record.in_flight),
         "interrupted": msgspec.to_builtins(record.interrupted),
         "last_outcome": msgspec.to_builtins(record.last_outcome),
@@ -155,7 +162,7 @@ def list_sessions(db: DbOpt = None, json_out: JsonOpt = False) -> None:
     if json_out:
         for item in records:
             view = ({"key": item, "corrupt": True} if isinstance(item, str)
-                    else describe_record(item))
+                    else describe_record(item, lease_ttl_s=store.lease_ttl_s))
             typer.echo(json.dumps(view, default=str))
         return
     table = Table("key", "backend", "turns", "tokens in/out", "cost $", "owner", "turn",
@@ -165,7 +172,7 @@ def list_sessions(db: DbOpt = None, json_out: JsonOpt = False) -> None:
             table.add_row(item, "[red]corrupt[/]", "", "", "", "", "", "")
             continue
         usage = item.totals.usage
-        owner = _owner(item)
+        owner = _owner(item, store.lease_ttl_s)
         owner_text = "-" if owner is None else (
             f"pid {owner['pid']}@{owner['host']}" + ("" if owner["alive"] else " (dead)"))
         turn = ("running" if item.in_flight is not None
@@ -195,8 +202,8 @@ def show_session(
         store.close()
     if record is None:
         raise CliError(f"no session {key!r}", EXIT_FAILED)
-    typer.echo(json.dumps(describe_record(record, payload=payload), indent=2, default=str,
-                          ensure_ascii=False))
+    view = describe_record(record, payload=payload, lease_ttl_s=store.lease_ttl_s)
+    typer.echo(json.dumps(view, indent=2, default=str, ensure_ascii=False))
 
 
 @sessions_app.command("delete")

@@ -88,3 +88,15 @@ def test_bad_input_is_one_error_line(db: str, tmp_path: Path) -> None:
     conn.close()
     newer = invoke("list", "--db", db)
     assert newer.exit_code == 2 and "newer" in newer.output
+
+
+def test_a_corrupt_session_is_listed_and_shown_as_an_error(db: str) -> None:
+    conn = sqlite3.connect(db)
+    conn.execute("UPDATE sessions SET totals = ? WHERE key = 'chat-1'", (b"\xc1",))
+    conn.commit()
+    conn.close()
+    rows = [json.loads(line) for line in invoke("list", "--db", db, "--json").output.splitlines()]
+    assert rows[0] == {"key": "chat-1", "corrupt": True} and rows[1]["key"] == "worker-2"
+    shown = invoke("show", "--db", db, "chat-1")
+    assert shown.exit_code == 1 and "corrupt" in shown.output and "'totals'" in shown.output
+    assert invoke("delete", "--db", db, "chat-1").exit_code == 0  # the way out

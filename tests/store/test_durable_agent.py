@@ -13,7 +13,7 @@ import pytest
 
 import gen_agent
 from gen_agent import AgentStartError, GenAgent, NoReply, Pool, Supervisor, TurnError, child_spec
-from gen_agent.backends.mock import MockBackend, text_turn
+from gen_agent.backends.mock import MockBackend, raising, text_turn
 from gen_agent.client import backend_session
 from gen_agent.store import (
     STORE_ERROR,
@@ -279,3 +279,22 @@ def test_pool_workers_each_get_their_own_key() -> None:
     assert store.list_keys() == ["pool/p-0", "pool/p-1"]
     turns = [store.load(key).totals.turns for key in store.list_keys()]  # type: ignore[union-attr]
     assert sum(turns) == 4
+
+
+def test_a_failed_turns_reason_is_stored_in_portable_form() -> None:
+    class Raising(Counter):
+        def init_agent(self, opts: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+            return {"scripts": [raising(ValueError("secret detail"))]}, {"turns": 0}
+
+    store = MemoryStore()
+    gen_agent.start_agent(Raising, name="a", backend=MockBackend, store=store, session_key="k")
+    with pytest.raises(TurnError) as caught:
+        gen_agent.ask("a", "one", timeout=5)
+    assert caught.value.reason[0] == "task_crashed"
+    record = store.load("k")
+    assert record is not None and record.last_outcome is not None
+    assert record.in_flight is None and record.last_outcome.ok is False
+    kind, error = record.last_outcome.reason  # data only: no exception object survives
+    assert kind == "task_crashed"
+    assert isinstance(error, dict) and error["type_name"] == "ValueError"
+    assert error["module"] == "builtins"
