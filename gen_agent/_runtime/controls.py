@@ -235,6 +235,8 @@ class ControlsMixin:
             try:
                 self.session = reset(self.session)
                 self._session_used = False
+                if self.durable is not None:  # a crash now must not resume the old one
+                    self.durable.session_replaced(self.session)
                 reply.resolve(("ok", None))
             except ResetError as exc:
                 reply.resolve(("error", exc.reason))

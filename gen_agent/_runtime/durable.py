@@ -172,6 +172,19 @@ class Durable:
             self.totals = fields["totals"]
         return kind
 
+    def session_replaced(self, session: Any) -> None:
+        """Write the conversation of a session replaced outside a turn (`reset_session`);
+        a failure is reported, the reset stands."""
+        if self._export is None:
+            return
+        try:
+            data = self._export(session)
+        except Exception as exc:  # noqa: BLE001 - reported; the reset stands
+            self.log.error("gen_agent export_session raised {}", type(exc).__name__)
+            self._failed("conversation", "export_failed")
+            return
+        self._write("conversation", conversation=data)
+
     def save_state(self, impl: Any, state: Any) -> None:
         """Write the agent state if it opted in and it changed; failures are reported and
         retried with the next turn."""

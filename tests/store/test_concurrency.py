@@ -1,5 +1,6 @@
 """Done-when of issue #22: 4 processes x 50 agents x 20 turns on one SQLite file: every turn
-and every state is stored, and no caller ever sees SQLite's `database is locked`."""
+and every state is stored, and no caller ever sees SQLite's `database is locked`. The file
+does not exist beforehand: the four processes create it (schema and WAL) at the same time."""
 
 from __future__ import annotations
 
@@ -19,7 +20,6 @@ PROCESSES, AGENTS, TURNS = 4, 50, 20
 
 def test_four_processes_share_one_file_and_lose_nothing(tmp_path: Path) -> None:
     db = tmp_path / "shared.db"
-    SQLiteStore(db).close()  # created once; the children open it concurrently
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     prompts = [f"turn {i}" for i in range(TURNS)]
     children = [

@@ -298,3 +298,19 @@ def test_a_failed_turns_reason_is_stored_in_portable_form() -> None:
     assert kind == "task_crashed"
     assert isinstance(error, dict) and error["type_name"] == "ValueError"
     assert error["module"] == "builtins"
+
+
+def test_a_reset_session_is_stored_at_once() -> None:
+    class Resuming(Counter):
+        def init_agent(self, opts: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+            backend_opts, state = super().init_agent(opts)
+            return {**backend_opts, "session_id": "conversation-1"}, state
+
+    store = MemoryStore()
+    gen_agent.start_agent(Resuming, name="a", backend=MockBackend, store=store, session_key="k")
+    gen_agent.ask("a", "one", timeout=5)
+    record = store.load("k")
+    assert record is not None and record.conversation == {"session_id": "conversation-1"}
+    gen_agent.reset_session("a")
+    record = store.load("k")
+    assert record is not None and record.conversation == {"session_id": None}
