@@ -314,3 +314,25 @@ def test_a_reset_session_is_stored_at_once() -> None:
     gen_agent.reset_session("a")
     record = store.load("k")
     assert record is not None and record.conversation == {"session_id": None}
+
+
+def test_a_killed_agent_frees_its_key_at_once() -> None:
+    entered, release = threading.Event(), threading.Event()
+
+    class Stuck(Counter):
+        def handle_event(self, event: Any, state: Any) -> Any:
+            entered.set()
+            release.wait(10)
+            return NoReply(state)
+
+    store = MemoryStore()
+    gen_agent.start_agent(Stuck, name="a", backend=MockBackend, store=store, session_key="k",
+                          shutdown_ms=50)
+    gen_agent.notify("a", "block")
+    assert entered.wait(5)
+    try:
+        gen_agent.stop("a")  # the window passes: killed, no cleanup ran, no release
+        start(store, name="b")  # the key is free for a new owner at once
+        assert gen_agent.status("b").store.resumed is False
+    finally:
+        release.set()
