@@ -175,7 +175,9 @@ class AgentSystem:
             raise RequestError("self_stop")
 
     def _stop_handle(self, handle: AgentHandle, reason: Any) -> None:
-        handle.send(StopMsg(reason, handle.reply()))
+        message = StopMsg(reason, handle.reply())
+        if not handle.run_if_hibernated(message):  # a hibernated agent stops in this thread
+            handle.send(message)
         window = handle.shutdown_ms
         if not handle.exited.wait(None if window is None else window / 1000):
             self._kill(handle)

@@ -15,7 +15,7 @@ from typing import Any
 import pykka
 from loguru import logger
 
-from gen_agent._runtime.reply import Reply, fail_all
+from gen_agent._runtime.reply import OnceEvent, Reply, fail_all
 from gen_agent.errors import AgentDown, RequestError
 
 
@@ -37,7 +37,7 @@ class AgentHandle:
         self.actor_thread: int | None = None
         self.outstanding: set[Reply] = set()
         self.closed = False
-        self.exited = threading.Event()
+        self.exited = OnceEvent()
         self.exit_reason: Any = None
         self.exit_cause: BaseException | None = None  # the exception that stopped it, if any
         self.session_id: str | None = None  # last provider session id seen (for resume)
@@ -50,6 +50,14 @@ class AgentHandle:
         """True while the agent hibernates (idle, no actor thread; see `hibernate_after_ms`)."""
         ref = self.actor_ref
         return ref is not None and getattr(ref.actor_inbox, "hibernated", False)
+
+    def run_if_hibernated(self, message: Any) -> bool:
+        """Deliver `message` to a hibernated agent by running it in the calling thread (see
+        `AgentActor.run_inline`); False when the agent is awake or closed (send it instead)."""
+        ref = self.actor_ref
+        if self.closed or ref is None or not getattr(ref.actor_inbox, "hibernated", False):
+            return False
+        return bool(getattr(ref.actor_inbox, "actor").run_inline(message))  # noqa: B009
 
     @property
     def alive(self) -> bool:

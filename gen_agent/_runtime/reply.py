@@ -98,6 +98,41 @@ class Reply:
         return self._value
 
 
+class OnceEvent:
+    """A `threading.Event` that is set once and never cleared, on one lock: a fraction of the
+    memory of an Event (a Condition, its lock and a waiter deque), for the per-agent "exited"
+    and "stopped" flags that 100,000 hibernated agents each hold (issue 20).
+
+    Same interface as the Event methods used: `set()`, `is_set()`, `wait(timeout=None) ->
+    bool` (`timeout` in seconds, None = forever).
+    """
+
+    __slots__ = ("_flag", "_lock")
+
+    def __init__(self) -> None:
+        self._flag = False
+        self._lock = threading.Lock()
+        self._lock.acquire()  # released by set()
+
+    def is_set(self) -> bool:
+        """True once set."""
+        return self._flag
+
+    def set(self) -> None:
+        """Set the flag and wake every waiter (idempotent)."""
+        if not self._flag:
+            self._flag = True
+            self._lock.release()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until set or `timeout` seconds passed; return whether it is set."""
+        if self._flag:
+            return True
+        if self._lock.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
+            self._lock.release()  # keep it open for any other waiter
+        return self._flag
+
+
 def fail_all(outstanding: set[Reply], exc: BaseException) -> None:
     """Fail every reply still outstanding (the agent is gone)."""
     for reply in list(outstanding):

@@ -22,7 +22,13 @@ from loguru import logger
 from gen_agent import telemetry
 from gen_agent._runtime.cancel import CancelSignal
 from gen_agent._runtime.capture import Capture, LosslessBudget, tool_calls
-from gen_agent._runtime.context import set_current, set_request
+from gen_agent._runtime.context import (
+    current_handle,
+    current_name,
+    current_request,
+    set_current,
+    set_request,
+)
 from gen_agent._runtime.controls import ControlsMixin
 from gen_agent._runtime.crash import log_exception
 from gen_agent._runtime.durable import Durable
@@ -55,6 +61,7 @@ from gen_agent._runtime.messages import (
 )
 from gen_agent._runtime.options import AgentOptions
 from gen_agent._runtime.pending import BoundedQueue, check_admission
+from gen_agent._runtime.reply import OnceEvent
 from gen_agent._runtime.request import (
     Request,
     Retry,
@@ -72,7 +79,7 @@ from gen_agent._runtime.request import (
 from gen_agent._runtime.results import ResultCache
 from gen_agent._runtime.timers import TIMERS
 from gen_agent._runtime.turn import TurnChannel, TurnSpec, start_turn
-from gen_agent.agent import BASE_STREAM_EVENT, Halt, NoReply, Proceed, Prompt, Skip
+from gen_agent.agent import BASE_STREAM_EVENT, GenAgent, Halt, NoReply, Proceed, Prompt, Skip
 from gen_agent.backend import ResetError, SessionStartError, TurnContext
 from gen_agent.errors import (
     AgentStartError,
@@ -157,6 +164,8 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
     def __init__(self, handle: AgentHandle, module: type, backend: Any, options: AgentOptions,
                  init_opts: dict[str, Any], init_reply: Any) -> None:
         super().__init__()
+        # pykka only sets and reads its stop flag: a lighter one (memory, issue 20).
+        self.actor_stopped = self.actor_ref.actor_stopped = OnceEvent()  # type: ignore[assignment]
         self.handle = handle
         handle.actor_ref = self.actor_ref
         self.name = handle.name
@@ -229,6 +238,53 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
         self._actor_loop_setup()
         self._run_loop()
 
+    def _start_actor_loop(self) -> None:
+        if self._hibernate_s != 0 or getattr(self.module, "pre_run", None) not in (
+                None, GenAgent.pre_run):
+            super()._start_actor_loop()
+            return
+        # hibernate_after_ms=0 and no pre_run (which must run after start_agent returned,
+        # §4.3): initialise in the starting thread and begin hibernated, so starting 100,000
+        # such agents starts no thread at all.
+        self._inline(self._start_hibernated)
+
+    def _start_hibernated(self) -> None:
+        self._actor_loop_setup()  # on_start: init_agent, start_session, pre_run
+        if not self._hibernate():
+            self._wake(force=True)  # messages arrived meanwhile (or it stopped): a thread
+
+    def _inline(self, body: Any) -> None:
+        # Run `body` as this agent's thread in the calling thread, then give the calling
+        # thread its own identity back (it may itself be another agent's thread).
+        name, handle, request = current_name(), current_handle(), current_request()
+        me = self.handle.actor_thread = threading.get_ident()
+        set_current(self.name, self.handle)
+        try:
+            body()
+        finally:
+            if self.handle.actor_thread == me:
+                self.handle.actor_thread = None  # hibernated or stopped: no thread is its own
+            set_current(name, handle)
+            set_request(request)
+
+    def run_inline(self, message: Any) -> bool:
+        """If this agent hibernates, put `message` in its inbox and run the agent in the
+        calling thread until it hibernates again or stops; False (nothing done) if it is
+        awake. Used to stop hibernated agents without starting a thread for each."""
+        inbox, lock = self._hibernating_inbox, self._wake_lock
+        if inbox is None or lock is None:
+            return False
+        with lock:
+            if not inbox.hibernated:
+                return False
+            inbox.hibernated = False  # claimed: the put below wakes nobody
+        try:
+            self.actor_ref.tell(message)
+        except pykka.ActorDeadError:
+            return False
+        self._inline(self._run_loop)
+        return True
+
     def _run_loop(self) -> None:
         if self._hibernate_s is None:
             super()._actor_loop_running()
@@ -284,14 +340,15 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
             self.hibernations += 1
         return True
 
-    def _wake(self) -> None:
+    def _wake(self, force: bool = False) -> None:
         """Resume a hibernated agent on a new actor thread (called by `_HibernatingInbox.put`
-        in the sender's thread). Raises RuntimeError when no thread can be started: the
-        message stays queued and the next put tries again."""
+        in the sender's thread; `force`: start the thread even though the agent was not
+        marked hibernated). Raises RuntimeError when no thread can be started: the message
+        stays queued and the next put tries again."""
         inbox, lock = self._hibernating_inbox, self._wake_lock
         assert inbox is not None and lock is not None
         with lock:
-            if not inbox.hibernated:
+            if not inbox.hibernated and not force:
                 return
             inbox.hibernated = False
             thread = threading.Thread(target=self._resumed, daemon=True,

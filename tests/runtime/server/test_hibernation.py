@@ -145,3 +145,19 @@ def test_the_option_is_validated_and_the_environment_sets_the_default(
     monkeypatch.setenv(HIBERNATE_ENV, "soon")
     with pytest.raises(ValueError, match=HIBERNATE_ENV):
         build_options({})
+
+
+def test_an_agent_that_hibernates_at_once_starts_and_stops_without_a_thread() -> None:
+    threads_before = set(threading.enumerate())
+    ref = start(Counter, scripts=[mock.text_turn("ok")], hibernate_after_ms=0)
+
+    assert set(threading.enumerate()) == threads_before  # initialised in this thread
+    assert ref._handle.hibernated
+    assert gen_agent.current_name() is None  # this thread got its own identity back
+    assert ref.ask("x", timeout=WAIT_S).text == "ok"
+    wait_hibernated(ref)
+    gen_agent.stop("a")  # runs the stop in this thread
+
+    assert not ref.is_alive() and ref.wait_stopped(WAIT_S)
+    assert gen_agent.current_name() is None
+    assert _agent_threads() == []
