@@ -102,7 +102,9 @@ def start_agent(module: type, *, name: Any, backend: Any, **opts: Any) -> AgentR
             session and queues wait in memory and the next message wakes it on a new
             thread, in order, losing nothing (BEAM's `:hibernate`). Default None/"infinity":
             never, unless the `GEN_AGENT_HIBERNATE_AFTER_MS` environment variable sets
-            another default. 0 hibernates as soon as the agent is idle. Int >= 0.
+            another default. 0 hibernates as soon as the agent is idle (then, without a
+            `pre_run`, the agent starts hibernated: `init_agent` runs in this thread).
+            Int >= 0.
         Bytes are `gen_agent.term_size` bytes.
 
     Returns:
