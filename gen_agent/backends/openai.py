@@ -33,7 +33,9 @@ Normalization (stream events, as dicts, to `Event`s; `OpenAIStreamTranslator`):
   an `error` event → kind `"stream_error"`;
   a final response in another status → `"unexpected_response_status"`;
 - an HTTP error or a lost connection → terminal `error` (`_error_from_sdk` is the one place
-  SDK exceptions are translated); a stream that ends without an outcome →
+  SDK exceptions are translated); a `previous_response_id` the API no longer has (400
+  `previous_response_not_found`) → kind `"session_not_found"`: the agent then resets the
+  session, so the next turn starts a new conversation; a stream that ends without an outcome →
   `"stream_truncated"`.
 
 SDK retries are off by default (`max_retries=0`): the agent's retry policy owns retries.
@@ -414,7 +416,8 @@ def _tool_input(arguments: Any) -> Any:
 def _error_from_sdk(exc: BaseException, sdk: Any) -> BackendError | None:
     """The one place an `openai` SDK exception becomes a `BackendError`.
 
-    - `APIStatusError` → `BackendError.http` (status, body, `retry-after` header);
+    - `APIStatusError` → `BackendError.http` (status, body, `retry-after` header), except a
+      `previous_response_not_found` error → kind `"session_not_found"`, not retryable;
     - `APITimeoutError` → `"timeout"`; `APIConnectionError` → `"transport"` (retryable);
     - any other `APIError` (the SDK raises one for a stream event carrying an `error`
       object) → `"stream_error"`, retryable when its code says so.
@@ -427,13 +430,33 @@ def _error_from_sdk(exc: BaseException, sdk: Any) -> BackendError | None:
     if lost is not None:
         return lost
     if isinstance(exc, sdk.APIStatusError):
-        return status_error(PROVIDER, exc)
+        error = status_error(PROVIDER, exc)
+        if _previous_response_missing(exc.body):
+            # The continued response is gone (expired, or never stored): the conversation
+            # cannot go on; the agent forgets it (reset_session) and the next turn starts anew.
+            return BackendError(
+                PROVIDER, "session_not_found", False, error.status, None, error.message, exc
+            )
+        return error
     if isinstance(exc, sdk.APIError):
         code = getattr(exc, "code", None)
         return BackendError.new(
             PROVIDER, "stream_error", exc, retryable=code in _RETRYABLE_CODES, message=exc.message
         )
     return None
+
+
+def _previous_response_missing(body: Any) -> bool:
+    """True for the error body of a `previous_response_id` the API does not have
+    (`{"error": {"code": "previous_response_not_found", ...}}`, or that inner object)."""
+    if isinstance(body, Mapping) and isinstance(body.get("error"), Mapping):
+        body = body["error"]
+    if not isinstance(body, Mapping):
+        return False
+    return body.get("code") == "previous_response_not_found" or (
+        body.get("param") == "previous_response_id"
+        and "not found" in str(body.get("message", "")).lower()
+    )
 
 
 # -- the session and the backend -------------------------------------------------------------

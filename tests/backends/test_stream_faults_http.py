@@ -425,3 +425,26 @@ def test_a_body_that_never_ends_after_its_outcome_does_not_hold_the_next_turn(
     assert agent.ask("2", timeout=WAIT_S).text == "second"
     assert server.connections == 2
     gen_agent.stop(f"faults-{provider.name}")
+
+
+def test_openai_a_previous_response_that_is_gone_is_session_not_found_and_forgotten(
+    server: RawServer,
+) -> None:
+    body = (b'{"error": {"message": "Previous response with id \'resp_1\' not found.", '
+            b'"type": "invalid_request_error", "param": "previous_response_id", '
+            b'"code": "previous_response_not_found"}}')
+    gone = (b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\n"
+            b"content-length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    server.enqueue(OPENAI.reply("first"), [gone], OPENAI.reply("fresh"))
+    agent = OPENAI.start(server)
+    assert agent.ask("1", timeout=WAIT_S).text == "first"
+
+    reason = failed(agent)
+
+    assert (reason.kind, reason.retryable, reason.status) == ("session_not_found", False, 400)
+    assert reason.message == "Previous response with id 'resp_1' not found."
+    assert server.bodies[1]["previous_response_id"] == "resp_1"
+    assert gen_agent.backend_session("faults-openai").previous_response_id is None
+    assert agent.ask("3", timeout=WAIT_S).text == "fresh"
+    assert "previous_response_id" not in server.bodies[2]  # a new conversation
+    gen_agent.stop("faults-openai")
