@@ -57,7 +57,7 @@ from gen_agent.agent_ref import (
 from gen_agent.client import _cast, _lookup
 from gen_agent.errors import AgentNotFound, CallTimeout, RequestError
 from gen_agent.ref import RequestRef
-from gen_agent.request import RequestOptions, check_options
+from gen_agent.request import RequestOptions, check_options, traced
 from gen_agent.response import Response
 from gen_agent.status import PollResult, Status
 from gen_agent.streaming import AsyncTurnStream
@@ -133,7 +133,7 @@ async def ask(name: Any, prompt: str, timeout: float | None = None, *,
     """
     _check_prompt(prompt, "ask")
     _check_timeout(timeout, "ask")
-    opts = check_options(options, "ask")
+    opts = traced(check_options(options, "ask"))  # the caller's trace context, if instrumented
     handle = _lookup(system, name)
     ref = RequestRef.new()
     caller = threading.current_thread()

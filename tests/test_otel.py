@@ -501,3 +501,26 @@ def test_a_pool_task_is_parented_by_the_submitting_thread(instrumented: Otel) ->
     (span,) = [s for s in instrumented.spans() if s.name.startswith("invoke_agent")]
     assert span.parent is not None
     assert span.parent.span_id == submitter.get_span_context().span_id
+
+
+def test_an_aio_ask_is_parented_by_the_awaiting_tasks_span(instrumented: Otel) -> None:
+    import asyncio
+
+    from gen_agent import aio
+
+    start(scripts=[mock.text_turn("x"), mock.text_turn("y")])
+
+    async def main() -> tuple[int, int]:
+        with instrumented.tracer.start_as_current_span("ask") as asking:
+            assert (await aio.ask("a", "q", timeout=T)).text == "x"
+        with instrumented.tracer.start_as_current_span("tell") as telling:
+            await aio.tell_with_completion("a", "q", queue.Queue(), timeout=T)
+        return asking.get_span_context().span_id, telling.get_span_context().span_id
+
+    with TelemetryRecorder([telemetry.TURN_STOP]) as rec:
+        ask_id, tell_id = asyncio.run(main())
+        rec.wait_for(lambda r: r.metadata["origin"] == "tell", timeout=T)
+    parents = {attrs(s)["gen_agent.turn.origin"]: s.parent for s in instrumented.spans()
+               if s.name == "invoke_agent a"}
+    assert parents["ask"] is not None and parents["ask"].span_id == ask_id
+    assert parents["tell"] is not None and parents["tell"].span_id == tell_id
