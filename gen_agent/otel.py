@@ -35,14 +35,16 @@ Content (prompts, responses, tool arguments and results) is recorded only with
 The turn's trace context also reaches the backend (`TurnContext.trace_carrier`, injected with
 the application's global propagator): the bundled CLI backends pass it to the Claude Code and
 Codex CLIs as `TRACEPARENT` / `TRACESTATE`, so a CLI exporting its own spans nests them under
-the turn's span. See `docs/pages/observability.md`.
+the turn's span; and while the backend runs, the turn's span is current in the turn task, so
+an instrumented HTTP client's spans nest under it. See `docs/pages/observability.md`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from importlib import metadata as _metadata
 from typing import Any, Final
 
@@ -52,7 +54,7 @@ from opentelemetry import metrics, propagate, trace
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
 from gen_agent import telemetry
-from gen_agent._runtime.context import set_trace_context_capture
+from gen_agent._runtime.context import set_trace_carrier_activation, set_trace_context_capture
 from gen_agent.telemetry import ToolCall
 
 __all__ = [
@@ -450,6 +452,24 @@ def _tool_contents(response: Any) -> dict[str, dict[str, str]]:
     return contents
 
 
+@contextlib.contextmanager
+def _activate(carrier: Mapping[str, str]) -> Iterator[None]:
+    # In the turn task: the turn's span (from its carrier) is the current span while the
+    # backend runs, so an instrumented HTTP client's spans are its children.
+    token = otel_context.attach(propagate.extract(carrier))
+    try:
+        yield
+    finally:
+        otel_context.detach(token)
+
+
+def _caller_context() -> Any:
+    # The calling thread's context; None when it holds nothing (no span, no baggage), so an
+    # untraced caller's request keeps its options as they are.
+    context = otel_context.get_current()
+    return context if context else None
+
+
 def instrument(tracer_provider: Any = None, meter_provider: Any = None,
                capture_content: bool = False) -> None:
     """Turn gen_agent's telemetry into OpenTelemetry spans and metrics, from now on.
@@ -478,7 +498,8 @@ def instrument(tracer_provider: Any = None, meter_provider: Any = None,
     with _lock:
         _uninstrument_locked()
         telemetry.attach_many(_HANDLER_ID, events, state.handle)
-        set_trace_context_capture(otel_context.get_current)
+        set_trace_context_capture(_caller_context)
+        set_trace_carrier_activation(_activate)
         _active = state
 
 
@@ -496,6 +517,7 @@ def _uninstrument_locked() -> None:
     state, _active = _active, None
     telemetry.detach(_HANDLER_ID)
     set_trace_context_capture(None)
+    set_trace_carrier_activation(None)
     if state is not None:
         state.close()
 

@@ -524,3 +524,27 @@ def test_an_aio_ask_is_parented_by_the_awaiting_tasks_span(instrumented: Otel) -
                if s.name == "invoke_agent a"}
     assert parents["ask"] is not None and parents["ask"].span_id == ask_id
     assert parents["tell"] is not None and parents["tell"].span_id == tell_id
+
+
+def test_the_turn_span_is_current_while_the_backend_runs(instrumented: Otel) -> None:
+    tracer = instrumented.tracer
+
+    class ClientLibrary(MockBackend):
+        """Stands for an instrumented HTTP client: it opens a span of its own per call."""
+
+        @classmethod
+        def prompt(cls, session: Any, prompt: str, context: Any) -> Any:
+            with tracer.start_as_current_span("POST /v1/messages"):
+                return super().prompt(session, prompt, context)
+
+    gen_agent.start_agent(Agent, name="h", backend=ClientLibrary, scripts=[mock.text_turn("x")])
+    gen_agent.ask("h", "q", timeout=T)
+    otel.uninstrument()
+    gen_agent.start_agent(Agent, name="u", backend=ClientLibrary, scripts=[mock.text_turn("x")])
+    gen_agent.ask("u", "q", timeout=T)  # not instrumented: the client's span is a root
+
+    turn = instrumented.span("invoke_agent h")
+    first, second = [s for s in instrumented.spans() if s.name == "POST /v1/messages"]
+    assert first.parent is not None and first.parent.span_id == turn.context.span_id
+    assert first.context.trace_id == turn.context.trace_id
+    assert second.parent is None

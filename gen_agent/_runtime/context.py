@@ -66,3 +66,20 @@ def capture_trace_context() -> Any:
     """The calling thread's trace context from the installed capture function, else None."""
     capture = _capture_trace_context
     return None if capture is None else capture()
+
+
+# Makes a turn's trace context current in its turn task while the backend runs (so a client
+# library's own instrumentation nests under the turn's span): `activate(carrier)` returns a
+# context manager. None unless gen_agent.otel is instrumented.
+_activate_trace_carrier: Any = None
+
+
+def set_trace_carrier_activation(activate: Any) -> None:
+    """Install `activate(carrier) -> context manager`, or None to stop."""
+    global _activate_trace_carrier
+    _activate_trace_carrier = activate
+
+
+def trace_carrier_activation() -> Any:
+    """The installed activation function, or None."""
+    return _activate_trace_carrier

@@ -22,7 +22,7 @@ from typing import Any
 
 from gen_agent._runtime.cancel import CancelSignal
 from gen_agent._runtime.capture import LosslessBudget
-from gen_agent._runtime.context import set_current
+from gen_agent._runtime.context import set_current, trace_carrier_activation
 from gen_agent._runtime.messages import TurnDoneMsg, TurnWakeMsg
 from gen_agent.backend import DispatchError, TurnContext
 from gen_agent.event import TERMINAL_KINDS, Event, monotonic_ms
@@ -186,7 +186,12 @@ class TurnWorkers:
 
     def _loop(self, worker: _Worker, spec: TurnSpec) -> None:
         while True:
-            _run(spec)
+            activate = trace_carrier_activation() if spec.context.trace_carrier else None
+            if activate is None:
+                _run(spec)
+            else:
+                with activate(spec.context.trace_carrier):  # the turn's span is current here
+                    _run(spec)
             set_current(None, None)
             with self._lock:
                 self._idle.append(worker)
