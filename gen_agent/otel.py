@@ -331,12 +331,14 @@ class _Instrumentation:
         span.end()
         duration_s = measurements["duration_ms"] / 1000
         self.invoke_duration.record(duration_s, attrs)
+        # The client metrics' attributes are the conventions' (no agent name).
+        client = {key: value for key, value in attrs.items() if key != "gen_ai.agent.name"}
         backend_s = duration_s if backend_ms is None else backend_ms / 1000
-        self.operation_duration.record(backend_s, attrs)
+        self.operation_duration.record(backend_s, client)
         for token_type, value in (("input", usage.get("gen_ai.usage.input_tokens")),
                                   ("output", usage.get("gen_ai.usage.output_tokens"))):
-            if value is not None:
-                self.token_usage.record(value, {**attrs, "gen_ai.token.type": token_type})
+            if value is not None:  # a new dict each: the SDK may keep the one it is given
+                self.token_usage.record(value, {**client, "gen_ai.token.type": token_type})
         return turn
 
     def _turn_stop(self, measurements: dict[str, Any], meta: dict[str, Any]) -> None:
