@@ -233,6 +233,11 @@ class _Instrumentation:
             self._providers[backend] = provider
         return provider
 
+    def span_of(self, ref: Any, attempt: int) -> Any:
+        """The open span of the turn `(ref, attempt)`, or None."""
+        turn = self._turns.get((ref, attempt))
+        return None if turn is None else turn.span
+
     def _prompt_start(self, _measurements: dict[str, Any], meta: dict[str, Any]) -> None:
         self._prompts[(meta["ref"], meta["attempt"])] = meta["prompt"]
 
@@ -299,34 +304,34 @@ class _Instrumentation:
             return None
         span = turn.span
         attrs = turn.attrs
+        found: dict[str, Any] = {}  # set on the span at once (one lock, one cleaning pass)
         model = _text(meta.get("model"))
         if model is not None:
-            attrs["gen_ai.response.model"] = model
-            span.set_attribute("gen_ai.response.model", model)
+            attrs["gen_ai.response.model"] = found["gen_ai.response.model"] = model
         finish = _text(meta.get("finish_reason"))
         if finish is not None:
-            span.set_attribute("gen_ai.response.finish_reasons", [finish])
+            found["gen_ai.response.finish_reasons"] = [finish]
         session_id = _text(meta.get("session_id"))
         if session_id is not None:
-            span.set_attribute("gen_ai.conversation.id", session_id)
+            found["gen_ai.conversation.id"] = session_id
         usage = _usage_attributes(meta.get("usage"))
-        if usage:
-            span.set_attributes(usage)
+        found.update(usage)
         cost = meta.get("cost_usd")
         if type(cost) is float or type(cost) is int:
-            span.set_attribute("gen_agent.usage.cost_usd", float(cost))
+            found["gen_agent.usage.cost_usd"] = float(cost)
         backend_ms = measurements.get("backend_duration_ms")
         if backend_ms is not None:
-            span.set_attribute("gen_agent.turn.backend_duration_ms", backend_ms)
+            found["gen_agent.turn.backend_duration_ms"] = backend_ms
+        if error is not None:
+            attrs["error.type"] = found["error.type"] = error
+            found["gen_agent.turn.reason_kind"] = meta.get("reason_kind", "_OTHER")
+        span.set_attributes(found)
         if response is not None:
             self._output_content(span, response, finish)
         calls = meta.get("tool_calls")
         if calls:
             self._tool_spans(span, calls, response)
         if error is not None:
-            attrs["error.type"] = error
-            span.set_attribute("error.type", error)
-            span.set_attribute("gen_agent.turn.reason_kind", meta.get("reason_kind", "_OTHER"))
             span.set_status(Status(StatusCode.ERROR))
         span.end()
         duration_s = measurements["duration_ms"] / 1000
@@ -455,10 +460,16 @@ def _tool_contents(response: Any) -> dict[str, dict[str, str]]:
 
 
 @contextlib.contextmanager
-def _activate(carrier: Mapping[str, str]) -> Iterator[None]:
-    # In the turn task: the turn's span (from its carrier) is the current span while the
-    # backend runs, so an instrumented HTTP client's spans are its children.
-    token = otel_context.attach(propagate.extract(carrier))
+def _activate(turn_context: Any) -> Iterator[None]:
+    # In the turn task: the turn's span is the current span while the backend runs, so an
+    # instrumented HTTP client's spans are its children. A turn already over (abandoned
+    # after an interrupt or a timeout) activates nothing.
+    state = _active
+    span = None if state is None else state.span_of(turn_context.ref, turn_context.attempt)
+    if span is None:
+        yield
+        return
+    token = otel_context.attach(trace.set_span_in_context(span))
     try:
         yield
     finally:

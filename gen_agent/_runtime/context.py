@@ -69,13 +69,13 @@ def capture_trace_context() -> Any:
 
 
 # Makes a turn's trace context current in its turn task while the backend runs (so a client
-# library's own instrumentation nests under the turn's span): `activate(carrier)` returns a
-# context manager. None unless gen_agent.otel is instrumented.
+# library's own instrumentation nests under the turn's span): `activate(context)` returns a
+# context manager (given the turn's TurnContext). None unless gen_agent.otel is instrumented.
 _activate_trace_carrier: Any = None
 
 
 def set_trace_carrier_activation(activate: Any) -> None:
-    """Install `activate(carrier) -> context manager`, or None to stop."""
+    """Install `activate(turn_context) -> context manager`, or None to stop."""
     global _activate_trace_carrier
     _activate_trace_carrier = activate
 

@@ -190,7 +190,7 @@ class TurnWorkers:
             if activate is None:
                 _run(spec)
             else:
-                with activate(spec.context.trace_carrier):  # the turn's span is current here
+                with activate(spec.context):  # the turn's span is current here
                     _run(spec)
             set_current(None, None)
             with self._lock:
