@@ -26,6 +26,8 @@ from typing import Any, ClassVar
 
 import msgspec
 
+from gen_agent.permission import DENY_FAILED
+
 __all__ = ["GenAgent", "Halt", "NoReply", "Proceed", "Prompt", "Skip"]
 
 
@@ -242,6 +244,34 @@ class GenAgent:
         """
         return state
 
+    def handle_tool_permission(self, request: Any, state: Any) -> Any:
+        """Decide whether the backend may run a tool (optional; the default is not called).
+
+        Runs in the AGENT thread, while the turn that asked waits for the answer (the agent
+        keeps handling other messages around it). Only backends that can ask call it: the
+        Claude Code CLI (warm mode, `--permission-prompt-tool stdio`) and Codex `app-server`
+        approvals. Without an override the provider's own permission mode applies. It decides
+        and does not change the state.
+
+        Args:
+            request: a frozen `gen_agent.permission.ToolPermissionRequest` (backend,
+                tool_name, input, tool_use_id, details).
+            state: the agent's current state (read it; changes are not kept).
+
+        Returns:
+            `Allow(updated_input=None)`: the tool runs (with `updated_input` when given).
+            `Deny(message, interrupt=False)`: the tool does not run and the model sees
+            `message`; `interrupt=True` also ends the turn as interrupted.
+
+        Raises:
+            Exception: protected: logged (type only) and treated as a deny
+                (`DENY_FAILED`); so is a malformed return. No answer within the backend's
+                bound (default 60 s) is a deny too.
+
+        Mirrors: no Elixir original (an extension, see `gen_agent.permission`).
+        """
+        return DENY_FAILED
+
     def pre_run(self, state: Any) -> Any:
         """Run once after start, before any turn. Returns the new state.
 
@@ -314,3 +344,4 @@ class GenAgent:
 
 # Exported for the runtime: the base defaults, to detect overrides cheaply.
 BASE_STREAM_EVENT = GenAgent.handle_stream_event
+BASE_TOOL_PERMISSION = GenAgent.handle_tool_permission

@@ -37,6 +37,12 @@ from gen_agent._runtime.cancel import CancelSignal
 from gen_agent.errors import GenAgentError
 from gen_agent.event import Event
 from gen_agent.request import DEFAULT_OPTIONS, RequestOptions
+from gen_agent.permission import (
+    DEFAULT_PERMISSION_TIMEOUT_MS,
+    DENY_FAILED,
+    PermissionDecision,
+    ToolPermissionRequest,
+)
 
 __all__ = [
     "OPTIONAL_HOOKS",
@@ -118,13 +124,20 @@ class TurnContext:
             e.g. `{"traceparent": "00-…-01"}`), filled by an instrumentation such as
             `gen_agent.otel`; empty when the turn is not traced. A backend that starts a
             process passes it on as environment variables (`trace_env`).
+        handles_permissions: whether the agent defines `handle_tool_permission`.
+        request_permission(request, timeout_ms): ask the agent whether a tool may run.
+        send_info(message): hand `message` to the agent's `handle_info`, now or after the
+            turn (a callable that stays valid after the turn, for output a long-lived
+            process prints between turns).
 
     Mirrors: the context map passed to `prompt/3` (contract §4.6, §7.3), plus the cancel
     signal that replaces BEAM's task kill (contract §12.7).
     """
 
-    __slots__ = ("_agent", "_attempt", "_cancel_event", "_checkpoint", "_options", "_ref",
-                 "_trace_carrier")
+    __slots__ = (
+        "_agent", "_attempt", "_cancel_event", "_checkpoint", "_info", "_options",
+        "_permission", "_ref", "_trace_carrier",
+    )
 
     def __init__(
         self,
@@ -136,6 +149,8 @@ class TurnContext:
         checkpoint: Callable[[str], None],
         options: RequestOptions | None = None,
         trace_carrier: Mapping[str, str] | None = None,
+        permission: Callable[[ToolPermissionRequest, float], PermissionDecision] | None = None,
+        info: Callable[[Any], None] | None = None,
     ) -> None:
         self._agent = agent
         self._options = DEFAULT_OPTIONS if options is None else options
@@ -145,6 +160,8 @@ class TurnContext:
         self._checkpoint = checkpoint
         self._trace_carrier = _NO_CARRIER if not trace_carrier else MappingProxyType(
             dict(trace_carrier))
+        self._permission = permission
+        self._info = info
 
     @property
     def agent(self) -> Any:
@@ -217,6 +234,51 @@ class TurnContext:
         Mirrors: the `checkpoint` function of the `prompt/3` context (contract §7.3).
         """
         self._checkpoint(session_id)
+
+    @property
+    def handles_permissions(self) -> bool:
+        """True when the agent defines `handle_tool_permission` (a backend then asks it
+        before tools run; otherwise the provider's own permission mode applies)."""
+        return self._permission is not None
+
+    def request_permission(
+        self,
+        request: ToolPermissionRequest,
+        timeout_ms: int = DEFAULT_PERMISSION_TIMEOUT_MS,
+    ) -> PermissionDecision:
+        """Ask the agent whether a tool may run; block the calling (turn task) thread until it
+        answers.
+
+        Runs `GenAgent.handle_tool_permission(request, state)` in the agent thread.
+
+        Args:
+            request: the `ToolPermissionRequest`.
+            timeout_ms: how long to wait for the answer (milliseconds).
+
+        Returns:
+            `Allow` or `Deny`. Never raises for the agent's failures: a callback that raises
+            or returns something else gives `DENY_FAILED`, no answer within `timeout_ms`
+            `DENY_TIMEOUT`, a turn that is no longer current (or an agent that is gone)
+            `DENY_NOT_CURRENT`; without the callback, `DENY_FAILED`.
+
+        Mirrors: no Elixir original (see `gen_agent.permission`).
+        """
+        if self._permission is None:
+            return DENY_FAILED
+        return self._permission(request, timeout_ms / 1000)
+
+    def send_info(self, message: Any) -> None:
+        """Deliver `message` to the agent's `handle_info` (buffered while a turn runs, like
+        `gen_agent.send`). Safe from any thread, also after the turn ended; a no-op when the
+        runtime gave no sink or the agent is gone."""
+        if self._info is not None:
+            self._info(message)
+
+    @property
+    def info_sink(self) -> Callable[[Any], None] | None:
+        """The callable behind `send_info` (kept by backends whose process outlives the
+        turn), or None."""
+        return self._info
 
     def __repr__(self) -> str:
         return (

@@ -95,6 +95,9 @@ TERMINATED: Final = ("gen_agent", "terminated")
 """Measurements `system_time`; metadata `agent, reason`; after cleanup callbacks."""
 SUPERVISOR_RESTART: Final = ("gen_agent", "supervisor", "restart")
 """Measurements `restarts` (the child's restart count); metadata `supervisor, child_id`."""
+TOOL_PERMISSION: Final = ("gen_agent", "tool_permission")
+"""Measurements `system_time`; metadata `agent, ref, attempt, backend, tool_name, decision`
+(`"allow"` / `"deny"`), once per answered permission request (never the tool's input)."""
 
 EVENTS: Final = (
     TURN_START,
@@ -112,8 +115,10 @@ EVENTS: Final = (
     HALTED,
     TERMINATED,
     SUPERVISOR_RESTART,
+    TOOL_PERMISSION,
 )
-"""Every event name gen_agent emits (contract §8, plus `SUPERVISOR_RESTART`)."""
+"""Every event name gen_agent emits (contract §8, plus `SUPERVISOR_RESTART` and
+`TOOL_PERMISSION`)."""
 
 
 class ToolCall(msgspec.Struct, frozen=True, kw_only=True):

@@ -13,10 +13,18 @@ from typing import Any
 
 from gen_agent import telemetry
 from gen_agent._runtime.crash import log_exception
-from gen_agent._runtime.messages import CheckpointMsg
+from gen_agent._runtime.messages import CheckpointMsg, InfoMsg, PermissionMsg
 from gen_agent._runtime.request import Request, Retry, StopAgent, Turn, type_name, valid_session_id
+from gen_agent.agent import BASE_TOOL_PERMISSION
 from gen_agent.backend import BackendError, ResetError
-from gen_agent.errors import CheckpointError
+from gen_agent.errors import CallTimeout, CheckpointError, GenAgentError
+from gen_agent.permission import (
+    DENY_FAILED,
+    DENY_NOT_CURRENT,
+    DENY_TIMEOUT,
+    as_decision,
+    decision_name,
+)
 from gen_agent.status import CurrentTurn, PollResult, RuntimeSnapshot, Status
 
 
@@ -24,6 +32,7 @@ class ControlsMixin:
     """Control-call and checkpoint handlers of `AgentActor` (see `_server.py`)."""
 
     # Provided by AgentActor.
+    impl: Any
     turn: Turn | None
     self_chain: Any
     _session_used: bool
@@ -94,6 +103,52 @@ class ControlsMixin:
         if turn.checkpoint_error is None:
             turn.checkpoint_error = reason
         return reason
+
+    # ------------------------------------------------------------------ tool permissions
+    def _permission_fn(self, turn: Turn) -> Any:
+        """The `TurnContext.request_permission` behind this turn, or None when the agent
+        defines no `handle_tool_permission` (the provider's own mode applies)."""
+        fn = getattr(type(self.impl), "handle_tool_permission", None)
+        if fn is None or fn is BASE_TOOL_PERMISSION:
+            return None
+        handle, task_id = self.handle, turn.task_id
+
+        def request_permission(request: Any, timeout: float) -> Any:
+            try:
+                return handle.call(lambda reply: PermissionMsg(task_id, request, reply), timeout)
+            except CallTimeout:
+                return DENY_TIMEOUT
+            except GenAgentError:  # the agent is gone (AgentDown) or refused the call
+                return DENY_NOT_CURRENT
+
+        return request_permission
+
+    def _info_fn(self) -> Any:
+        """`TurnContext.send_info`: a message for `handle_info` of this incarnation."""
+        handle = self.handle
+        return lambda message: handle.send(InfoMsg(message))
+
+    def _on_permission(self, msg: PermissionMsg) -> None:
+        """Run `handle_tool_permission` for the current turn; protected (a raise denies)."""
+        turn = self.turn
+        if turn is None or turn.task_id != msg.task_id:
+            msg.reply.resolve(DENY_NOT_CURRENT)
+            return
+        request = msg.request
+        try:
+            decision = as_decision(self.impl.handle_tool_permission(request, self.state))
+        except Exception as exc:  # noqa: BLE001 - protected: a raise is a deny
+            self.log.error("gen_agent handle_tool_permission/2 failed (error: {})",
+                           type_name(exc))
+            decision = DENY_FAILED
+        if decision is None:
+            self.log.error("gen_agent handle_tool_permission/2 returned unexpected shape")
+            decision = DENY_FAILED
+        self._emit(telemetry.TOOL_PERMISSION, self._now(), {
+            **self._turn_meta(turn.request, turn.attempt),
+            "backend": request.backend, "tool_name": request.tool_name,
+            "decision": decision_name(decision)})
+        msg.reply.resolve(decision)
 
     def _reapply_checkpoint(self, turn: Turn, session: Any) -> Any:
         if turn.checkpoint_id is None:

@@ -140,6 +140,12 @@ class CheckpointMsg(Msg, frozen=True):
     reply: Any
 
 
+class PermissionMsg(Msg, frozen=True):
+    task_id: int
+    request: Any  # a ToolPermissionRequest
+    reply: Any
+
+
 # --- timers ----------------------------------------------------------------------------------
 class WatchdogMsg(Msg, frozen=True):
     task_id: int

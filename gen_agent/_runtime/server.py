@@ -46,6 +46,7 @@ from gen_agent._runtime.messages import (
     InterruptMsg,
     InterruptRequestMsg,
     NotifyMsg,
+    PermissionMsg,
     PollMsg,
     ResetSessionMsg,
     ResumeMsg,
@@ -523,6 +524,8 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
                 self._on_resume()
             case CheckpointMsg():
                 self._on_checkpoint(msg)
+            case PermissionMsg():
+                self._on_permission(msg)
             case WatchdogMsg():
                 turn = self.turn
                 if turn is not None and turn.task_id == msg.task_id:
@@ -755,7 +758,8 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
         context = TurnContext(agent=self.name, ref=request.ref, attempt=attempt,
                               cancel_event=turn.cancel_event,
                               checkpoint=self._checkpoint_fn(turn), options=request.options,
-                              trace_carrier=carrier)
+                              trace_carrier=carrier,
+                              permission=self._permission_fn(turn), info=self._info_fn())
         self._set_phase("processing")
         thread = start_turn(TurnSpec(
             handle=self.handle, task_id=task_id, backend=self.backend, session=self.session,

@@ -3,7 +3,8 @@
 A `ChildProcess` runs one CLI invocation:
 
 - spawned from an argument list (never a shell string), in its own process group
-  (`start_new_session=True`), stdin from `/dev/null`, stdout and stderr piped;
+  (`start_new_session=True`), stdin from `/dev/null` (or a pipe that `write` feeds, for a
+  long-lived CLI; its EOF when our process dies ends the CLI), stdout and stderr piped;
 - stdout read as bytes and split on `b"\\n"` by a `LineBuffer`, each line at most
   `max_line_bytes` bytes (the newline excluded); a longer line is discarded while it is read
   and reported as one `LineTooLong(size_bytes, limit_bytes)`; decoding is the caller's job, per
@@ -249,6 +250,7 @@ class ChildProcess:
         self._cancelled = False
         self._reaper: threading.Thread | None = None  # started by cancel()
         self._closer: threading.Thread | None = None  # started by release()
+        self._write_lock = threading.Lock()
         self._wake_r, self._wake_w = os.pipe()
         self._pidfd = _pidfd_open(popen.pid)
         self._tail = _StderrTail(stderr_tail_bytes)
@@ -275,6 +277,7 @@ class ChildProcess:
         exit_grace_ms: int = DEFAULT_EXIT_GRACE_MS,
         term_grace_ms: int = DEFAULT_TERM_GRACE_MS,
         install_hint: str | None = None,
+        stdin_pipe: bool = False,
     ) -> ChildProcess:
         """Start `argv` in its own process group.
 
@@ -288,6 +291,7 @@ class ChildProcess:
             exit_grace_ms: how long the child may take to exit by itself when closed (ms).
             term_grace_ms: how long between SIGTERM and SIGKILL (ms).
             install_hint: appended to the "not found" message (what to install).
+            stdin_pipe: give the child a stdin pipe that `write` feeds (default: /dev/null).
 
         Returns:
             The running `ChildProcess`.
@@ -298,7 +302,7 @@ class ChildProcess:
         try:
             popen = subprocess.Popen(
                 list(argv),
-                stdin=subprocess.DEVNULL,
+                stdin=subprocess.PIPE if stdin_pipe else subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 env=None if env is None else dict(env),
@@ -402,6 +406,41 @@ class ChildProcess:
                     self._tail.add(chunk)
         except OSError as exc:
             logger.debug("gen_agent stderr drain ended with {}", type(exc).__name__)
+
+    # -- writing (stdin_pipe children) --------------------------------------------------
+
+    def write(self, data: bytes) -> None:
+        """Write all of `data` to the child's stdin (blocks while the pipe is full).
+
+        Any thread; writes never interleave. Raises `BrokenPipeError` once the child closed
+        its stdin or exited (or `close_stdin` was called), `ValueError` for a child spawned
+        without `stdin_pipe`.
+        """
+        stdin = self._popen.stdin
+        if stdin is None:
+            raise ValueError("this child was spawned without a stdin pipe")
+        with self._write_lock:
+            if stdin.closed:
+                raise BrokenPipeError("stdin is closed")
+            view = memoryview(data)
+            fd = stdin.fileno()
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+
+    def close_stdin(self) -> None:
+        """Close our end of the child's stdin (the child sees EOF). Idempotent; any thread.
+
+        Waits up to a second for a write in progress (a blocked write ends once the child is
+        killed); if it does not end, the pipe stays open until the child is reaped."""
+        stdin = self._popen.stdin
+        if stdin is None or stdin.closed or not self._write_lock.acquire(timeout=1.0):
+            return
+        try:
+            with contextlib.suppress(OSError):
+                stdin.close()
+        finally:
+            self._write_lock.release()
 
     # -- ending ----------------------------------------------------------------------------
 
@@ -536,6 +575,7 @@ class ChildProcess:
             self._stderr_thread.join(1.0)
 
     def _close_pipes(self) -> None:
+        self.close_stdin()
         with self._lock:
             for pipe in (self._popen.stdout, self._popen.stderr):
                 if pipe is not None and not self._stderr_thread.is_alive():

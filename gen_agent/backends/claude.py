@@ -42,14 +42,19 @@ text is `claude.subagent_text`; their tool events keep their kinds.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import Any, Final
 
+import msgspec
+
+from gen_agent.backend import BackendError, TurnContext
 from gen_agent.backends._claude_stream import (
     PROVIDER,
     ClaudeStreamTranslator,
     decode_line,
     translate_lines,
 )
+from gen_agent.backends._claude_warm import WarmSlot, warm_turn
 from gen_agent.backends._cli import CLI_CHECKS, CLIBackend, CLIOptions, CLISession
 from gen_agent.backends._option_checks import (
     int_at_least,
@@ -59,9 +64,14 @@ from gen_agent.backends._option_checks import (
     is_str,
     one_of,
 )
+from gen_agent.backends._process import ChildProcess
+from gen_agent.backends.warm import DEFAULT_IDLE_TIMEOUT_MS, DEFAULT_INTERRUPT_GRACE_MS
+from gen_agent.event import Event
+from gen_agent.permission import DEFAULT_PERMISSION_TIMEOUT_MS
 
 __all__ = [
     "INSTALL_HINT",
+    "MODES",
     "OPTIONS",
     "PERMISSION_MODES",
     "PROVIDER",
@@ -115,6 +125,15 @@ class ClaudeOptions(CLIOptions, frozen=True, kw_only=True):
         settings: `--settings` (a file path or a JSON string), or None.
         dangerously_skip_permissions: pass `--dangerously-skip-permissions`.
         include_partial_messages: pass `--include-partial-messages` (text streams as deltas).
+        mode: `"warm"` (default): one long-lived `claude` process per session, fed one
+            stream-json `user` line per turn; `"per_turn"`: a new process per turn (the
+            prompt one argument), resuming with `--resume`.
+        idle_timeout_ms: warm mode: close the process after this long without a turn (ms;
+            default 15 min). The next turn resumes the conversation on a new process.
+        interrupt_grace_ms: warm mode: how long an interrupted turn may take to settle after
+            the `interrupt` control request before the process group is killed (ms).
+        permission_timeout_ms: warm mode: how long a tool permission request waits for
+            `handle_tool_permission` before it is denied (ms).
     """
 
     cli_path: str = "claude"
@@ -130,7 +149,14 @@ class ClaudeOptions(CLIOptions, frozen=True, kw_only=True):
     settings: str | None = None
     dangerously_skip_permissions: bool = False
     include_partial_messages: bool = False
+    mode: str = "warm"
+    idle_timeout_ms: int = DEFAULT_IDLE_TIMEOUT_MS
+    interrupt_grace_ms: int = DEFAULT_INTERRUPT_GRACE_MS
+    permission_timeout_ms: int = DEFAULT_PERMISSION_TIMEOUT_MS
 
+
+MODES: Final = frozenset({"warm", "per_turn"})
+"""The values of the `mode` option."""
 
 OPTIONS: Final = frozenset(ClaudeOptions.__struct_fields__)
 """The option keys `ClaudeCLI.start_session` accepts."""
@@ -149,6 +175,10 @@ _CHECKS: Final = {
     "settings": (is_arg, "a non-empty str"),
     "dangerously_skip_permissions": (is_bool, "a bool"),
     "include_partial_messages": (is_bool, "a bool"),
+    "mode": one_of(MODES),
+    "idle_timeout_ms": (int_at_least(1), "an int >= 1 (milliseconds)"),
+    "interrupt_grace_ms": (int_at_least(0), "an int >= 0 (milliseconds)"),
+    "permission_timeout_ms": (int_at_least(1), "an int >= 1 (milliseconds)"),
 }
 
 
@@ -164,13 +194,26 @@ class ClaudeSession(CLISession, frozen=True, kw_only=True):
         session_id: the CLI session to resume on the next turn (`--resume`), or None for a
             new conversation.
         turns: successful turns so far (count).
-        runner: the holder of the current turn's child process (shared by copies).
+        runner: the holder of the current turn's child process (per-turn mode; shared by
+            copies).
+        warm: the warm process and the session's totals (warm mode; shared by copies).
 
-    Thread-safety: immutable; the runner inside is thread-safe.
+    Thread-safety: immutable; the runner and the warm slot inside are thread-safe.
     """
 
     options: ClaudeOptions
     session_id: str | None = None
+    warm: WarmSlot = msgspec.field(default_factory=WarmSlot)
+
+    @property
+    def pid(self) -> int | None:
+        """Warm mode: the live `claude` process id, or None (per-turn mode: always None)."""
+        return self.warm.pid
+
+    @property
+    def cost_usd(self) -> float:
+        """Warm mode: the session's total cost so far (US dollars, over every process)."""
+        return self.warm.cost_usd
 
 
 class ClaudeCLI(CLIBackend[ClaudeSession]):
@@ -251,6 +294,157 @@ class ClaudeCLI(CLIBackend[ClaudeSession]):
         if o.dangerously_skip_permissions:
             argv.append("--dangerously-skip-permissions")
         return [*argv, *o.extra_args, "--", prompt]
+
+    @classmethod
+    def warm_command(cls, session: ClaudeSession, *, permission_prompt: bool) -> list[str]:
+        """The argument list of a warm process: stream-json in and out, no prompt argument.
+
+        Args:
+            session: the session (its options, the id to `--resume`, and model / permission
+                mode changed by `set_model` / `set_permission_mode`).
+            permission_prompt: pass `--permission-prompt-tool stdio` (the agent decides).
+
+        Returns:
+            The argv (`list[str]`).
+        """
+        argv = cls.command(session, "")[:-2]  # the same flags, without `-- PROMPT`
+        argv[2:2] = ["--input-format", "stream-json"]
+        overrides = session.warm.overrides
+        for key, flag in (("model", "--model"), ("permission_mode", "--permission-mode")):
+            if key in overrides:
+                if flag in argv:
+                    at = argv.index(flag)
+                    del argv[at : at + 2]
+                argv[2:2] = [flag, overrides[key]]
+        if permission_prompt:
+            argv += ["--permission-prompt-tool", "stdio"]
+        return argv
+
+    @classmethod
+    def prompt(
+        cls, session: ClaudeSession, prompt: str, context: TurnContext
+    ) -> tuple[Iterator[Event], ClaudeSession]:
+        """Run one turn: on the session's warm process (the default), or per-turn.
+
+        Warm mode: the process is started at the first turn (with `--resume` when the session
+        has an id, and `--permission-prompt-tool stdio` when the agent defines
+        `handle_tool_permission`) and kept; the prompt is one stdin line. Per-turn mode: see
+        `CLIBackend.prompt`.
+
+        Raises:
+            TypeError: `prompt` is not a str.
+            DispatchError: a `BackendError` (`"cli_not_found"`, `"cwd_not_found"`,
+                `"cli_not_executable"`, `"spawn_failed"`, `"cli_exited"` when a new process
+                died before it took the prompt, or, per-turn, `"argument_list_too_long"`).
+
+        Mirrors: `prompt/3` (contract §7.1, §7.6).
+        """
+        o = session.options
+        if o.mode == "per_turn":
+            return super().prompt(session, prompt, context)
+        if not isinstance(prompt, str):
+            raise TypeError(f"prompt must be a str, got {type(prompt).__name__}")
+        permission_prompt = context.handles_permissions
+
+        def spawn() -> ChildProcess:
+            # Reads the slot's current session id: a respawn resumes the latest one.
+            return ChildProcess.spawn(
+                cls.warm_command(session, permission_prompt=permission_prompt),
+                provider=PROVIDER,
+                env=cls._child_env(o),
+                cwd=o.cwd,
+                max_line_bytes=o.max_line_bytes,
+                stderr_tail_bytes=o.stderr_tail_bytes,
+                exit_grace_ms=o.exit_grace_ms,
+                term_grace_ms=o.term_grace_ms,
+                install_hint=INSTALL_HINT,
+                stdin_pipe=True,
+            )
+
+        events = warm_turn(
+            session.warm, prompt, context, spawn=spawn, idle_timeout_ms=o.idle_timeout_ms,
+            interrupt_grace_ms=o.interrupt_grace_ms,
+            permission_timeout_ms=o.permission_timeout_ms)
+        return events, session
+
+    @classmethod
+    def cancel(cls, session: ClaudeSession) -> None:
+        """Interrupt the running turn: warm, the `interrupt` control request (the process
+        survives; killed past `interrupt_grace_ms`); per-turn, SIGKILL to the process group.
+        Any thread; idempotent; quick."""
+        session.warm.cancel()
+        session.runner.cancel()
+
+    @classmethod
+    def terminate_session(cls, session: ClaudeSession) -> None:
+        """End the warm process (EOF on stdin, bounded; SIGKILL when a turn still runs) and
+        kill a per-turn child. Idempotent."""
+        session.warm.close()
+        session.runner.cancel()
+
+    @classmethod
+    def reset_session(cls, session: ClaudeSession) -> ClaudeSession:
+        """Start a new conversation on the next turn.
+
+        Warm mode replaces the process: the live one is closed now (stdin EOF) and the next
+        turn starts a new `claude` without `--resume` (one process start, ~0.4 s measured,
+        on that turn). The session's cost and usage totals start again at zero. Mirrors
+        `reset_session/1` (§2.15).
+        """
+        session.warm.close()
+        session.runner.cancel()
+        return msgspec.structs.replace(session, session_id=None, turns=0, warm=WarmSlot())
+
+    @classmethod
+    def set_model(cls, session: ClaudeSession, model: str | None) -> None:
+        """Use `model` for the next turns of a warm session, without a restart.
+
+        Sends the `set_model` control request to the live process (None: the CLI's default)
+        and remembers it for processes started later. Any thread.
+
+        Raises:
+            BackendError: kind `"control_failed"` when the live CLI refuses or does not
+                answer within 10 s; `"unsupported"` in per-turn mode.
+        """
+        cls._control(session, "model", model, {"subtype": "set_model", "model": model})
+
+    @classmethod
+    def set_permission_mode(cls, session: ClaudeSession, mode: str) -> None:
+        """Use permission `mode` (one of `PERMISSION_MODES`) for the next turns of a warm
+        session, without a restart (the `set_permission_mode` control request). Any thread.
+
+        Raises:
+            ValueError: `mode` is not one of `PERMISSION_MODES`.
+            BackendError: as `set_model`.
+        """
+        if mode not in PERMISSION_MODES:
+            raise ValueError(f"mode must be one of {sorted(PERMISSION_MODES)}, got {mode!r}")
+        cls._control(session, "permission_mode", mode,
+                     {"subtype": "set_permission_mode", "mode": mode})
+
+    @classmethod
+    def _control(cls, session: ClaudeSession, key: str, value: str | None,
+                 request: dict[str, Any]) -> None:
+        if session.options.mode != "warm":
+            raise BackendError.new(PROVIDER, "unsupported", None,
+                                   message="control calls need warm mode")
+        slot = session.warm
+        if value is None:
+            slot.overrides.pop(key, None)
+        else:
+            slot.overrides[key] = value
+        process = slot.process
+        if process is None or not process.live.alive:
+            return  # applied when the next process starts
+        try:
+            answer = process.send_control(request, wait_s=10.0)
+        except OSError:
+            return  # gone: the next process starts with the new value
+        if not isinstance(answer, dict) or answer.get("subtype") != "success":
+            error = answer.get("error") if isinstance(answer, dict) else None
+            raise BackendError.new(PROVIDER, "control_failed", answer,
+                                   message=error if isinstance(error, str) else
+                                   f"{request['subtype']} got no answer")
 
     @classmethod
     def _new_session(cls, options: Any, cli: str) -> ClaudeSession:

@@ -70,9 +70,13 @@ class FakeCLI:
 
 
 class FakeClaude(FakeCLI):
-    """A fake `claude` (tests/fakes/fake_claude.py)."""
+    """A fake `claude` (tests/fakes/fake_claude.py). It plays per-turn invocations (print
+    mode), so its options pin `mode="per_turn"`; warm mode is tested on the real CLI."""
 
     NAME, SCRIPT, DIR_VAR = "claude", "fake_claude.py", "FAKE_CLAUDE_DIR"
+
+    def options(self, **extra: Any) -> dict[str, Any]:
+        return super().options(**{"mode": "per_turn", **extra})
 
 
 class FakeCodex(FakeCLI):

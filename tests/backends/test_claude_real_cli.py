@@ -1,6 +1,7 @@
-"""ClaudeCLI against the real Claude Code CLI (npm `@anthropic-ai/claude-code`), talking to a
-ScriptedModelServer on loopback. `make test` installs the CLI into `.venv/npm/` when node and
-npm are present; without it these tests are skipped, saying what to install.
+"""ClaudeCLI in per-turn mode against the real Claude Code CLI (npm
+`@anthropic-ai/claude-code`), talking to a ScriptedModelServer on loopback. `make test`
+installs the CLI into `.venv/npm/` when node and npm are present; without it these tests are
+skipped, saying what to install.
 
 The CLI runs with a temporary HOME, a dummy API key and every non-essential traffic switched off,
 so nothing leaves 127.0.0.1. The model is pinned to `claude-sonnet-4-5` so that the cost the CLI
@@ -91,6 +92,7 @@ def cli_options(claude_cli: str, server: ScriptedModelServer, tmp_path: Path):
             "env": env,
             "inherit_env": False,
             "model": MODEL,
+            "mode": "per_turn",  # this module tests per-turn mode; warm mode has its own
             **extra,
         }
 

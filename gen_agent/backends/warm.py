@@ -1,0 +1,312 @@
+"""Warm sessions: one long-lived CLI process per agent session, kept across turns.
+
+The Claude Code CLI (`--input-format stream-json`) and Codex (`codex app-server`) can keep one
+process per conversation and take turn after turn on its stdin. This module holds what both
+share:
+
+- the records a warm process hands to the agent's `handle_info` (`WarmOutput`, `WarmExited`),
+  for output that arrives while no turn of the agent is running; never part of a turn;
+- `LiveProcess`: one CLI child with a stdin pipe and a reader thread that routes every stdout
+  line (the protocol layer decides where a line goes), and whose end is bounded (stdin EOF,
+  then SIGTERM, then SIGKILL of the process group);
+- the live-process policy: an idle timeout per process (`idle_timeout_ms`) and a cap on the
+  live warm processes of this Python process (`set_max_live_processes`), which closes the least
+  recently used idle one first. A closed process costs nothing but a slower next turn: that
+  turn starts a new process resuming the conversation.
+
+Orphans: the child's stdin is a pipe only we hold; when our process dies, the CLI reads EOF and
+exits (tested by SIGKILLing a Python process that hosts an agent).
+
+Mirrors: no Elixir original (GenAgent runs one CLI per turn); the wire protocols are Claude
+Code's stream-json control protocol (as claude-agent-sdk's `ClaudeSDKClient` drives it) and
+Codex app-server's JSON-RPC.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Final
+
+import msgspec
+from loguru import logger
+
+from gen_agent.backends._process import ChildProcess, LineTooLong
+
+__all__ = [
+    "DEFAULT_IDLE_TIMEOUT_MS",
+    "DEFAULT_INTERRUPT_GRACE_MS",
+    "DEFAULT_MAX_LIVE_PROCESSES",
+    "LiveProcess",
+    "WarmExited",
+    "WarmOutput",
+    "live_processes",
+    "max_live_processes",
+    "set_max_live_processes",
+]
+
+DEFAULT_IDLE_TIMEOUT_MS: Final = 15 * 60 * 1000
+"""Default time a warm process may sit idle before it is closed (milliseconds; 15 min)."""
+
+DEFAULT_INTERRUPT_GRACE_MS: Final = 5_000
+"""Default time an interrupted turn gets to settle before its process is killed (ms)."""
+
+DEFAULT_MAX_LIVE_PROCESSES: Final = 32
+"""Default cap on live warm CLI processes in this Python process."""
+
+
+class WarmOutput(msgspec.Struct, frozen=True, kw_only=True):
+    """`handle_info` record: a warm CLI printed a line while no turn of the agent was running.
+
+    Fields:
+        backend: the provider (`"claude"`, `"codex"`).
+        pid: the CLI's process id.
+        line: the decoded JSON line (usually a dict), or None if it was not JSON.
+        size_bytes: the line's size (bytes).
+    """
+
+    backend: str
+    pid: int
+    line: Any
+    size_bytes: int
+
+
+class WarmExited(msgspec.Struct, frozen=True, kw_only=True):
+    """`handle_info` record: a warm CLI process ended while no turn was running.
+
+    The next turn starts a new process that resumes the conversation; nothing is lost but
+    the process start. (A process that ends during a turn fails that turn instead.)
+
+    Fields:
+        backend: the provider (`"claude"`, `"codex"`).
+        pid: the process id it had.
+        exit_code: its exit status (negative: the signal that killed it), or None.
+        stderr_tail: the end of its stderr (text; may hold what the CLI printed).
+    """
+
+    backend: str
+    pid: int
+    exit_code: int | None
+    stderr_tail: str
+
+
+_EXIT = object()
+"""The item a reader routes when stdout ended (the process is gone or going)."""
+
+
+class LiveProcess:
+    """One long-lived CLI child and the thread that reads its stdout.
+
+    The reader thread (`gen_agent-cli-reader-PID`) passes each stdout item (a `bytes` line or
+    a `LineTooLong`) to `route(item)` and, at the end, reaps the child (bounded) and calls
+    `on_exit(self)`. `write_json` may be called from any thread.
+
+    Args:
+        child: a `ChildProcess` spawned with `stdin_pipe=True`.
+        provider: the provider name (for records and logs).
+        route: called in the reader thread with each stdout item; must not block long.
+        on_exit: called in the reader thread once, after the child was reaped.
+        idle_timeout_ms: close the process after this long without a turn (ms), or None.
+    """
+
+    def __init__(
+        self,
+        child: ChildProcess,
+        *,
+        provider: str,
+        route: Callable[[bytes | LineTooLong], None],
+        on_exit: Callable[[LiveProcess], None],
+        idle_timeout_ms: int | None,
+    ) -> None:
+        self.child = child
+        self.provider = provider
+        self._route = route
+        self._on_exit = on_exit
+        self._idle_timeout_ms = idle_timeout_ms
+        self._idle_timer: Any = None
+        self._lock = threading.Lock()
+        self.close_requested = False
+        self.exited = threading.Event()
+        self.busy = False
+        self.last_used = time.monotonic()
+        self._encoder = msgspec.json.Encoder()
+        self._reader = threading.Thread(
+            target=self._read, name=f"gen_agent-cli-reader-{child.pid}", daemon=True
+        )
+        self._reader.start()
+        _register(self)
+
+    @property
+    def pid(self) -> int:
+        """The CLI's process id."""
+        return self.child.pid
+
+    @property
+    def closing(self) -> bool:
+        """True once we asked it to end (`close`, `kill`) or its stdout ended."""
+        return self.close_requested or self.exited.is_set()
+
+    @property
+    def alive(self) -> bool:
+        """True until the process is closing or its stdout ended."""
+        return not self.closing
+
+    def write_json(self, value: Any) -> None:
+        """Write `value` as one JSON line to the CLI's stdin.
+
+        Raises:
+            BrokenPipeError / OSError: the CLI is gone (or its stdin was closed).
+        """
+        self.child.write(self._encoder.encode(value) + b"\n")
+
+    def mark_busy(self, busy: bool) -> None:
+        """A turn starts (True) or ends (False); idle processes get the idle timeout."""
+        with self._lock:
+            self.busy = busy
+            self.last_used = time.monotonic()
+            timer, self._idle_timer = self._idle_timer, None
+        if timer is not None:
+            timer.cancel()
+        if not busy and self._idle_timeout_ms is not None and self.alive:
+            from gen_agent._runtime.timers import TIMERS
+
+            handle = TIMERS.schedule(self._idle_timeout_ms / 1000, self._idle_expired)
+            with self._lock:
+                self._idle_timer = handle
+        if busy:
+            _touch(self)
+
+    def _idle_expired(self) -> None:
+        with self._lock:
+            if self.busy or self._idle_timer is None:
+                return
+            self._idle_timer = None
+        logger.debug("gen_agent {} warm process idle timeout", self.provider)
+        self.close()
+
+    def kill(self) -> None:
+        """SIGKILL the process group now (any thread; idempotent; never blocks)."""
+        self.close_requested = True
+        self.child.cancel()
+
+    def close(self, grace_ms: int | None = None) -> None:
+        """End the process gracefully: EOF on its stdin, then after `grace_ms` (default the
+        child's exit grace) SIGTERM, then SIGKILL; any thread; never blocks long."""
+        with self._lock:
+            if self.closing:
+                return
+            self.close_requested = True
+            timer, self._idle_timer = self._idle_timer, None
+        if timer is not None:
+            timer.cancel()
+        self.child.close_stdin()
+        wait_s = (self.child._exit_grace_ms if grace_ms is None else grace_ms) / 1000
+        threading.Thread(
+            target=self._close_bounded, args=(wait_s,), name=f"gen_agent-closer-{self.pid}",
+            daemon=True,
+        ).start()
+
+    def _close_bounded(self, wait_s: float) -> None:
+        if not self.exited.wait(wait_s):
+            self.child.cancel()
+
+    def wait_exited(self, timeout: float) -> bool:
+        """Block until the reader saw the end and reaped the child; False on timeout (s)."""
+        return self.exited.wait(timeout)
+
+    def _read(self) -> None:
+        try:
+            for item in self.child.read_lines():
+                try:
+                    self._route(item)
+                except Exception as exc:  # noqa: BLE001 - a routing bug must not leak the child
+                    logger.error("gen_agent {} warm routing failed: {}", self.provider,
+                                 type(exc).__name__)
+        finally:
+            with contextlib.suppress(Exception):
+                self.child.close()
+            _unregister(self)
+            self.exited.set()
+            try:
+                self._on_exit(self)
+            except Exception as exc:  # noqa: BLE001 - logged; the process is gone anyway
+                logger.error("gen_agent {} warm exit hook failed: {}", self.provider,
+                             type(exc).__name__)
+
+    def __repr__(self) -> str:
+        return f"LiveProcess(provider={self.provider!r}, pid={self.pid}, alive={self.alive})"
+
+
+# -- the live-process registry and its cap -------------------------------------------------
+
+_registry_lock = threading.Lock()
+_live: collections.OrderedDict[LiveProcess, None] = collections.OrderedDict()
+_max_live = DEFAULT_MAX_LIVE_PROCESSES
+
+
+def set_max_live_processes(limit: int) -> None:
+    """Set the cap on live warm CLI processes in this Python process.
+
+    When a new warm process would exceed it, the least recently used idle ones are closed
+    (their agents' next turns resume on new processes). Busy processes are never closed.
+
+    Args:
+        limit: the cap (an int >= 1; default `DEFAULT_MAX_LIVE_PROCESSES`).
+
+    Raises:
+        ValueError: `limit` is not an int >= 1.
+    """
+    global _max_live
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+        raise ValueError(f"max live processes must be an int >= 1, got {limit!r}")
+    with _registry_lock:
+        _max_live = limit
+    _enforce_cap(None)
+
+
+def max_live_processes() -> int:
+    """The current cap (see `set_max_live_processes`)."""
+    return _max_live
+
+
+def live_processes() -> list[LiveProcess]:
+    """The live warm processes, least recently used first (a snapshot; for tests/diagnostics)."""
+    with _registry_lock:
+        return list(_live)
+
+
+def _register(process: LiveProcess) -> None:
+    with _registry_lock:
+        _live[process] = None
+    _enforce_cap(process)
+
+
+def _touch(process: LiveProcess) -> None:
+    with _registry_lock:
+        if process in _live:
+            _live.move_to_end(process)
+
+
+def _unregister(process: LiveProcess) -> None:
+    with _registry_lock:
+        _live.pop(process, None)
+
+
+def _enforce_cap(keep: LiveProcess | None) -> None:
+    with _registry_lock:
+        excess = sum(1 for p in _live if not p.closing) - _max_live
+        victims = []
+        for process in _live:
+            if excess <= 0:
+                break
+            if process is keep or process.busy or process.closing:
+                continue
+            victims.append(process)
+            excess -= 1
+    for process in victims:
+        logger.debug("gen_agent {} warm process closed by the live-process cap",
+                     process.provider)
+        process.close()
