@@ -59,8 +59,10 @@ def recorder_fn(calls: list[Any], tag: str = "") -> Any:
 
 
 def test_event_name_constants_cover_contract_section_8() -> None:
-    assert len(EVENTS) == 15  # the 14 of contract §8 and SUPERVISOR_RESTART
-    assert len(set(EVENTS)) == 15
+    # The 14 names of contract §8, SUPERVISOR_RESTART and TOOL_PERMISSION (issue 17).
+    assert len(EVENTS) == 16
+    assert len(set(EVENTS)) == 16
+    assert telemetry.TOOL_PERMISSION == ("gen_agent", "tool_permission")
     assert all(name[0] == "gen_agent" and all(isinstance(p, str) for p in name) for name in EVENTS)
     assert TURN_START == ("gen_agent", "turn", "start")
     assert telemetry.MAILBOX_QUEUED == ("gen_agent", "mailbox", "queued")

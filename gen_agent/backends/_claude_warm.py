@@ -83,12 +83,13 @@ def _line_type(raw: bytes) -> Any:
 class _TurnLines:
     """The items routed to one turn: stdout lines, control requests, EXIT, CANCEL."""
 
-    __slots__ = ("cond", "items", "writing")
+    __slots__ = ("cond", "grace_s", "items", "writing")
 
-    def __init__(self) -> None:
+    def __init__(self, grace_s: float) -> None:
         self.items: deque[Any] = deque()
         self.cond = threading.Condition(threading.Lock())
         self.writing = False
+        self.grace_s = grace_s
 
     def put(self, item: Any) -> None:
         with self.cond:
@@ -138,6 +139,8 @@ class _ClaudeProcess:
                 return
         turn = self.turn
         if turn is not None:
+            if isinstance(item, bytes) and b'"result"' in item and _line_type(item) == "result":
+                self.turn = None  # the turn's last line: what follows belongs to no turn
             turn.put(item)
             return
         if self.info is not None and isinstance(item, bytes) and item.strip():
@@ -267,7 +270,7 @@ class WarmSlot:
                 process = _ClaudeProcess(self, spawn(), idle_timeout_ms, info)
                 self.process = process
                 self.processes_started += 1
-            lines = _TurnLines()
+            lines = _TurnLines(settle_s)
             self._turn = lines
             process.turn = lines
             process.live.mark_busy(True)
@@ -291,11 +294,18 @@ class WarmSlot:
         if lines is None:
             return
         if lines.writing and process is not None:
-            process.live.kill()
+            # The prompt is still being written: it normally finishes at once (the turn then
+            # interrupts); a CLI that stopped reading stdin is killed past the grace.
+            from gen_agent._runtime.timers import TIMERS
+
+            live = process.live
+            TIMERS.schedule(lines.grace_s, lambda: live.kill() if lines.writing else None)
         lines.put(_CANCEL)
 
-    def close(self, *, kill: bool = False) -> None:
-        """End the live process (stdin EOF, bounded; or SIGKILL now). Idempotent."""
+    def close(self, *, kill: bool = False, wait_s: float | None = None) -> None:
+        """End the live process: stdin EOF (SIGKILL past its exit grace), or SIGKILL now when
+        `kill` or a turn still runs. With `wait_s`, wait that long (seconds) until it was
+        reaped. Idempotent."""
         with self._cond:
             process = self.process
             busy = self._turn is not None
@@ -305,6 +315,8 @@ class WarmSlot:
             process.live.kill()
         else:
             process.live.close()
+        if wait_s is not None:
+            process.live.wait_exited(wait_s)
 
     def account(self, process: _ClaudeProcess, data: dict[str, Any]) -> None:
         """Turn the result's cumulative `cost_usd` into this turn's delta (never negative),

@@ -377,9 +377,14 @@ class ClaudeCLI(CLIBackend[ClaudeSession]):
 
     @classmethod
     def terminate_session(cls, session: ClaudeSession) -> None:
-        """End the warm process (EOF on stdin, bounded; SIGKILL when a turn still runs) and
-        kill a per-turn child. Idempotent."""
-        session.warm.close()
+        """End the warm process and wait until it is gone: EOF on its stdin (SIGKILL past
+        `exit_grace_ms`; at once when a turn still runs); kill a per-turn child. Idempotent.
+
+        Blocks the stopping agent for as long as the CLI takes to exit (measured: ~0.1 s),
+        at most `exit_grace_ms` + `term_grace_ms`.
+        """
+        o = session.options
+        session.warm.close(wait_s=(o.exit_grace_ms + o.term_grace_ms) / 1000 + 1.0)
         session.runner.cancel()
 
     @classmethod

@@ -193,8 +193,9 @@ class LiveProcess:
         self.child.cancel()
 
     def close(self, grace_ms: int | None = None) -> None:
-        """End the process gracefully: EOF on its stdin, then after `grace_ms` (default the
-        child's exit grace) SIGTERM, then SIGKILL; any thread; never blocks long."""
+        """End the process gracefully: EOF on its stdin, then, if it is still running after
+        `grace_ms` (default the child's `exit_grace_ms`), SIGKILL to its group; any thread;
+        never blocks."""
         with self._lock:
             if self.closing:
                 return

@@ -1,0 +1,153 @@
+"""A fake `claude` in streaming-input mode (`--input-format stream-json`), for the warm-mode
+fault tests the real CLI cannot be made to show (a turn that never settles, a crash mid-turn,
+output between turns).
+
+Reads stdin lines; answers `initialize` and `interrupt` control requests; plays one turn per
+`user` line, chosen by the prompt's first word:
+
+- `hello ...`: init, an assistant text "echo: <prompt>", a `result` whose `total_cost_usd`
+  is the running total (+0.25 per turn);
+- `tool ...`: a `can_use_tool` request for Bash; then a tool_result saying "allowed" or the
+  denial message, and a result (with `interrupt`, a result error_during_execution instead);
+- `slow ...`: init, then waits; an `interrupt` ends it with `error_during_execution`;
+- `stuck ...`: like slow, but acknowledges the interrupt and never ends the turn;
+- `die ...`: init, then exits with status 3 mid-turn;
+- `stray ...`: like hello, then one more `system` line after the result (no turn running).
+
+Exits at EOF on stdin. Every start appends `{"argv", "pid"}` to `$FAKE_CLAUDE_DIR/calls.jsonl`.
+Only the standard library.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+SESSION = "warm-session-0001"
+cost = 0.0
+
+
+def out(obj: object) -> None:
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def session_id() -> str:
+    argv = sys.argv
+    return argv[argv.index("--resume") + 1] if "--resume" in argv else SESSION
+
+
+def init() -> None:
+    out({"type": "system", "subtype": "init", "session_id": session_id(),
+         "model": "fake-model", "tools": ["Bash"], "permissionMode": "default"})
+
+
+def assistant(content: list[dict[str, object]]) -> None:
+    out({"type": "assistant", "session_id": session_id(), "parent_tool_use_id": None,
+         "message": {"id": f"msg_{time.monotonic_ns()}", "model": "fake-model",
+                     "role": "assistant", "content": content}})
+
+
+def result(text: str, *, subtype: str = "success", add: float = 0.25) -> None:
+    global cost
+    cost += add
+    out({"type": "result", "subtype": subtype, "is_error": subtype != "success",
+         "result": text, "session_id": session_id(), "total_cost_usd": cost, "num_turns": 1,
+         "usage": {"input_tokens": 10, "output_tokens": 5}})
+
+
+def read() -> dict[str, object] | None:
+    raw = sys.stdin.readline()
+    if not raw:
+        sys.exit(0)
+    return json.loads(raw)
+
+
+def ack(message: dict[str, object]) -> None:
+    out({"type": "control_response",
+         "response": {"subtype": "success", "request_id": message["request_id"]}})
+
+
+def wait_interrupt(*, settle: bool) -> None:
+    while True:
+        message = read()
+        assert message is not None
+        if message.get("type") == "control_request":
+            ack(message)
+            request = message["request"]
+            if isinstance(request, dict) and request.get("subtype") == "interrupt":
+                if settle:
+                    out({"type": "user", "session_id": session_id(), "message": {
+                        "role": "user", "content": [{"type": "text", "text": "[interrupted]"}]}})
+                    result("", subtype="error_during_execution", add=0.0)
+                    return
+                while True:  # stuck: never settles, still reads (until EOF or a kill)
+                    read()
+
+
+def tool_turn() -> None:
+    init()
+    tool_input = {"command": "echo hi"}
+    assistant([{"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": tool_input}])
+    out({"type": "control_request", "request_id": "perm-1", "request": {
+        "subtype": "can_use_tool", "tool_name": "Bash", "input": tool_input,
+        "tool_use_id": "toolu_1", "blocked_path": "/tmp"}})
+    while True:
+        message = read()
+        assert message is not None
+        if message.get("type") == "control_response":
+            break
+        if message.get("type") == "control_request":
+            ack(message)
+    answer = message["response"]["response"]  # type: ignore[index]
+    if answer["behavior"] == "allow":
+        content, is_error = f"allowed: {answer['updatedInput']['command']}", False
+    else:
+        content, is_error = answer["message"], True
+    out({"type": "user", "session_id": session_id(), "message": {"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "toolu_1", "content": content,
+         "is_error": is_error}]}})
+    if answer.get("interrupt"):
+        result("", subtype="error_during_execution", add=0.0)
+        return
+    assistant([{"type": "text", "text": f"tool said {content}"}])
+    result(f"tool said {content}")
+
+
+def main() -> None:
+    directory = os.environ.get("FAKE_CLAUDE_DIR")
+    if directory:
+        with open(os.path.join(directory, "calls.jsonl"), "a") as calls:
+            calls.write(json.dumps({"argv": sys.argv[1:], "pid": os.getpid()}) + "\n")
+    while True:
+        message = read()
+        assert message is not None
+        if message.get("type") == "control_request":
+            ack(message)
+            continue
+        if message.get("type") != "user":
+            continue
+        content = message["message"]["content"]  # type: ignore[index]
+        prompt = content if isinstance(content, str) else ""
+        word = prompt.split(" ", 1)[0]
+        if word == "tool":
+            tool_turn()
+            continue
+        init()
+        if word in ("slow", "stuck"):
+            assistant([{"type": "text", "text": "partial "}])
+            wait_interrupt(settle=word == "slow")
+            continue
+        if word == "die":
+            sys.exit(3)
+        assistant([{"type": "text", "text": f"echo: {prompt[:40]}"}])
+        result(f"echo: {prompt[:40]}")
+        if word == "stray":
+            out({"type": "system", "subtype": "task_notification", "session_id": session_id(),
+                 "note": "background work finished"})
+
+
+if __name__ == "__main__":
+    main()
