@@ -36,13 +36,13 @@ import msgspec
 from gen_agent._runtime.cancel import CancelSignal
 from gen_agent.errors import GenAgentError
 from gen_agent.event import Event
-from gen_agent.request import DEFAULT_OPTIONS, RequestOptions
 from gen_agent.permission import (
     DEFAULT_PERMISSION_TIMEOUT_MS,
     DENY_FAILED,
     PermissionDecision,
     ToolPermissionRequest,
 )
+from gen_agent.request import DEFAULT_OPTIONS, RequestOptions
 
 __all__ = [
     "OPTIONAL_HOOKS",
