@@ -46,6 +46,7 @@ _OTHER_EVENTS: Final = (
     telemetry.HALTED,
     telemetry.TERMINATED,
     telemetry.EVENT_RECEIVED,
+    telemetry.TOOL_PERMISSION,
 )
 _ATOM = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{0,63}$")
 _SNAPSHOT_TIMEOUT_S: Final = 0.25
@@ -207,6 +208,8 @@ class Collector:
             return describe_reason(metadata.get("reason"))
         if name in (telemetry.HALTED, telemetry.EVENT_RECEIVED):
             return ""
+        if name == telemetry.TOOL_PERMISSION:  # the tool's name and the decision, no input
+            return f"{_label(metadata.get('tool_name'))}: {metadata.get('decision')}"
         key = self._key(agent, metadata)
         origin = str(metadata.get("origin") or "")
         head = f"{origin} attempt {key[2]}"

@@ -119,3 +119,14 @@ def test_snapshot_shows_pools(agent_system: gen_agent.AgentSystem) -> None:
         assert sum(w["completed"] for w in view["workers"]) == 1
         assert collector.snapshot()["supervisors"][0]["pool"] == "p"
     assert agent_system.pools() == []
+
+
+def test_a_tool_permission_decision_shows_the_tool_and_the_decision_only(
+        agent_system: gen_agent.AgentSystem) -> None:
+    with Collector(agent_system) as collector:
+        telemetry.execute(telemetry.TOOL_PERMISSION, {"system_time": 1}, {
+            "agent": "a", "ref": None, "attempt": 1, "backend": "claude", "tool_name": "Bash",
+            "decision": "deny"})
+        (event,) = collector.events()
+    assert (event["event"], event["agent"], event["detail"]) == (
+        "tool_permission", "a", "Bash: deny")
