@@ -24,6 +24,8 @@ from gen_agent.telemetry import TOOL_PERMISSION
 
 from .conftest import FAKES, process_group_alive, wait_until
 
+RECORDED = Path(__file__).resolve().parent.parent / "fixtures" / "claude-cli" / "warm"
+
 pytestmark = pytest.mark.usefixtures("no_child_left")
 WAIT_S = 30.0
 
@@ -40,8 +42,12 @@ class FakeWarm:
         self.cli.chmod(0o755)
 
     def options(self, **extra: Any) -> dict[str, Any]:
-        return {"cli_path": str(self.cli), "inherit_env": False,
-                "env": {"FAKE_CLAUDE_DIR": str(self.dir), "PATH": "/usr/bin:/bin"}, **extra}
+        env = {"FAKE_CLAUDE_DIR": str(self.dir), "PATH": "/usr/bin:/bin", **extra.pop("env", {})}
+        return {"cli_path": str(self.cli), "inherit_env": False, "env": env, **extra}
+
+    def replayed(self) -> list[dict[str, Any]]:
+        path = self.dir / "replay.jsonl"
+        return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
 
     def calls(self) -> list[dict[str, Any]]:
         path = self.dir / "calls.jsonl"
@@ -57,7 +63,13 @@ class Agent(gen_agent.GenAgent):
     def init_agent(self, opts: dict[str, Any]) -> tuple[dict[str, Any], Any]:
         self.infos = opts["infos"]
         self.permit = opts.get("permit")
+        self.texts = opts["texts"]
         return opts["backend_opts"], {"secret": "state"}
+
+    def handle_stream_event(self, event: Any, state: Any) -> Any:
+        # What the running turn streamed: proof that the turn really reached the CLI.
+        self.texts.put(event.data.get("text", event.kind))
+        return state
 
     def handle_response(self, ref: Any, response: Any, state: Any) -> Any:
         return gen_agent.NoReply(state)
@@ -72,12 +84,23 @@ class Permitting(Agent):
         return self.permit(request, state)
 
 
+TEXTS: dict[str, queue.Queue] = {}
+
+
 def start(fake: FakeWarm, name: str = "w", module: type = Agent, **opts: Any) -> queue.Queue:
     infos: queue.Queue[Any] = queue.Queue()
+    TEXTS[name] = queue.Queue()
     backend_opts = fake.options(**opts.pop("backend", {}))
     gen_agent.start_agent(module, name=name, backend=ClaudeCLI, backend_opts=backend_opts,
-                          infos=infos, **opts)
+                          infos=infos, texts=TEXTS[name], **opts)
     return infos
+
+
+def wait_text(expected: str, name: str = "w") -> None:
+    """Wait until the running turn streamed the text (or event kind) `expected`."""
+    while (text := TEXTS[name].get(timeout=WAIT_S)) != expected:
+        pass
+    assert text == expected
 
 
 def session(name: str = "w") -> ClaudeSession:
@@ -166,7 +189,7 @@ def test_interrupt_settles_on_the_same_process(fake: FakeWarm):
     ask("hello first")
     pid = session().pid
     caller, outcome = in_background("slow please")
-    assert wait_until(lambda: gen_agent.status("w").state == "processing")
+    wait_text("partial ")
     gen_agent.interrupt("w")
     assert outcome.get(timeout=WAIT_S).reason == "interrupted"
     caller.join(WAIT_S)
@@ -180,7 +203,7 @@ def test_an_interrupt_that_never_settles_kills_and_resumes(fake: FakeWarm):
     ask("hello first")
     pid = session().pid
     caller, outcome = in_background("stuck forever")
-    assert wait_until(lambda: gen_agent.status("w").state == "processing")
+    wait_text("partial ")
     gen_agent.interrupt("w")
     assert outcome.get(timeout=WAIT_S).reason == "interrupted"
     caller.join(WAIT_S)
@@ -321,4 +344,44 @@ def test_a_prompt_larger_than_the_pipe_buffer(fake: FakeWarm):
     start(fake)
     prompt = "hello " + "y" * (300 * 1024)
     assert ask(prompt).text == "echo: " + prompt[:40]
+    gen_agent.stop("w")
+
+
+# -- the recorded sessions of the real CLI, replayed ------------------------------------------
+
+
+def test_the_recorded_permission_session_replays_allow_then_deny(fake: FakeWarm):
+    answers = [Allow(), Deny("not allowed by the agent")]
+    start(fake, module=Permitting, permit=lambda r, s: answers.pop(0),
+          backend={"env": {"FAKE_CLAUDE_REPLAY": str(RECORDED / "permission.jsonl")}})
+    first, second = ask("run it"), ask("run it again")
+    # Our stdin lines are the recorded client's: initialize, the prompt, the allow answer...
+    assert [(x["expected"] == x["got"]) for x in fake.replayed()] == [True] * 5
+    assert [x["got"][0] for x in fake.replayed()] == [
+        "control_request", "user", "control_response", "user", "control_response"]
+    assert first.text == second.text == "The command printed tool-ran."
+    assert [e.data["decision"] for e in first.events if e.kind == "permission"] == ["allow"]
+    assert [e.data["decision"] for e in second.events if e.kind == "permission"] == ["deny"]
+    denied = next(e for e in second.events if e.kind == "tool_result")
+    assert denied.data["is_error"] is True
+    # total_cost_usd is the running total: 0.001025, then 0.00205.
+    assert first.cost_usd == pytest.approx(0.001025)
+    assert second.cost_usd == pytest.approx(0.00205 - 0.001025)
+    assert second.extra["process_cost_usd"] == pytest.approx(0.00205)
+    gen_agent.stop("w")
+
+
+def test_the_recorded_interrupt_session_replays(fake: FakeWarm):
+    start(fake, backend={"env": {"FAKE_CLAUDE_REPLAY": str(RECORDED / "interrupt.jsonl")}})
+    caller, outcome = in_background("slow one")
+    wait_text("session")  # the CLI's init line of that turn
+    gen_agent.interrupt("w")
+    assert outcome.get(timeout=WAIT_S).reason == "interrupted"
+    caller.join(WAIT_S)
+    second = ask("next")
+    assert second.text == "Hello from the slow loopback model."  # not "Hello " of turn 1
+    assert [x["got"] for x in fake.replayed()] == [
+        ["control_request", "initialize"], ["user", "slow one"],
+        ["control_request", "interrupt"], ["user", "next"]]
+    assert second.cost_usd == pytest.approx(0.000235)
     gen_agent.stop("w")

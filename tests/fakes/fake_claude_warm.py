@@ -15,6 +15,11 @@ Reads stdin lines; answers `initialize` and `interrupt` control requests; plays 
 - `stray ...`: like hello, then one more `system` line after the result (no turn running).
 
 Exits at EOF on stdin. Every start appends `{"argv", "pid"}` to `$FAKE_CLAUDE_DIR/calls.jsonl`.
+
+With `FAKE_CLAUDE_REPLAY` naming a recorded session (tests/fixtures/claude-cli/warm/*.jsonl),
+it replays that instead: prints each recorded stdout line, and at each recorded stdin line
+reads one line and appends `{"expected", "got"}` (the line's type and its subtype, behavior or
+content) to `$FAKE_CLAUDE_DIR/replay.jsonl`; at the end of the recording it waits for EOF.
 Only the standard library.
 """
 
@@ -116,11 +121,42 @@ def tool_turn() -> None:
     result(f"tool said {content}")
 
 
+def shape(message: dict) -> list[object]:
+    """What a replay compares of a stdin line: its type and what it says."""
+    kind = message.get("type")
+    if kind == "control_request":
+        return [kind, message["request"].get("subtype")]
+    if kind == "control_response":
+        return [kind, message["response"].get("response", {}).get("behavior")]
+    if kind == "user":
+        return [kind, message["message"]["content"]]
+    return [kind]
+
+
+def replay(path: str, directory: str) -> None:
+    with open(path) as recording:
+        records = [json.loads(x) for x in recording if x.strip()]
+    for record in records:
+        if record["dir"] == "stdout":
+            out(record["line"])
+            continue
+        message = read()
+        assert message is not None
+        with open(os.path.join(directory, "replay.jsonl"), "a") as log:
+            log.write(json.dumps({"expected": shape(record["line"]), "got": shape(message)})
+                      + "\n")
+    while True:
+        read()
+
+
 def main() -> None:
     directory = os.environ.get("FAKE_CLAUDE_DIR")
     if directory:
         with open(os.path.join(directory, "calls.jsonl"), "a") as calls:
             calls.write(json.dumps({"argv": sys.argv[1:], "pid": os.getpid()}) + "\n")
+    recording = os.environ.get("FAKE_CLAUDE_REPLAY")
+    if recording and directory:
+        replay(recording, directory)
     while True:
         message = read()
         assert message is not None
