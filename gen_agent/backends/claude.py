@@ -385,7 +385,7 @@ class ClaudeCLI(CLIBackend[ClaudeSession]):
         """
         o = session.options
         session.warm.close(wait_s=(o.exit_grace_ms + o.term_grace_ms) / 1000 + 1.0)
-        session.runner.cancel()
+        super().terminate_session(session)  # per-turn children
 
     @classmethod
     def reset_session(cls, session: ClaudeSession) -> ClaudeSession:
@@ -397,8 +397,8 @@ class ClaudeCLI(CLIBackend[ClaudeSession]):
         `reset_session/1` (§2.15).
         """
         session.warm.close()
-        session.runner.cancel()
-        return msgspec.structs.replace(session, session_id=None, turns=0, warm=WarmSlot())
+        reset = super().reset_session(session)
+        return msgspec.structs.replace(reset, warm=WarmSlot())
 
     @classmethod
     def set_model(cls, session: ClaudeSession, model: str | None) -> None:
