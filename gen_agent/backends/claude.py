@@ -348,10 +348,15 @@ class ClaudeCLI(CLIBackend[ClaudeSession]):
 
         def spawn() -> ChildProcess:
             # Reads the slot's current session id: a respawn resumes the latest one.
+            env = cls._child_env(o)
+            # A long-lived CLI otherwise writes its transcript lazily (measured on 2.1.197: not
+            # at all while turns follow each other within ~0.1 s), so a crash would lose turns
+            # that were answered; eager flushing keeps them resumable (tested).
+            env.setdefault("CLAUDE_CODE_EAGER_FLUSH", "1")
             return ChildProcess.spawn(
                 cls.warm_command(session, permission_prompt=permission_prompt),
                 provider=PROVIDER,
-                env=cls._child_env(o),
+                env=env,
                 cwd=o.cwd,
                 max_line_bytes=o.max_line_bytes,
                 stderr_tail_bytes=o.stderr_tail_bytes,

@@ -186,24 +186,15 @@ def test_permission_allow_runs_the_tool_and_deny_does_not(
     gen_agent.stop("perm")
 
 
-def test_a_cli_killed_between_turns_is_resumed(
-    server: ScriptedModelServer, warm_options, tmp_path: Path
-):
+def test_a_cli_killed_between_turns_is_resumed(server: ScriptedModelServer, warm_options):
     server.enqueue(Reply.text("The word is plum."), Reply.text("You asked about plum."))
     infos: queue.Queue[Any] = queue.Queue()
     gen_agent.start_agent(WarmAgent, name="kill", backend=ClaudeCLI,
                           backend_opts=warm_options(), infos=infos)  # fmt: skip
     first = ask("kill", "Remember a word.")
     pid = session_of("kill").pid
-    # The CLI writes its transcript shortly after the result (measured: within 0.1 s); a
-    # process killed before that loses the turn, and resuming it finds no conversation.
-    transcripts = tmp_path / "home" / ".claude" / "projects"
-
-    def persisted() -> bool:
-        return any("The word is plum." in path.read_text()
-                   for path in transcripts.glob(f"*/{first.session_id}.jsonl"))
-
-    assert wait_until(persisted, timeout=30)
+    # Killed at once after the answer: the CLI runs with CLAUDE_CODE_EAGER_FLUSH=1, so the
+    # turn is already in its transcript (without it, 2.1.197 writes lazily and this fails).
     os.killpg(pid, signal.SIGKILL)
     exited = infos.get(timeout=TURN_TIMEOUT_S)
     assert isinstance(exited, WarmExited)
