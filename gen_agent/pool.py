@@ -157,10 +157,10 @@ class PoolStatus(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class _Task:
-    __slots__ = ("attempt", "done", "outcome", "prompt", "ref", "slot", "tell_ref", "timer",
-                 "trace_context")
+    __slots__ = ("attempt", "done", "on_done", "outcome", "prompt", "ref", "slot", "tell_ref",
+                 "timer", "trace_context")
 
-    def __init__(self, ref: PoolRef, prompt: str) -> None:
+    def __init__(self, ref: PoolRef, prompt: str, on_done: Any = None) -> None:
         self.ref = ref
         self.prompt = prompt
         self.attempt = 1
@@ -170,6 +170,7 @@ class _Task:
         self.slot: _Slot | None = None  # round_robin: the worker it is assigned to
         self.done = threading.Event()
         self.outcome: tuple[str, Any] | None = None
+        self.on_done = on_done
 
 
 class _Slot:
@@ -321,11 +322,18 @@ class Pool:
         with self._cond:
             return [slot.name for slot in self._slots if not slot.retiring]
 
-    def submit(self, prompt: str) -> PoolRef:
+    def submit(self, prompt: str, *, on_done: Any = None) -> PoolRef:
         """Queue `prompt` as one task and return its `PoolRef` at once.
 
         The task goes to a worker as soon as one has capacity (see `routing`). Read the
         outcome with `result`.
+
+        Args:
+            prompt: the task's prompt.
+            on_done: optional `fn(ref)`, called once when the outcome is ready (then `result`
+                returns at once). It runs in whichever pool thread settles the task, with the
+                pool's lock held: it must be quick and must not call the pool (post to your
+                own thread or queue). A raising `on_done` is logged (type only) and ignored.
 
         Raises:
             TypeError: `prompt` is not a `str`.
@@ -333,7 +341,7 @@ class Pool:
         """
         if type(prompt) is not str:
             raise TypeError(f"submit: prompt must be a str, got {type(prompt).__name__}")
-        task = _Task(PoolRef(next(_task_ids)), prompt)
+        task = _Task(PoolRef(next(_task_ids)), prompt, on_done)
         with self._cond:
             if self._stopping or self._stopped.is_set():
                 raise RequestError("pool_stopped")
@@ -649,6 +657,11 @@ class Pool:
         task.outcome = outcome
         task.done.set()
         self._cond.notify_all()
+        if task.on_done is not None:
+            try:
+                task.on_done(task.ref)
+            except Exception as exc:  # noqa: BLE001 - a caller's hook must not break the pool
+                logger.warning("gen_agent pool on_done raised {}", type(exc).__name__)
 
     def _forget(self, refs: list[PoolRef]) -> None:
         with self._cond:

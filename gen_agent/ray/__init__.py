@@ -1,0 +1,66 @@
+"""gen_agent on Ray: agents, supervision trees and pools across processes and machines.
+
+Install with `pip install 'gen-agent[ray]'`. A *node* is a Ray actor process hosting an
+`AgentSystem` and a `Supervisor` tree (`start_node`); agents are addressed by name wherever
+they run (`ask`, `tell`, `poll`, `status`, `interrupt`, `halt`, `resume`, `drain`, `stop`,
+`whereis`, `list_agents`, `stream`), through one directory per Ray namespace. Restarts have
+two layers: an agent crash is restarted inside its node by the node's supervisor; a node
+process death is restarted by Ray and the node restores its children with their last session
+ids, with restart intensity counted as OTP does (restarts within a window). `RemotePool` is
+the `Pool` API over workers on several nodes. See `docs/pages/scale-out.md`.
+
+`init_local()` starts a local Ray bound to 127.0.0.1 (tests, benchmarks, demos); on a real
+cluster call `ray.init(address=...)` as usual.
+"""
+
+# Submodules load on first use (PEP 562), so that `gen_agent.ray.local` can set Ray's
+# environment before anything imports Ray.
+from typing import Any
+
+_LAZY = {
+    "DEFAULT_NAMESPACE": "client", "Node": "client", "ask": "client", "drain": "client",
+    "halt": "client", "interrupt": "client", "list_agents": "client", "notify": "client",
+    "poll": "client", "resume": "client", "start_agent": "client", "start_node": "client",
+    "status": "client", "stop": "client", "stop_node": "client", "stream": "client",
+    "tell": "client", "whereis": "client", "init_local": "local",
+    "prepare_loopback_env": "local", "RemotePool": "pool",
+}
+
+__all__ = [
+    "DEFAULT_NAMESPACE",
+    "Node",
+    "RemotePool",
+    "ask",
+    "drain",
+    "halt",
+    "init_local",
+    "interrupt",
+    "list_agents",
+    "notify",
+    "poll",
+    "prepare_loopback_env",
+    "resume",
+    "start_agent",
+    "start_node",
+    "status",
+    "stop",
+    "stop_node",
+    "stream",
+    "tell",
+    "whereis",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'gen_agent.ray' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"gen_agent.ray.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -1,0 +1,469 @@
+"""The cluster-wide client: start nodes, start agents on them, and address agents by name.
+
+Every function takes `namespace` (default `"gen_agent"`): the Ray namespace holding the
+directory and the nodes. Names resolve through the directory; lookups are cached per process
+and refreshed once when the cached node says the name is not there or the node is dead.
+
+Errors keep their local meaning: a dead or restarting node is `AgentDown(("node_down",
+node))` for the callers it leaves waiting (a prompt is never retried: it may have run), a
+caller's own timeout is `CallTimeout`, and everything else is the exception type and reason a
+local caller of `gen_agent.ask` (...) sees, rebuilt from its portable form
+(`gen_agent.portable`). A foreign exception (an SDK's) stays a `PortableError` record inside
+the reason.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import msgspec
+import ray
+from ray.exceptions import GetTimeoutError, RayActorError
+
+from gen_agent.errors import AgentDown, AgentNotFound, CallTimeout, RequestError, TurnError
+from gen_agent.portable import from_portable, to_exception
+from gen_agent.ray.directory import get_directory
+from gen_agent.ray.node import NodeServer, node_actor_name
+from gen_agent.response import Response
+from gen_agent.supervisor import ChildSpec, SupervisorSpec, child_spec
+
+__all__ = [
+    "DEFAULT_NAMESPACE",
+    "Node",
+    "ask",
+    "drain",
+    "halt",
+    "interrupt",
+    "list_agents",
+    "notify",
+    "poll",
+    "resume",
+    "start_agent",
+    "start_node",
+    "status",
+    "stop",
+    "stop_node",
+    "stream",
+    "tell",
+    "whereis",
+]
+
+DEFAULT_NAMESPACE = "gen_agent"
+# A remote call waits this much longer than the caller's timeout, so that the node's own
+# CallTimeout (the agent unaffected) normally arrives first.
+_GRACE_S = 2.0
+_NODE_READY_TIMEOUT_S = 120.0
+
+
+class Node(msgspec.Struct, frozen=True):
+    """A handle on a started node.
+
+    Fields:
+        name: the node's name.
+        namespace: the cluster's Ray namespace.
+        actor: the Ray actor handle (survives the node's restarts).
+        pid: the process id of the incarnation that answered `start_node`.
+    """
+
+    name: Any
+    namespace: str
+    actor: Any
+    pid: int
+
+    def info(self, timeout: float | None = 30.0) -> dict[str, Any]:
+        """`{"pid", "node", "agents", "rss_kib"}` of the running incarnation.
+
+        Raises:
+            AgentDown: `("node_down", name)` when the node is dead or restarting.
+        """
+        return _remote(self.name, self.actor.info.remote(), timeout)
+
+    def stop(self, timeout: float | None = 60.0) -> None:
+        """Stop the node: see `stop_node`."""
+        stop_node(self.name, namespace=self.namespace, timeout=timeout)
+
+
+class _Cache:
+    """Per-process lookups: name → node, node → actor handle."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.names: dict[tuple[str, Any], Any] = {}
+        self.actors: dict[tuple[str, Any], Any] = {}
+        self.directories: dict[str, Any] = {}
+
+    def directory(self, namespace: str) -> Any:
+        handle = self.directories.get(namespace)
+        if handle is None:
+            handle = get_directory(namespace)
+            self.directories[namespace] = handle
+        return handle
+
+    def forget(self, namespace: str, name: Any) -> None:
+        self.names.pop((namespace, name), None)
+
+    def clear(self) -> None:
+        with self.lock:
+            self.names.clear()
+            self.actors.clear()
+            self.directories.clear()
+
+
+_cache = _Cache()
+
+
+def _actor(namespace: str, node: Any) -> Any:
+    key = (namespace, node)
+    handle = _cache.actors.get(key)
+    if handle is None:
+        try:
+            handle = ray.get_actor(node_actor_name(node), namespace=namespace)
+        except ValueError:
+            raise AgentDown(("node_down", node)) from None
+        _cache.actors[key] = handle
+    return handle
+
+
+def _resolve(namespace: str, name: Any, refresh: bool = False) -> Any:
+    """The node holding `name`. Raises AgentNotFound / AgentDown(("node_down", node))."""
+    key = (namespace, name)
+    if not refresh:
+        node = _cache.names.get(key)
+        if node is not None:
+            return node
+    found = ray.get(_cache.directory(namespace).lookup.remote(name))
+    if found is None:
+        _cache.forget(namespace, name)
+        raise AgentNotFound(name)
+    node, state, _reason = found
+    if state != "up":
+        _cache.forget(namespace, name)
+        raise AgentDown(("node_down", node))
+    _cache.names[key] = node
+    return node
+
+
+def _remote(node: Any, object_ref: Any, timeout: float | None) -> Any:
+    try:
+        outcome = ray.get(object_ref, timeout=None if timeout is None else timeout + _GRACE_S)
+    except GetTimeoutError:
+        raise CallTimeout(timeout) from None
+    except RayActorError:
+        raise AgentDown(("node_down", node)) from None
+    if isinstance(outcome, tuple) and len(outcome) == 2 and outcome[0] in ("ok", "error"):
+        if outcome[0] == "ok":
+            return outcome[1]
+        if isinstance(outcome[1], str):
+            raise RequestError(outcome[1])
+        raise to_exception(outcome[1])
+    return outcome
+
+
+def _call(op: str, name: Any, args: tuple[Any, ...], timeout: float | None,
+          namespace: str) -> Any:
+    node = _resolve(namespace, name)
+    for attempt in (0, 1):
+        actor = _actor(namespace, node)
+        try:
+            return _remote(node, actor.call.remote(op, name, args), timeout)
+        except AgentNotFound:
+            # Nothing was sent to an agent: refresh once (it may live on another node now).
+            if attempt:
+                raise
+            fresh = _resolve(namespace, name, refresh=True)
+            if fresh == node:
+                raise
+            node = fresh
+        except AgentDown as exc:
+            if exc.reason == ("node_down", node):
+                _cache.forget(namespace, name)
+                _cache.actors.pop((namespace, node), None)
+            raise
+    raise AssertionError("unreachable")
+
+
+def _check_prompt(prompt: Any, fn: str) -> None:
+    if type(prompt) is not str:
+        raise TypeError(f"{fn}: prompt must be a str, got {type(prompt).__name__}")
+
+
+# ---------------------------------------------------------------------------- nodes
+def start_node(name: Any, children: Iterable[ChildSpec | SupervisorSpec] = (), *,
+               strategy: str = "one_for_one", max_restarts: int = 3, max_seconds: float = 5.0,
+               node_max_restarts: int = 3, node_max_seconds: float = 60.0,
+               namespace: str = DEFAULT_NAMESPACE, max_concurrency: int = 128,
+               ray_options: dict[str, Any] | None = None,
+               timeout: float | None = _NODE_READY_TIMEOUT_S) -> Node:
+    """Start a node: a Ray actor process hosting an `AgentSystem` and a `Supervisor` of
+    `children`, registered in the cluster's directory.
+
+    Args:
+        name: the node's name, unique in `namespace` (any hashable, picklable value).
+        children: child specs (`gen_agent.child_spec`, `supervisor_spec`), started in order;
+            their ids are registered as cluster-wide names.
+        strategy, max_restarts, max_seconds: the node supervisor's strategy and agent-level
+            restart intensity (restarts within seconds), as for `gen_agent.Supervisor`;
+            beyond it the node itself fails and restarts.
+        node_max_restarts, node_max_seconds: the node-level restart intensity: more than
+            `node_max_restarts` process restarts within `node_max_seconds` seconds and the
+            node stays down (its names answer `AgentDown(("node_down", name))`). Defaults 3
+            within 60 s.
+        namespace: the cluster's Ray namespace (default `"gen_agent"`).
+        max_concurrency: Ray threads serving the node's calls (default 128): calls waiting
+            on agents (asks, streams) beyond it queue in Ray.
+        ray_options: more Ray actor options (`num_cpus`, `resources`,
+            `scheduling_strategy`, `runtime_env`...); `name`, `namespace`, `max_restarts`,
+            `max_task_retries` and `max_concurrency` are owned by gen_agent.
+        timeout: seconds to wait for the node and its children to start; default 120.
+
+    Returns:
+        A `Node`.
+
+    Raises:
+        AlreadyStarted: a child's name is held by another live node.
+        AgentStartError: a child failed to start (as `gen_agent.Supervisor` raises it); the
+            node is removed.
+        ValueError: the node name is taken in the namespace, or `ray_options` sets an option
+            gen_agent owns.
+        CallTimeout: the node did not start within `timeout`.
+
+    Mirrors: starting an OTP node with its application supervisor (issue #23's "nodes").
+    """
+    options = dict(ray_options or {})
+    owned = {"name", "namespace", "max_restarts", "max_task_retries", "max_concurrency",
+             "lifetime"}
+    if owned & options.keys():
+        raise ValueError(f"ray_options must not set {sorted(owned & options.keys())}")
+    options.setdefault("num_cpus", 0)
+    specs = tuple(children)
+    actor_cls: Any = ray.remote(NodeServer)
+    actor: Any = actor_cls.options(
+        name=node_actor_name(name), namespace=namespace, max_restarts=-1,
+        max_task_retries=0, max_concurrency=max_concurrency, **options,
+    ).remote(name, namespace, specs, strategy, max_restarts, max_seconds, node_max_restarts,
+             node_max_seconds)
+    try:
+        info = _remote(name, actor.ready.remote(), timeout)
+    except BaseException:
+        ray.kill(actor, no_restart=True)
+        raise
+    _cache.actors[(namespace, name)] = actor
+    return Node(name, namespace, actor, info["pid"])
+
+
+def stop_node(name: Any, *, namespace: str = DEFAULT_NAMESPACE,
+              timeout: float | None = 60.0) -> None:
+    """Stop node `name`: every child within its `shutdown_ms`, then the process (not
+    restarted); its names are released. A no-op for an unknown or dead node.
+
+    Args:
+        name: the node's name. namespace: the cluster's namespace.
+        timeout: seconds to wait for the process to end, then it is killed; default 60.
+
+    Mirrors: `:init.stop/0` on an OTP node.
+    """
+    try:
+        actor = ray.get_actor(node_actor_name(name), namespace=namespace)
+    except ValueError:
+        return
+    ref: Any = actor.shutdown.remote()
+    try:
+        ray.get(ref, timeout=timeout)
+    except RayActorError:
+        pass  # the actor exited: what shutdown ends with
+    except GetTimeoutError:
+        ray.kill(actor, no_restart=True)
+    _cache.actors.pop((namespace, name), None)
+    with _cache.lock:
+        for key in [k for k, node in _cache.names.items() if k[0] == namespace and node == name]:
+            del _cache.names[key]
+
+
+# ---------------------------------------------------------------------------- agents
+def start_agent(module: type, *, name: Any, backend: Any, node: Any,
+                restart: str = "permanent", resume_session: bool = True,
+                namespace: str = DEFAULT_NAMESPACE, timeout: float | None = 60.0,
+                **opts: Any) -> Any:
+    """Start an agent under node `node`'s supervisor, registered cluster-wide as `name`.
+
+    Args:
+        module, name, backend, **opts: as `gen_agent.start_agent` (opts include the reserved
+            start options and those for `init_agent`; they must pickle).
+        node: the node's name.
+        restart: the child's restart type (default `"permanent"`; a non-temporary child is
+            also restored when the node restarts).
+        resume_session: restart (and restore) with the last provider session id seen
+            (default True).
+        namespace: the cluster's namespace. timeout: seconds to wait for the start.
+
+    Returns:
+        The node's name.
+
+    Raises:
+        AlreadyStarted: `name` is held by a live agent anywhere in the cluster.
+        AgentStartError: the start failed (`.reason` as for a local start, wrapped by the
+            supervisor as `("failed_to_start_child", name, reason)`).
+        AgentDown: `("node_down", node)`.
+
+    Mirrors: `GenAgent.start_agent/2` plus `Supervisor.start_child/2` on a remote node.
+    """
+    spec = child_spec(module, name=name, backend=backend, restart=restart,  # type: ignore[arg-type]
+                      resume_session=resume_session, **opts)
+    _remote(node, _actor(namespace, node).start_child.remote(spec), timeout)
+    _cache.names[(namespace, name)] = node
+    return node
+
+
+def ask(name: Any, prompt: str, timeout: float | None = None, *,
+        namespace: str = DEFAULT_NAMESPACE) -> Response:
+    """Send `prompt` to the agent `name`, wherever it runs, and wait for its `Response`.
+
+    Raises:
+        TypeError: `prompt` is not a str (nothing is sent).
+        AgentNotFound: no agent holds the name. AgentDown: the agent died while the call
+            waited, or `("node_down", node)`. CallTimeout: no answer within `timeout` s.
+        TurnError: as `gen_agent.ask` (the same reasons; foreign exceptions as
+            `PortableError` records).
+
+    Mirrors: `GenAgent.ask/3` across nodes.
+    """
+    _check_prompt(prompt, "ask")
+    return _call("ask", name, (prompt, timeout), timeout, namespace)
+
+
+def tell(name: Any, prompt: str, timeout: float | None = None, *,
+         namespace: str = DEFAULT_NAMESPACE) -> Any:
+    """Queue `prompt` on `name` and return its `RequestRef`; read it with `poll`.
+
+    Raises: as `gen_agent.tell`, plus AgentDown(("node_down", node)).
+    Mirrors: `GenAgent.tell/3` across nodes.
+    """
+    _check_prompt(prompt, "tell")
+    return _call("tell", name, (prompt, timeout), timeout, namespace)
+
+
+def poll(name: Any, ref: Any, timeout: float | None = None, *,
+         namespace: str = DEFAULT_NAMESPACE) -> Any:
+    """The `PollResult` of a tell request (reasons in portable form; gen_agent's own errors
+    rebuilt). A missing agent answers `failed` / `"not_found"` as locally.
+
+    Mirrors: `GenAgent.poll/3` across nodes.
+    """
+    try:
+        return from_portable(_call("poll", name, (ref, timeout), timeout, namespace))
+    except AgentNotFound:
+        from gen_agent.status import PollResult
+
+        return PollResult(status="failed", reason="not_found")
+
+
+def status(name: Any, timeout: float | None = None, *,
+           namespace: str = DEFAULT_NAMESPACE) -> Any:
+    """The agent's `Status` (its `agent_state` in portable form). Mirrors `GenAgent.status/2`."""
+    return _call("status", name, (timeout,), timeout, namespace)
+
+
+def interrupt(name: Any, *, namespace: str = DEFAULT_NAMESPACE) -> None:
+    """Interrupt the agent's current turn. Mirrors `GenAgent.interrupt/1`."""
+    _call("interrupt", name, (), None, namespace)
+
+
+def halt(name: Any, *, namespace: str = DEFAULT_NAMESPACE) -> None:
+    """Halt the agent after its current turn. Mirrors `GenAgent.halt/1`."""
+    _call("halt", name, (), None, namespace)
+
+
+def resume(name: Any, *, namespace: str = DEFAULT_NAMESPACE) -> None:
+    """Resume a halted agent. Mirrors `GenAgent.resume/1`."""
+    _call("resume", name, (), None, namespace)
+
+
+def drain(name: Any, timeout: float | None = None, *,
+          namespace: str = DEFAULT_NAMESPACE) -> None:
+    """Drain the agent (finish queued work, refuse new). Mirrors `GenAgent.drain/2`."""
+    _call("drain", name, (timeout,), timeout, namespace)
+
+
+def notify(name: Any, event: Any, *, namespace: str = DEFAULT_NAMESPACE) -> None:
+    """Deliver `event` to the agent's `handle_event`. Mirrors `GenAgent.notify/2`."""
+    _call("notify", name, (event,), None, namespace)
+
+
+def stop(name: Any, *, namespace: str = DEFAULT_NAMESPACE, timeout: float | None = 60.0) -> None:
+    """Stop the agent for good: it is removed from its node's supervisor (not restarted, not
+    restored) and its name released.
+
+    Raises:
+        AgentNotFound: no agent holds the name. AgentDown: `("node_down", node)`.
+
+    Mirrors: `GenAgent.stop/1` (and `Supervisor.terminate_child/2`).
+    """
+    node = _resolve(namespace, name)
+    try:
+        _remote(node, _actor(namespace, node).stop_child.remote(name), timeout)
+    finally:
+        _cache.forget(namespace, name)
+
+
+def whereis(name: Any, *, namespace: str = DEFAULT_NAMESPACE) -> Any:
+    """The name of the node hosting `name`, or None (also for a down node). Asks the
+    directory (not the cache). Mirrors `GenAgent.whereis/1` (a node name, not a pid)."""
+    try:
+        return _resolve(namespace, name, refresh=True)
+    except (AgentNotFound, AgentDown):
+        return None
+
+
+def list_agents(*, namespace: str = DEFAULT_NAMESPACE) -> list[Any]:
+    """Every name held by a live node of the cluster. Mirrors `GenAgent.list/0`."""
+    return ray.get(_cache.directory(namespace).list_agents.remote())
+
+
+def stream(name: Any, prompt: str, timeout: float | None = None, *, batch_ms: int = 10,
+           namespace: str = DEFAULT_NAMESPACE) -> Iterator[Any]:
+    """Run `prompt` on `name` and yield its turn's events in order, then its `Response`.
+
+    Events travel in batches: the node gathers what arrives within `batch_ms` milliseconds
+    of the first pending event (default 10) into one Ray call.
+
+    Args:
+        name, prompt: as `ask`. timeout: seconds for the whole turn (None = forever).
+        batch_ms: the batching window in milliseconds.
+
+    Yields:
+        Each `Event` of the request's turns, then the `Response` (last).
+
+    Raises:
+        TurnError: the request failed (its reason as `ask` gives it). CallTimeout, AgentDown,
+            AgentNotFound as `ask`.
+
+    Mirrors: `tell_with_completion(..., stream_to=...)` across nodes.
+    """
+    _check_prompt(prompt, "stream")
+    node = _resolve(namespace, name)
+    actor = _actor(namespace, node)
+    stream_id = _remote(node, actor.stream_open.remote(name, prompt, timeout), timeout)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        remaining = None if deadline is None else deadline - time.monotonic()
+        if remaining is not None and remaining <= 0:
+            raise CallTimeout(timeout)
+        wait_s = 1.0 if remaining is None else min(1.0, remaining)
+        events, done, outcome = _remote(
+            node, actor.stream_next.remote(stream_id, wait_s, batch_ms), wait_s + _GRACE_S)
+        yield from events
+        if done:
+            kind, value = from_portable(outcome)
+            if kind == "ok":
+                yield value
+                return
+            raise TurnError(value)
+
+
+def _forget_all() -> None:
+    """Drop every cached lookup (tests; after `ray.shutdown`)."""
+    _cache.clear()
+

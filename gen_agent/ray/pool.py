@@ -1,0 +1,405 @@
+"""`RemotePool`: the `Pool` API over workers on several nodes.
+
+Each node runs a local `gen_agent.Pool` of `size` supervised workers (so a worker crash is
+restarted inside its node). Tasks stay on the caller's side: a node is handed a task only
+while it has a free slot (`size * max_in_flight` per node), so the bound in flight per worker
+holds and work not yet handed out survives any node's death. Per node, one sender thread
+hands out tasks in batches (one Ray call per batch) and one collector thread long-polls
+finished outcomes (one Ray call returns every outcome settled since the previous one):
+Ray's per-call cost is paid per batch, not per task.
+
+A task in flight on a node that dies fails with `("worker_down", ("node_down", node))`; a
+worker crash inside a node gives `("worker_down", exit_reason)` as in a local `Pool`. Tasks
+still queued move on to the other nodes, and to the failed node again once Ray has restarted
+it (its local pool is then started afresh). A node that stays down (past its restart
+intensity) is dropped; when no node is left, queued tasks fail with `("pool_down",
+"no_nodes")`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import ray
+from loguru import logger
+from ray.exceptions import RayActorError
+
+from gen_agent.errors import CallTimeout, RequestError, TurnError
+from gen_agent.pool import PoolRef
+from gen_agent.portable import from_portable
+from gen_agent.ray.client import DEFAULT_NAMESPACE, _actor
+from gen_agent.ray.directory import get_directory
+from gen_agent.response import Response
+
+__all__ = ["RemotePool"]
+
+_task_ids = itertools.count(1)
+# How long a collector's long poll waits on its node (seconds); bounds stop() latency.
+_COLLECT_WAIT_S = 0.25
+# How long a sender waits before retrying a restarting node (seconds).
+_RETRY_S = 0.2
+
+
+class _Task:
+    __slots__ = ("done", "node", "outcome", "prompt", "ref")
+
+    def __init__(self, ref: PoolRef, prompt: str) -> None:
+        self.ref = ref
+        self.prompt = prompt
+        self.node: Any = None
+        self.done = threading.Event()
+        self.outcome: tuple[str, Any] | None = None
+
+
+class _NodeLane:
+    __slots__ = ("actor", "capacity", "collector", "dead", "epoch", "in_flight", "name",
+                 "open", "sender", "workers")
+
+    def __init__(self, name: Any, actor: Any, capacity: int) -> None:
+        self.name = name
+        self.actor = actor
+        self.capacity = capacity
+        self.in_flight: dict[int, _Task] = {}
+        self.open = False
+        self.dead = False
+        self.epoch = 0  # bumped on every loss of the node's pool (death, restart)
+        self.workers: list[Any] = []
+        self.sender: threading.Thread | None = None
+        self.collector: threading.Thread | None = None
+
+
+class RemotePool:
+    """A pool of `size` workers of `module` on each of `nodes`, started on construction.
+
+    Args:
+        module: the `GenAgent` subclass every worker runs (importable on the nodes).
+        nodes: the names of started nodes (`gen_agent.ray.start_node`).
+        size: workers per node (>= 1).
+        backend: the workers' backend.
+        max_in_flight: tasks handed to one worker at a time (>= 1, default 1).
+        max_restarts, max_seconds: each node's local pool restart intensity (default 3
+            within 5 s); past it that node's pool is started again, its tasks in flight
+            having failed with `("worker_down", ...)`.
+        name_prefix: workers are named `f"{name_prefix}@{node}-{i}"`; default a unique one.
+        namespace: the cluster's namespace.
+        **opts: every other `start_agent` option for the workers (must pickle).
+
+    Task outcomes: `result(ref)` returns the `Response`, or raises `TurnError` with the turn's
+    own reason, `("worker_down", reason)` (its worker or node died while it was in flight),
+    `("pool_down", "no_nodes")` or `("agent_terminated", "shutdown")` (stopped first).
+
+    Raises:
+        ValueError: no nodes, or a bad `size` / `max_in_flight`.
+        AgentDown: `("node_down", node)` for a node that is not running.
+        gen_agent errors: a node failed to start its workers (as `Pool` raises).
+
+    Thread-safety: every method may be called from any thread.
+
+    Mirrors: the Pool pattern of contract §10, spread over nodes.
+    """
+
+    def __init__(self, module: type, *, nodes: Sequence[Any], size: int, backend: Any,
+                 max_in_flight: int = 1, max_restarts: int = 3, max_seconds: float = 5.0,
+                 name_prefix: str | None = None, namespace: str = DEFAULT_NAMESPACE,
+                 **opts: Any) -> None:
+        if not nodes:
+            raise ValueError("RemotePool needs at least one node")
+        for label, value in (("size", size), ("max_in_flight", max_in_flight)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{label} must be an int >= 1, got {value!r}")
+        self.pool_id = f"remote-pool-{uuid.uuid4().hex[:12]}"
+        self.name_prefix = name_prefix if name_prefix is not None else self.pool_id
+        self.namespace = namespace
+        self._open_args = (module, size, backend, max_in_flight, max_restarts, max_seconds)
+        self._opts = dict(opts)
+        self._cond = threading.Condition()
+        self._queue: deque[_Task] = deque()
+        self._tasks: dict[int, _Task] = {}
+        self._stopping = False
+        self._directory = get_directory(namespace)
+        self._lanes = [_NodeLane(node, _actor(namespace, node), size * max_in_flight)
+                       for node in nodes]
+        opened = [(lane, self._open_ref(lane)) for lane in self._lanes]
+        try:
+            for lane, ref in opened:
+                self._opened(lane, ray.get(ref))
+        except BaseException:
+            self._close_lanes()
+            raise
+        for lane in self._lanes:
+            lane.sender = threading.Thread(target=self._send_loop, args=(lane,), daemon=True,
+                                           name=f"gen_agent-remote-pool-send-{lane.name}")
+            lane.collector = threading.Thread(target=self._collect_loop, args=(lane,),
+                                              daemon=True,
+                                              name=f"gen_agent-remote-pool-collect-{lane.name}")
+            lane.sender.start()
+            lane.collector.start()
+
+    def __enter__(self) -> RemotePool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"<RemotePool {self.pool_id} nodes={[lane.name for lane in self._lanes]}>"
+
+    # ------------------------------------------------------------------ public API
+    def workers(self) -> list[Any]:
+        """The worker names, node by node."""
+        with self._cond:
+            return [name for lane in self._lanes for name in lane.workers]
+
+    def submit(self, prompt: str) -> PoolRef:
+        """Queue `prompt` as one task and return its `PoolRef` at once.
+
+        Raises:
+            TypeError: `prompt` is not a str. RequestError: `"pool_stopped"`.
+        """
+        if type(prompt) is not str:
+            raise TypeError(f"submit: prompt must be a str, got {type(prompt).__name__}")
+        task = _Task(PoolRef(next(_task_ids)), prompt)
+        with self._cond:
+            if self._stopping:
+                raise RequestError("pool_stopped")
+            if all(lane.dead for lane in self._lanes):
+                self._tasks[task.ref.id] = task
+                self._settle(task, ("error", ("pool_down", "no_nodes")))
+                return task.ref
+            self._tasks[task.ref.id] = task
+            self._queue.append(task)
+            self._cond.notify_all()
+        return task.ref
+
+    def result(self, ref: PoolRef, timeout: float | None = None) -> Response:
+        """Wait for the task's outcome and return its `Response`; each outcome is handed out
+        once.
+
+        Raises:
+            TurnError: the task failed (see the class docstring). CallTimeout: no outcome
+                within `timeout` seconds (the task goes on). LookupError: unknown ref, or
+                already collected.
+        """
+        with self._cond:
+            task = self._tasks.get(ref.id) if isinstance(ref, PoolRef) else None
+        if task is None:
+            raise LookupError("unknown PoolRef, or its result was already collected")
+        if not task.done.wait(timeout):
+            raise CallTimeout(timeout)
+        with self._cond:
+            if self._tasks.pop(ref.id, None) is None:
+                raise LookupError("unknown PoolRef, or its result was already collected")
+        assert task.outcome is not None
+        kind, value = task.outcome
+        if kind == "ok":
+            return value
+        raise TurnError(value)
+
+    def map(self, prompts: Iterable[str], timeout: float | None = None) -> list[Response]:
+        """Submit every prompt, then return their responses in order (as `Pool.map`).
+
+        Raises:
+            TurnError: the first failed task, in order. CallTimeout: not done in time.
+        """
+        refs = [self.submit(prompt) for prompt in prompts]
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            return [self.result(ref, None if deadline is None
+                                else max(0.0, deadline - time.monotonic())) for ref in refs]
+        finally:
+            with self._cond:
+                for ref in refs:
+                    self._tasks.pop(ref.id, None)
+
+    def status(self) -> dict[str, Any]:
+        """`{"queued": n, "in_flight": {node: n}, "nodes": {node: "up" | "restarting" |
+        "down"}}`, a point-in-time view."""
+        with self._cond:
+            return {
+                "queued": len(self._queue),
+                "in_flight": {lane.name: len(lane.in_flight) for lane in self._lanes},
+                "nodes": {lane.name: "down" if lane.dead else ("up" if lane.open
+                                                             else "restarting")
+                          for lane in self._lanes},
+            }
+
+    def stop(self, timeout: float | None = 60.0) -> None:
+        """Stop the pool: queued tasks fail with `("agent_terminated", "shutdown")`, each
+        node's local pool stops (its tasks in flight fail the same way and are collected),
+        then the threads end. Idempotent.
+
+        Raises:
+            CallTimeout: not stopped within `timeout` seconds.
+        """
+        with self._cond:
+            if self._stopping:
+                already = True
+            else:
+                already = False
+                self._stopping = True
+                while self._queue:
+                    self._settle(self._queue.popleft(),
+                                 ("error", ("agent_terminated", "shutdown")))
+                self._cond.notify_all()
+        if not already:
+            self._close_lanes()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for lane in self._lanes:
+            for thread in (lane.sender, lane.collector):
+                if thread is None or thread is threading.current_thread():
+                    continue
+                thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+                if thread.is_alive():
+                    raise CallTimeout(timeout)
+        with self._cond:
+            for lane in self._lanes:
+                for task in lane.in_flight.values():
+                    self._settle(task, ("error", ("agent_terminated", "shutdown")))
+                lane.in_flight.clear()
+
+    # ------------------------------------------------------------------ internals
+    def _open_ref(self, lane: _NodeLane) -> Any:
+        module, size, backend, max_in_flight, max_restarts, max_seconds = self._open_args
+        return lane.actor.pool_open.remote(
+            self.pool_id, module, size, backend, max_in_flight, max_restarts, max_seconds,
+            f"{self.name_prefix}@{lane.name}", self._opts)
+
+    def _opened(self, lane: _NodeLane, outcome: tuple[str, Any]) -> None:
+        from gen_agent.portable import to_exception
+
+        if outcome[0] != "ok":
+            raise to_exception(outcome[1])
+        with self._cond:
+            lane.workers = list(outcome[1])
+            lane.open = True
+            self._cond.notify_all()
+
+    def _close_lanes(self) -> None:
+        refs = [(lane, lane.actor.pool_close.remote(self.pool_id))
+                for lane in self._lanes if not lane.dead]
+        for lane, ref in refs:
+            try:
+                outcomes = ray.get(ref, timeout=60)
+            except Exception as exc:  # noqa: BLE001 - a dead node has nothing to close
+                logger.debug("gen_agent remote pool close: {}", type(exc).__name__)
+                continue
+            self._apply(lane, outcomes)
+
+    def _apply(self, lane: _NodeLane, outcomes: list[tuple[int, Any]]) -> None:
+        with self._cond:
+            for task_id, result in outcomes:
+                task = lane.in_flight.pop(task_id, None)
+                if task is not None:
+                    self._settle(task, result if result[0] == "ok"
+                                 else ("error", from_portable(result[1])))
+            self._cond.notify_all()
+
+    def _settle(self, task: _Task, outcome: tuple[str, Any]) -> None:
+        """Give `task` its one outcome (later ones are ignored). Caller holds the lock."""
+        if task.outcome is not None:
+            return
+        task.outcome = outcome
+        task.done.set()
+
+    def _send_loop(self, lane: _NodeLane) -> None:
+        while True:
+            with self._cond:
+                while not self._stopping and not lane.dead and not (
+                        lane.open and self._queue and len(lane.in_flight) < lane.capacity):
+                    self._cond.wait()
+                if self._stopping or lane.dead:
+                    return
+                free = lane.capacity - len(lane.in_flight)
+                batch = [self._queue.popleft() for _ in range(min(free, len(self._queue)))]
+                for task in batch:
+                    lane.in_flight[task.ref.id] = task
+                    task.node = lane.name
+                epoch = lane.epoch
+            try:
+                outcome = ray.get(lane.actor.pool_submit.remote(
+                    self.pool_id, [(task.ref.id, task.prompt) for task in batch]))
+            except RayActorError:
+                # The node died with the batch: it may have run some of it, so those tasks
+                # count as in flight (never retried); the collector sees the death too.
+                self._lost(lane, ("node_down", lane.name))
+                continue
+            with self._cond:
+                if outcome[0] == "ok":
+                    for task_id, failure in outcome[1]:
+                        refused = lane.in_flight.pop(task_id, None)
+                        if refused is not None:
+                            self._settle(refused, ("error", from_portable(failure[1])))
+                    continue
+                # "unknown_pool": a restarted node that has not got our pool took none of
+                # them; they go back to the front of the queue.
+                if lane.epoch == epoch:
+                    for task in reversed(batch):
+                        if lane.in_flight.pop(task.ref.id, None) is task:
+                            self._queue.appendleft(task)
+                    lane.open = False
+                self._cond.notify_all()
+
+    def _collect_loop(self, lane: _NodeLane) -> None:
+        while True:
+            with self._cond:
+                if self._stopping and not lane.in_flight:
+                    return
+                is_open = lane.open
+            if not is_open:
+                if not self._reopen(lane):
+                    return
+                continue
+            try:
+                outcome = ray.get(lane.actor.pool_collect.remote(self.pool_id, _COLLECT_WAIT_S))
+            except RayActorError:
+                self._lost(lane, ("node_down", lane.name))
+                continue
+            if outcome[0] != "ok":  # "unknown_pool": closed by stop(), or a restarted node
+                with self._cond:
+                    stopping = self._stopping
+                self._lost(lane, ("agent_terminated", "shutdown") if stopping
+                           else ("node_down", lane.name), worker_down=not stopping)
+                continue
+            self._apply(lane, outcome[1])
+
+    def _lost(self, lane: _NodeLane, reason: Any, *, worker_down: bool = True) -> None:
+        with self._cond:
+            lane.epoch += 1
+            lane.open = False
+            for task in lane.in_flight.values():
+                self._settle(task, ("error", ("worker_down", reason) if worker_down else reason))
+            lane.in_flight.clear()
+            self._cond.notify_all()
+
+    def _reopen(self, lane: _NodeLane) -> bool:
+        """Start the pool again on a restarted node; mark the lane dead if the node is down
+        for good. Returns False when the collector should end."""
+        while True:
+            with self._cond:
+                if self._stopping:
+                    return False
+            state = ray.get(self._directory.node_status.remote(lane.name))
+            if state is None or state[0] == "down":
+                with self._cond:
+                    lane.dead = True
+                    if all(other.dead for other in self._lanes):
+                        while self._queue:
+                            self._settle(self._queue.popleft(),
+                                         ("error", ("pool_down", "no_nodes")))
+                    self._cond.notify_all()
+                return False
+            try:
+                self._opened(lane, ray.get(self._open_ref(lane)))
+                return True
+            except RayActorError:
+                time.sleep(_RETRY_S)  # restarting: Ray queues calls, this retries a failure
+            except Exception as exc:  # noqa: BLE001 - a failed reopen is retried after a pause
+                logger.warning("gen_agent remote pool reopen on a node failed: {}",
+                               type(exc).__name__)
+                time.sleep(_RETRY_S)
