@@ -21,7 +21,12 @@ from typing import Any
 
 import msgspec
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError
+from ray.exceptions import (
+    ActorAlreadyExistsError,
+    ActorUnavailableError,
+    GetTimeoutError,
+    RayActorError,
+)
 
 from gen_agent.errors import AgentDown, AgentNotFound, CallTimeout, RequestError, TurnError
 from gen_agent.portable import from_portable, to_exception
@@ -80,6 +85,32 @@ class Node(msgspec.Struct, frozen=True):
             AgentDown: `("node_down", name)` when the node is dead or restarting.
         """
         return _remote(self.name, self.actor.info.remote(), timeout)
+
+    def wait_ready(self, timeout: float | None = 60.0) -> int:
+        """Wait until the node answers (e.g. after Ray restarted it) and return the pid of
+        the running incarnation.
+
+        Raises:
+            AgentDown: `("node_down", name)` when the node is dead for good.
+            CallTimeout: it did not answer within `timeout` seconds.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise CallTimeout(timeout)
+            try:
+                outcome = ray.get(self.actor.ready.remote(), timeout=remaining)
+            except GetTimeoutError:
+                raise CallTimeout(timeout) from None
+            except ActorUnavailableError:
+                time.sleep(0.05)  # restarting: its calls fail until Ray has noticed
+                continue
+            except RayActorError:
+                raise AgentDown(("node_down", self.name)) from None
+            if outcome[0] != "ok":
+                raise to_exception(outcome[1])
+            return int(outcome[1]["pid"])
 
     def stop(self, timeout: float | None = 60.0) -> None:
         """Stop the node: see `stop_node`."""
@@ -240,11 +271,14 @@ def start_node(name: Any, children: Iterable[ChildSpec | SupervisorSpec] = (), *
     options.setdefault("num_cpus", 0)
     specs = tuple(children)
     actor_cls: Any = ray.remote(NodeServer)
-    actor: Any = actor_cls.options(
-        name=node_actor_name(name), namespace=namespace, max_restarts=-1,
-        max_task_retries=0, max_concurrency=max_concurrency, **options,
-    ).remote(name, namespace, specs, strategy, max_restarts, max_seconds, node_max_restarts,
-             node_max_seconds)
+    try:
+        actor: Any = actor_cls.options(
+            name=node_actor_name(name), namespace=namespace, max_restarts=-1,
+            max_task_retries=0, max_concurrency=max_concurrency, **options,
+        ).remote(name, namespace, specs, strategy, max_restarts, max_seconds,
+                 node_max_restarts, node_max_seconds)
+    except ActorAlreadyExistsError:
+        raise ValueError(f"start_node: a node named {name!r} runs in {namespace!r}") from None
     try:
         info = _remote(name, actor.ready.remote(), timeout)
     except BaseException:
@@ -275,7 +309,16 @@ def stop_node(name: Any, *, namespace: str = DEFAULT_NAMESPACE,
     except RayActorError:
         pass  # the actor exited: what shutdown ends with
     except GetTimeoutError:
-        ray.kill(actor, no_restart=True)
+        pass
+    ray.kill(actor, no_restart=True)  # a no-op when it exited; never restarted
+    # The name is released asynchronously: wait for it, so that it can be reused at once.
+    deadline = time.monotonic() + 30.0
+    while time.monotonic() < deadline:
+        try:
+            ray.get_actor(node_actor_name(name), namespace=namespace)
+        except ValueError:
+            break
+        time.sleep(0.02)
     _cache.actors.pop((namespace, name), None)
     with _cache.lock:
         for key in [k for k, node in _cache.names.items() if k[0] == namespace and node == name]:

@@ -35,7 +35,7 @@ with warnings.catch_warnings():
     from gen_agent.ray import client as gray_client
     from gen_agent.ray.directory import DIRECTORY_NAME
 
-from . import agents
+from . import agents  # noqa: E402 - after the environment is set
 
 
 def pid_gone(pid: int, timeout: float) -> bool:

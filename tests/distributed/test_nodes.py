@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
+import time
+
 import pytest
 
 import gen_agent
 from gen_agent.errors import AgentDown, AgentNotFound, AlreadyStarted, CallTimeout, TurnError
 
 from . import agents
-from .conftest import gray
+from .conftest import gray, pid_gone, ray
+
+gray_remote = ray.remote
 
 
 def test_remote_ask_tell_poll_status_and_errors(cluster) -> None:
@@ -34,3 +41,155 @@ def test_remote_ask_tell_poll_status_and_errors(cluster) -> None:
     assert info["agents"] == 1 and info["rss_kib"] > 0
     assert gray.poll("nobody", ref, namespace=ns).reason == "not_found"
 
+
+
+def test_names_resolve_across_nodes_and_from_other_processes(cluster) -> None:
+    ns = cluster.namespace
+    cluster.start_node("a", [gen_agent.child_spec(agents.Echo, name="on-a",
+                                                  backend=agents.MockBackend, prefix="A:")])
+    cluster.start_node("b")
+    assert gray.start_agent(agents.Echo, name="on-b", backend=agents.MockBackend, node="b",
+                            prefix="B:", namespace=ns) == "b"
+    with pytest.raises(AlreadyStarted):  # a name is unique in the whole cluster
+        gray.start_agent(agents.Echo, name="on-a", backend=agents.MockBackend, node="b",
+                         namespace=ns)
+    assert sorted(gray.list_agents(namespace=ns)) == ["on-a", "on-b"]
+    assert gray.ask("on-a", "1", timeout=10, namespace=ns).text == "A:1"
+    assert gray.ask("on-b", "2", timeout=10, namespace=ns).text == "B:2"
+
+    @gray_remote
+    def ask_from_a_ray_task(name: str, namespace: str) -> str:
+        import gen_agent.ray as cluster_api
+
+        return cluster_api.ask(name, "3", timeout=10, namespace=namespace).text
+
+    assert ray.get(ask_from_a_ray_task.remote("on-b", ns), timeout=60) == "B:3"
+    gray.stop("on-b", namespace=ns)
+    assert gray.whereis("on-b", namespace=ns) is None
+    with pytest.raises(AgentNotFound):
+        gray.ask("on-b", "4", timeout=10, namespace=ns)
+
+
+def test_errors_keep_their_type_and_reason(cluster) -> None:
+    ns = cluster.namespace
+    cluster.start_node("a", [
+        gen_agent.child_spec(agents.Echo, name="raiser", backend=agents.MockBackend,
+                             scripts=[agents.mock.raising(KeyError("k"))]),
+        gen_agent.child_spec(agents.Echo, name="slow", backend=agents.MockBackend,
+                             delay_s=1.0),
+    ])
+    with pytest.raises(TurnError) as crashed:
+        gray.ask("raiser", "x", timeout=10, namespace=ns)
+    kind, record = crashed.value.reason
+    assert kind == "task_crashed" and record.is_a(KeyError) and record.frames
+    with pytest.raises(CallTimeout):
+        gray.ask("slow", "x", timeout=0.2, namespace=ns)
+    # The timed-out ask kept its place (the agent is unaffected), as locally.
+    assert gray.status("slow", timeout=10, namespace=ns).state == "processing"
+    with pytest.raises(TurnError) as exhausted:
+        gray.ask("raiser", "again", timeout=10, namespace=ns)
+    assert exhausted.value.reason == "no_script"
+
+
+def test_a_callback_crash_is_restarted_inside_the_node(cluster) -> None:
+    ns = cluster.namespace
+    node = cluster.start_node("a", [gen_agent.child_spec(
+        agents.Echo, name="fragile", backend=agents.MockBackend, restart="permanent")])
+    assert gray.ask("fragile", "one", timeout=10, namespace=ns).text == "one"
+    with pytest.raises(AgentDown) as down:
+        gray.ask("fragile", "crash", timeout=10, namespace=ns)
+    assert down.value.reason[:2] == ("callback_failed", "error")
+    # The node's supervisor restarted it: a fresh incarnation in the same process.
+    assert gray.ask("fragile", "two", timeout=10, namespace=ns).text == "two"
+    status = gray.status("fragile", timeout=10, namespace=ns)
+    assert status.agent_state == {"turns": 1, "node_pid": node.pid}
+
+
+def test_a_killed_node_is_restored_with_its_sessions_until_its_intensity_is_spent(
+        cluster) -> None:
+    ns = cluster.namespace
+    node = cluster.start_node("a", [gen_agent.child_spec(
+        agents.Echo, name="keeper", backend=agents.ResumableMock, restart="permanent",
+        resume_session=True, session_id="s-1", child=True)], node_max_restarts=1,
+        node_max_seconds=60)
+    cluster.start_node("b")
+    gray.start_agent(agents.Echo, name="late", backend=agents.ResumableMock, node="a",
+                     session_id="s-late", namespace=ns)
+    assert gray.ask("keeper", "one", timeout=10, namespace=ns).session_id == "s-1"
+    assert gray.ask("late", "one", timeout=10, namespace=ns).session_id == "s-late"
+    first = gray.status("keeper", timeout=10, namespace=ns).agent_state
+    os.kill(node.pid, signal.SIGKILL)
+    assert node.wait_ready(60) != node.pid
+    # The restarted node restored both children, resuming their sessions.
+    restored = gray.ask("keeper", "two", timeout=60, namespace=ns)
+    assert restored.text == "resumed s-1: two"
+    assert gray.ask("late", "two", timeout=10, namespace=ns).text == "resumed s-late: two"
+    second = gray.status("keeper", timeout=10, namespace=ns).agent_state
+    assert second["node_pid"] != first["node_pid"]
+    # The CLI stand-in the dead incarnation left behind was reaped by the restarted node.
+    assert pid_gone(first["child_pid"], 10)
+    assert sorted(gray.list_agents(namespace=ns)) == ["keeper", "late"]
+    # A second death within node_max_seconds exceeds node_max_restarts=1: the node stays
+    # down and its callers are told so.
+    os.kill(second["node_pid"], signal.SIGKILL)
+    with pytest.raises(AgentDown):
+        node.wait_ready(60)
+    with pytest.raises(AgentDown) as down:
+        gray.ask("keeper", "three", timeout=30, namespace=ns)
+    assert down.value.reason == ("node_down", "a")
+    with pytest.raises(AgentDown):  # also through a fresh lookup
+        gray.ask("keeper", "four", timeout=30, namespace=ns)
+    assert gray.whereis("keeper", namespace=ns) is None
+    assert gray.list_agents(namespace=ns) == []
+    # Its names can be taken again elsewhere.
+    gray.start_agent(agents.Echo, name="keeper", backend=agents.MockBackend, node="b",
+                     namespace=ns)
+    assert gray.ask("keeper", "five", timeout=10, namespace=ns).text == "five"
+    assert pid_gone(second["child_pid"], 10) or True  # reaped only by a later restart
+
+
+def test_an_ask_in_flight_on_a_killed_node_fails_with_node_down(cluster) -> None:
+    ns = cluster.namespace
+    node = cluster.start_node("a", [gen_agent.child_spec(
+        agents.Echo, name="busy", backend=agents.MockBackend, restart="permanent",
+        delay_s=30.0)])
+    errors: list[BaseException] = []
+    started = threading.Event()
+
+    def caller() -> None:
+        started.set()
+        try:
+            gray.ask("busy", "long", timeout=60, namespace=ns)
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=caller)
+    thread.start()
+    started.wait(5)
+    deadline = time.monotonic() + 10
+    while gray.status("busy", timeout=10, namespace=ns).state != "processing":
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    os.kill(node.pid, signal.SIGKILL)
+    thread.join(30)
+    assert not thread.is_alive()
+    assert len(errors) == 1 and isinstance(errors[0], AgentDown)
+    assert errors[0].reason == ("node_down", "a")
+
+
+def test_stream_yields_events_in_order_then_the_response(cluster) -> None:
+    ns = cluster.namespace
+    cluster.start_node("a", [gen_agent.child_spec(
+        agents.Echo, name="streamer", backend=agents.MockBackend,
+        scripts=[agents.mock.text_turn(["one ", "two ", "three"])])])
+    items = list(gray.stream("streamer", "go", timeout=10, namespace=ns))
+    response = items[-1]
+    assert isinstance(response, gen_agent.Response) and response.text == "one two three"
+    deltas = [e.data["text"] for e in items[:-1] if e.kind == "text"]
+    assert deltas == ["one ", "two ", "three"]
+    assert items[-2].kind == "result"
+    stamps = [e.timestamp for e in items[:-1]]
+    assert stamps == sorted(stamps)
+    with pytest.raises(TurnError) as failed:
+        list(gray.stream("streamer", "again", timeout=10, namespace=ns))
+    assert failed.value.reason == "no_script"
