@@ -235,13 +235,15 @@ def start_node(name: Any, children: Iterable[ChildSpec | SupervisorSpec] = (), *
         name: the node's name, unique in `namespace` (any hashable, picklable value).
         children: child specs (`gen_agent.child_spec`, `supervisor_spec`), started in order;
             their ids are registered as cluster-wide names.
-        strategy, max_restarts, max_seconds: the node supervisor's strategy and agent-level
-            restart intensity (restarts within seconds), as for `gen_agent.Supervisor`;
-            beyond it the node itself fails and restarts.
-        node_max_restarts, node_max_seconds: the node-level restart intensity: more than
-            `node_max_restarts` process restarts within `node_max_seconds` seconds and the
-            node stays down (its names answer `AgentDown(("node_down", name))`). Defaults 3
-            within 60 s.
+        strategy: the node supervisor's strategy, as for `gen_agent.Supervisor`.
+        max_restarts: agent-level restart intensity: restarts (count) allowed within
+            `max_seconds`, as for `gen_agent.Supervisor`; beyond it the node itself fails
+            and restarts (default 3).
+        max_seconds: the agent-level intensity window in seconds (default 5).
+        node_max_restarts: the node-level restart intensity: more than this many process
+            restarts within `node_max_seconds` and the node stays down (its names answer
+            `AgentDown(("node_down", name))`). Default 3.
+        node_max_seconds: the node-level intensity window in seconds (default 60).
         namespace: the cluster's Ray namespace (default `"gen_agent"`).
         max_concurrency: Ray threads serving the node's calls (default 128): calls waiting
             on agents (asks, streams) beyond it queue in Ray.
@@ -333,8 +335,11 @@ def start_agent(module: type, *, name: Any, backend: Any, node: Any,
     """Start an agent under node `node`'s supervisor, registered cluster-wide as `name`.
 
     Args:
-        module, name, backend, **opts: as `gen_agent.start_agent` (opts include the reserved
-            start options and those for `init_agent`; they must pickle).
+        module: the `GenAgent` subclass (importable on the node, or pickled by value).
+        name: the cluster-wide name.
+        backend: the backend.
+        **opts: as for `gen_agent.start_agent`: the reserved start options and those for
+            `init_agent` (they must pickle).
         node: the node's name.
         restart: the child's restart type (default `"permanent"`; a non-temporary child is
             also restored when the node restarts).
@@ -473,8 +478,11 @@ def stream(name: Any, prompt: str, timeout: float | None = None, *, batch_ms: in
     of the first pending event (default 10) into one Ray call.
 
     Args:
-        name, prompt: as `ask`. timeout: seconds for the whole turn (None = forever).
+        name: the agent's name.
+        prompt: the prompt (a str).
+        timeout: seconds for the whole turn (None = forever).
         batch_ms: the batching window in milliseconds.
+        namespace: the cluster's namespace.
 
     Yields:
         Each `Event` of the request's turns, then the `Response` (last).

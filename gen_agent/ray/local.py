@@ -70,7 +70,7 @@ def init_local(*, num_cpus: int | None = None, namespace: str = "gen_agent",
     if imported_before:
         # Ray read its settings at import: apply the loopback and token settings now.
         ray_constants.ENABLE_RAY_CLUSTER = False
-        from ray._raylet import Config
+        from ray._raylet import Config  # type: ignore[attr-defined]
 
         Config.initialize("")
     if ray.is_initialized():

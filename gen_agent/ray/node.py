@@ -89,10 +89,12 @@ class NodeServer:
         node: the node's name (any hashable value; unique in the namespace).
         namespace: the cluster's Ray namespace.
         children: child specs (`child_spec` / `supervisor_spec`) started in order.
-        strategy, max_restarts, max_seconds: the node supervisor's (agent-level restarts).
-        node_max_restarts, node_max_seconds: the node-level restart intensity: more than
-            `node_max_restarts` process restarts within `node_max_seconds` and the node stays
-            down.
+        strategy: the node supervisor's strategy.
+        max_restarts: the node supervisor's restart intensity (count within max_seconds).
+        max_seconds: its window in seconds.
+        node_max_restarts: the node-level restart intensity: more than this many process
+            restarts within `node_max_seconds` and the node stays down.
+        node_max_seconds: the node-level window in seconds.
 
     Mirrors: an OTP node running an application supervisor.
     """
@@ -354,6 +356,11 @@ class NodeServer:
         """Submit `(task_id, prompt)` pairs to the local pool. `("error", "unknown_pool")`
         when this incarnation does not run the pool (none of the tasks was taken)."""
         entry = self._pools.get(pool_id)
+        if entry is not None and entry.pool.wait_stopped(0):
+            # Its supervisor gave up (restart intensity): drop it; the caller reopens one.
+            with self._lock:
+                self._pools.pop(pool_id, None)
+            entry = None
         if entry is None:
             return ("error", "unknown_pool")
         rejected = []

@@ -83,9 +83,10 @@ class RemotePool:
         size: workers per node (>= 1).
         backend: the workers' backend.
         max_in_flight: tasks handed to one worker at a time (>= 1, default 1).
-        max_restarts, max_seconds: each node's local pool restart intensity (default 3
-            within 5 s); past it that node's pool is started again, its tasks in flight
-            having failed with `("worker_down", ...)`.
+        max_restarts: each node's local pool restart intensity (count within
+            `max_seconds`, default 3); past it that node's local pool stops and its tasks in
+            flight fail.
+        max_seconds: that window in seconds (default 5).
         name_prefix: workers are named `f"{name_prefix}@{node}-{i}"`; default a unique one.
         namespace: the cluster's namespace.
         **opts: every other `start_agent` option for the workers (must pickle).
