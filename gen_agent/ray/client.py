@@ -31,7 +31,7 @@ from ray.exceptions import (
 from gen_agent.errors import AgentDown, AgentNotFound, CallTimeout, RequestError, TurnError
 from gen_agent.portable import from_portable, to_exception
 from gen_agent.ray.directory import get_directory
-from gen_agent.ray.node import NodeServer, node_actor_name
+from gen_agent.ray.node import NodeServer, node_actor_name, pack, unpack
 from gen_agent.response import Response
 from gen_agent.supervisor import ChildSpec, SupervisorSpec, child_spec
 
@@ -180,6 +180,8 @@ def _resolve(namespace: str, name: Any, refresh: bool = False) -> Any:
 def _remote(node: Any, object_ref: Any, timeout: float | None) -> Any:
     try:
         outcome = ray.get(object_ref, timeout=None if timeout is None else timeout + _GRACE_S)
+        if type(outcome) is bytes:
+            outcome = unpack(outcome)
     except GetTimeoutError:
         raise CallTimeout(timeout) from None
     except RayActorError:
@@ -199,7 +201,7 @@ def _call(op: str, name: Any, args: tuple[Any, ...], timeout: float | None,
     for attempt in (0, 1):
         actor = _actor(namespace, node)
         try:
-            return _remote(node, actor.call.remote(op, name, args), timeout)
+            return _remote(node, actor.call_packed.remote(pack((op, name, args))), timeout)
         except AgentNotFound:
             # Nothing was sent to an agent: refresh once (it may live on another node now).
             if attempt:

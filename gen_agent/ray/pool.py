@@ -35,6 +35,7 @@ from gen_agent.pool import PoolRef
 from gen_agent.portable import from_portable
 from gen_agent.ray.client import DEFAULT_NAMESPACE, _actor
 from gen_agent.ray.directory import get_directory
+from gen_agent.ray.node import pack, unpack
 from gen_agent.response import Response
 
 __all__ = ["RemotePool"]
@@ -308,7 +309,38 @@ class RemotePool:
         task.outcome = outcome
         task.done.set()
 
+    def _take_batch(self, lane: _NodeLane) -> list[_Task]:
+        """Move as many queued tasks as `lane` has free slots into its in-flight set.
+        Caller holds the lock."""
+        if not lane.open or lane.dead:
+            return []
+        free = lane.capacity - len(lane.in_flight)
+        batch = [self._queue.popleft() for _ in range(min(free, len(self._queue)))]
+        for task in batch:
+            lane.in_flight[task.ref.id] = task
+            task.node = lane.name
+        return batch
+
+    def _refused(self, lane: _NodeLane, rejected: list[tuple[int, Any]]) -> None:
+        with self._cond:
+            for task_id, failure in rejected:
+                refused = lane.in_flight.pop(task_id, None)
+                if refused is not None:
+                    self._settle(refused, ("error", from_portable(failure[1])))
+
+    def _not_taken(self, lane: _NodeLane, batch: list[_Task], epoch: int) -> None:
+        # "unknown_pool": a restarted node that has not got our pool took none of them;
+        # they go back to the front of the queue.
+        with self._cond:
+            if lane.epoch == epoch:
+                for task in reversed(batch):
+                    if lane.in_flight.pop(task.ref.id, None) is task:
+                        self._queue.appendleft(task)
+            self._cond.notify_all()
+
     def _send_loop(self, lane: _NodeLane) -> None:
+        # Starts work while the collector waits in a long poll (the collector also hands
+        # out tasks with each poll: one Ray call both submits and collects).
         while True:
             with self._cond:
                 while not self._stopping and not lane.dead and not (
@@ -316,11 +348,7 @@ class RemotePool:
                     self._cond.wait()
                 if self._stopping or lane.dead:
                     return
-                free = lane.capacity - len(lane.in_flight)
-                batch = [self._queue.popleft() for _ in range(min(free, len(self._queue)))]
-                for task in batch:
-                    lane.in_flight[task.ref.id] = task
-                    task.node = lane.name
+                batch = self._take_batch(lane)
                 epoch = lane.epoch
             try:
                 outcome = ray.get(lane.actor.pool_submit.remote(
@@ -330,21 +358,13 @@ class RemotePool:
                 # count as in flight (never retried); the collector sees the death too.
                 self._lost(lane, ("node_down", lane.name))
                 continue
-            with self._cond:
-                if outcome[0] == "ok":
-                    for task_id, failure in outcome[1]:
-                        refused = lane.in_flight.pop(task_id, None)
-                        if refused is not None:
-                            self._settle(refused, ("error", from_portable(failure[1])))
-                    continue
-                # "unknown_pool": a restarted node that has not got our pool took none of
-                # them; they go back to the front of the queue.
-                if lane.epoch == epoch:
-                    for task in reversed(batch):
-                        if lane.in_flight.pop(task.ref.id, None) is task:
-                            self._queue.appendleft(task)
-                    lane.open = False
-                self._cond.notify_all()
+            if outcome[0] == "ok":
+                self._refused(lane, outcome[1])
+            else:
+                self._not_taken(lane, batch, epoch)
+                with self._cond:
+                    if lane.epoch == epoch:
+                        lane.open = False
 
     def _collect_loop(self, lane: _NodeLane) -> None:
         while True:
@@ -352,22 +372,29 @@ class RemotePool:
                 if self._stopping and not lane.in_flight:
                     return
                 is_open = lane.open
+                batch = [] if self._stopping else self._take_batch(lane)
+                epoch = lane.epoch
             if not is_open:
                 if not self._reopen(lane):
                     return
                 continue
             try:
-                outcome = ray.get(lane.actor.pool_collect.remote(self.pool_id, _COLLECT_WAIT_S))
+                outcome = unpack(ray.get(lane.actor.pool_exchange_packed.remote(pack((
+                    self.pool_id, [(task.ref.id, task.prompt) for task in batch],
+                    _COLLECT_WAIT_S)))))
             except RayActorError:
                 self._lost(lane, ("node_down", lane.name))
                 continue
             if outcome[0] != "ok":  # "unknown_pool": closed by stop(), or a restarted node
+                self._not_taken(lane, batch, epoch)
                 with self._cond:
                     stopping = self._stopping
                 self._lost(lane, ("agent_terminated", "shutdown") if stopping
                            else ("node_down", lane.name), worker_down=not stopping)
                 continue
-            self._apply(lane, outcome[1])
+            rejected, outcomes = outcome[1]
+            self._refused(lane, rejected)
+            self._apply(lane, outcomes)
 
     def _lost(self, lane: _NodeLane, reason: Any, *, worker_down: bool = True) -> None:
         with self._cond:
