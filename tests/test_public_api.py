@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
 
 import gen_agent
@@ -64,6 +65,9 @@ PUBLIC_MODULES = (
     "gen_agent.backends.mock", "gen_agent.backends.claude", "gen_agent.backends.codex",
     "gen_agent.backends.anthropic", "gen_agent.backends.openai", "gen_agent.testing",
     "gen_agent.testing.model_server", "gen_agent.portable",
+    *(("gen_agent.ray", "gen_agent.ray.client", "gen_agent.ray.pool", "gen_agent.ray.local",
+       "gen_agent.ray.node", "gen_agent.ray.directory")
+      if importlib.util.find_spec("ray") is not None else ()),
 )
 
 

@@ -31,7 +31,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from gen_agent.ray.local import init_local, prepare_loopback_env  # noqa: E402
+from gen_agent.ray.local import init_local, prepare_loopback_env
 
 prepare_loopback_env()
 

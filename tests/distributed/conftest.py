@@ -9,6 +9,7 @@ processes are children of the raylet, not of the test process.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import time
@@ -32,6 +33,7 @@ with warnings.catch_warnings():
     import ray.cloudpickle
 
     import gen_agent.ray as gray
+    from gen_agent.errors import AgentDown, CallTimeout
     from gen_agent.ray import client as gray_client
     from gen_agent.ray.directory import DIRECTORY_NAME
 
@@ -74,10 +76,16 @@ class Cluster:
         return node
 
     def close(self) -> None:
+        running = []
         for node in self.nodes:
+            # The pid of the incarnation running now (Ray may have restarted it); none when
+            # it is down for good or stuck (stop_node kills it).
+            with contextlib.suppress(AgentDown, CallTimeout):
+                running.append(node.info(timeout=10)["pid"])
             gray.stop_node(node.name, namespace=self.namespace, timeout=30)
-        for node in self.nodes:
-            assert pid_gone(node.pid, 10) or True  # restarted nodes have other pids
+        # Nothing left behind: every node process has exited.
+        left = [pid for pid in running if not pid_gone(pid, 10)]
+        assert left == [], f"node processes still running: {left}"
         try:
             directory = ray.get_actor(DIRECTORY_NAME, namespace=self.namespace)
         except ValueError:
