@@ -82,16 +82,12 @@ demo: $(STAMP) $(if $(DEMO_CLAUDE),$(CLAUDE_STAMP))
 # pyinstrument`. Without them the SDK row says n/a. Options: `make bench BENCH_ARGS="--only
 # NAME"`, `BENCH_ARGS="--profile event_throughput"` (see tests/benchmarks/README.md, which
 # also says how to add a benchmark, and tests/benchmarks/run.py --help).
-# The Ray figures (issue 23: remote ask vs a bare Ray call, RemotePool vs Pool, agents per
-# node) follow, on a local Ray bound to 127.0.0.1: RAY_BENCH_ARGS (ray_cluster.py --help).
-RAY_BENCH_ARGS ?=
 bench: $(STAMP)
 	@$(BIN)/python -c "import importlib.metadata as m, sys; \
 		sys.exit(m.version('claude-agent-sdk') != '0.2.189')" 2>/dev/null \
 		|| $(BIN)/python -m pip install --quiet "claude-agent-sdk==0.2.189" "pyinstrument>=5" \
 		|| echo "WARNING: claude-agent-sdk not installed: the SDK comparison is skipped"
 	$(BIN)/python tests/benchmarks/run.py $(BENCH_ARGS)
-	$(BIN)/python tests/benchmarks/ray_cluster.py $(RAY_BENCH_ARGS)
 
 # The documentation site, built strictly (any warning fails) into docs/site/ (git-ignored).
 # mkdocs-material and mkdocstrings come with the test extra, so CI builds the site too

@@ -39,6 +39,7 @@ HEADLINES = {
     "retention": f"coverage_retained_{_RETENTION_LIMIT}",
     "otel_overhead": "mock_traced",
     "persistence": "mock_normal_vs_mock_none",
+    "ray_cluster": "remote_ask",
 }
 
 

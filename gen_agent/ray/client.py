@@ -125,8 +125,18 @@ class _Cache:
         self.names: dict[tuple[str, Any], Any] = {}
         self.actors: dict[tuple[str, Any], Any] = {}
         self.directories: dict[str, Any] = {}
+        self.cluster: Any = None
+
+    def check(self) -> None:
+        """Drop every entry when this process is connected to another Ray than the one the
+        entries came from (`ray.shutdown()` then `ray.init()`): its handles are void."""
+        current = ray.get_runtime_context().get_node_id()
+        if current != self.cluster:
+            self.clear()
+            self.cluster = current
 
     def directory(self, namespace: str) -> Any:
+        self.check()
         handle = self.directories.get(namespace)
         if handle is None:
             handle = get_directory(namespace)
@@ -147,6 +157,7 @@ _cache = _Cache()
 
 
 def _actor(namespace: str, node: Any) -> Any:
+    _cache.check()
     key = (namespace, node)
     handle = _cache.actors.get(key)
     if handle is None:
@@ -162,6 +173,7 @@ def _resolve(namespace: str, name: Any, refresh: bool = False) -> Any:
     """The node holding `name`. Raises AgentNotFound / AgentDown(("node_down", node))."""
     key = (namespace, name)
     if not refresh:
+        _cache.check()
         node = _cache.names.get(key)
         if node is not None:
             return node

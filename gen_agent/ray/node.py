@@ -395,9 +395,11 @@ class NodeServer:
             if not entry.outbox:
                 entry.cond.wait(wait_s)
             if entry.outbox:
-                # Linger briefly so one reply carries the outcomes settling together.
+                # Linger briefly so that one reply carries the outcomes settling together,
+                # but return once half of what is pending is done: the caller's refill then
+                # arrives while the other half still runs, so the workers never drain.
                 deadline = time.monotonic() + _LINGER_S
-                while len(entry.outbox) < entry.pending:
+                while 2 * len(entry.outbox) < entry.pending:
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         break

@@ -1,74 +1,129 @@
-"""`make bench`, Ray part (issue 23): gen_agent.ray against bare Ray and the local Pool.
+"""8. Ray (issue 23): gen_agent.ray against a bare Ray call and the local Pool.
 
-    .venv/bin/python tests/benchmarks/ray_cluster.py [--rounds 5] [--calls 300] [--tasks 1000]
-        [--agents 2000] [--json benchmarks-ray.json]
+Runs on a local Ray bound to 127.0.0.1 (`gen_agent.ray.init_local`, started once in `setup`;
+an already running Ray in this process is used as it is, and left running). Figures, in
+interleaved rounds:
 
-Runs on a local Ray bound to 127.0.0.1 (`gen_agent.ray.init_local`), started once (2-6 s).
-Figures, each a median over interleaved rounds (A, B, A, B...; one untimed warm-up round):
+- `bare_ray_call`: p50 of `calls` sequential `ray.get(actor.echo.remote("x"))` on a threaded
+  Ray actor (the floor of any remote call);
+- `remote_ask`: p50 of `calls` sequential `gen_agent.ray.ask` of a mock agent on a node;
+  target <= 1.5 x `bare_ray_call`;
+- `local_pool`: tasks per second of `Pool.map` over `tasks` mock prompts, 4 workers in this
+  process (`max_in_flight` each);
+- `remote_pool`: the same through a `RemotePool` of 2 workers on each of 2 nodes; target
+  >= 0.9 x `local_pool`;
+- `kib_per_agent`: a node started with `agents` idle mock agents as children (one Ray call):
+  its resident memory minus an empty node's, per agent (extras: `agents`, the count hosted,
+  and `start_s`, the node's start time with them).
 
-1. Remote ask: `gen_agent.ray.ask` of a mock agent on a node, against a bare Ray call of a
-   threaded actor method returning its argument (the floor of any remote call); p50 of
-   `calls` sequential calls each; target ratio <= 1.5.
-2. RemotePool over 2 nodes (2 workers each) against a local `Pool` of 4 workers in this
-   process: `map` of `tasks` mock prompts, tasks per second; target ratio >= 0.9.
-3. Agents per node: a node started with `agents` idle agents as children (one Ray call),
-   its start time, and resident memory per agent (node VmRSS with them minus an empty node's,
-   divided by `agents`).
-
-Targets are printed, never asserted. Ray's own processes compete for the same cores as the
-caller: on 2 cores the figures are noisy; compare ratios, not absolute values.
+Ray's processes share the caller's cores (on 2 cores the figures are noisy: compare ratios).
+In the pinned placement the Ray processes started by `setup` inherit the pinning.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import statistics
 import sys
 import time
-from pathlib import Path
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+import gen_agent
+from gen_agent.backends import mock
+from gen_agent.backends.mock import MockBackend
 
-from gen_agent.ray.local import init_local, prepare_loopback_env
+from ._harness import Measured, figure, latency_us, time_calls_us
 
-prepare_loopback_env()
-
-import ray  # noqa: E402
-
-import gen_agent  # noqa: E402
-import gen_agent.ray as gray  # noqa: E402
-from gen_agent.backends import mock  # noqa: E402
-from gen_agent.backends.mock import MockBackend  # noqa: E402
-
+NAME = "ray_cluster"
+TITLE = "8. Ray: remote ask, RemotePool over 2 nodes, agents per node"
+ORDER = 80
+FULL: dict[str, Any] = {"calls": 300, "tasks": 1000, "max_in_flight": 8, "agents": 1000,
+                        "rounds": 5, "warmup_rounds": 1}
+SMOKE: dict[str, Any] = {"calls": 5, "tasks": 20, "max_in_flight": 2, "agents": 10,
+                         "rounds": 2, "warmup_rounds": 1}
 NAMESPACE = "gen_agent_bench"
 
 
 class Worker(gen_agent.GenAgent):
-    """A mock worker answering "ok" to every prompt (scripts given as the option)."""
+    """A mock worker answering "ok" to every prompt (`turns` scripted answers)."""
 
     def init_agent(self, opts: dict[str, Any]) -> Any:
+        """One scripted `"ok"` turn per expected prompt."""
         return {"scripts": [mock.text_turn("ok")] * opts.get("turns", 1)}, None
 
     def handle_response(self, ref: Any, response: Any, state: Any) -> Any:
+        """Never halts."""
         return gen_agent.NoReply(state)
 
 
 class Bare:
-    """The bare Ray actor of figure 1 (threaded like a node)."""
+    """The bare Ray actor of `bare_ray_call` (threaded, like a node)."""
 
     def echo(self, value: Any) -> Any:
+        """Return `value`."""
         return value
 
 
-def _p50_us(fn: Any, calls: int) -> float:
-    samples = []
-    for _ in range(calls):
-        started = time.perf_counter_ns()
-        fn()
-        samples.append((time.perf_counter_ns() - started) / 1000)
-    return statistics.median(samples)
+@contextmanager
+def setup(params: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Start Ray (unless running), a node with one agent, a bare actor, two pool nodes, the
+    RemotePool and the local Pool; stop them all afterwards."""
+    from gen_agent.ray.local import init_local, prepare_loopback_env
+
+    prepare_loopback_env()
+    import ray
+
+    import gen_agent.ray as cluster
+
+    started_ray = not ray.is_initialized()
+    init_local(num_cpus=2)
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    rounds = params["rounds"] + params["warmup_rounds"]
+    turns = rounds * max(params["calls"], params["tasks"]) + 10
+    nodes: list[Any] = []
+    pools: list[Any] = []
+    try:
+        nodes.append(cluster.start_node("ask", [gen_agent.child_spec(
+            Worker, name="w", backend=MockBackend, turns=turns)], namespace=NAMESPACE))
+        bare = ray.remote(Bare).options(max_concurrency=128, num_cpus=0).remote()
+        ray.get(bare.echo.remote(0))
+        nodes += [cluster.start_node(f"pool-{i}", namespace=NAMESPACE) for i in range(2)]
+        pools.append(cluster.RemotePool(
+            Worker, nodes=["pool-0", "pool-1"], size=2, backend=MockBackend,
+            max_in_flight=params["max_in_flight"], namespace=NAMESPACE, turns=turns))
+        with gen_agent.AgentSystem():
+            pools.append(gen_agent.Pool(Worker, size=4, backend=MockBackend,
+                                        max_in_flight=params["max_in_flight"], turns=turns))
+            empty = cluster.start_node("empty", namespace=NAMESPACE)
+            nodes.append(empty)
+            yield {"ray": ray, "cluster": cluster, "bare": bare, "remote_pool": pools[0],
+                   "local_pool": pools[1], "empty_kib": empty.info()["rss_kib"]}
+            for pool in reversed(pools):
+                pool.stop(60)
+            pools.clear()
+    finally:
+        for pool in reversed(pools):
+            pool.stop(60)
+        for node in nodes:
+            node.stop()
+        if started_ray:
+            ray.shutdown()
+
+
+@figure(unit="us", label="bare Ray actor call")
+def bare_ray_call(env: dict[str, Any], params: dict[str, Any]) -> Measured:
+    """p50 of sequential calls of the bare threaded actor."""
+    ray, bare = env["ray"], env["bare"]
+    return latency_us(time_calls_us(lambda: ray.get(bare.echo.remote("x")), params["calls"]))
+
+
+@figure(unit="us", label="gen_agent.ray.ask (mock agent on a node)", peer="bare_ray_call",
+        target="<= 1.5")
+def remote_ask(env: dict[str, Any], params: dict[str, Any]) -> Measured:
+    """p50 of sequential remote asks."""
+    ask = env["cluster"].ask
+    return latency_us(time_calls_us(lambda: ask("w", "x", 30, namespace=NAMESPACE),
+                                    params["calls"]))
 
 
 def _throughput(pool: Any, tasks: int) -> float:
@@ -76,112 +131,36 @@ def _throughput(pool: Any, tasks: int) -> float:
     started = time.perf_counter()
     responses = pool.map(prompts, timeout=300)
     elapsed = time.perf_counter() - started
-    assert len(responses) == tasks and all(r.text == "ok" for r in responses)
+    if len(responses) != tasks or any(r.text != "ok" for r in responses):
+        raise AssertionError("a pool task was not answered 'ok'")
     return tasks / elapsed
 
 
-def run(rounds: int, calls: int, tasks: int, agents: int,
-        max_in_flight: int) -> dict[str, Any]:
-    """Every figure; returns `{"figures": {key: {...}}, "rounds": {...}}`."""
-    init_local(num_cpus=2)
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    turns = (rounds + 1) * max(calls, tasks) + 10
-    ask_node = gray.start_node("ask", [gen_agent.child_spec(
-        Worker, name="w", backend=MockBackend, turns=turns)], namespace=NAMESPACE)
-    bare = ray.remote(Bare).options(max_concurrency=128, num_cpus=0).remote()
-    ray.get(bare.echo.remote(0))
-    nodes = [gray.start_node(f"pool-{i}", namespace=NAMESPACE) for i in range(2)]
-    remote_pool = gray.RemotePool(Worker, nodes=[n.name for n in nodes], size=2,
-                                  max_in_flight=max_in_flight, backend=MockBackend,
-                                  namespace=NAMESPACE, turns=turns)
-    results: dict[str, list[float]] = {"bare_us": [], "ask_us": [], "ask_ratio": [],
-                                       "local_pool_per_s": [], "remote_pool_per_s": [],
-                                       "pool_ratio": []}
-    with gen_agent.AgentSystem():
-        local_pool = gen_agent.Pool(Worker, size=4, max_in_flight=max_in_flight,
-                                    backend=MockBackend, turns=turns)
-        try:
-            for round_index in range(rounds + 1):
-                bare_us = _p50_us(lambda: ray.get(bare.echo.remote("x")), calls)
-                ask_us = _p50_us(lambda: gray.ask("w", "x", 30, namespace=NAMESPACE), calls)
-                local = _throughput(local_pool, tasks)
-                remote = _throughput(remote_pool, tasks)
-                if round_index == 0:
-                    continue  # warm-up
-                results["bare_us"].append(bare_us)
-                results["ask_us"].append(ask_us)
-                results["ask_ratio"].append(ask_us / bare_us)
-                results["local_pool_per_s"].append(local)
-                results["remote_pool_per_s"].append(remote)
-                results["pool_ratio"].append(remote / local)
-        finally:
-            local_pool.stop(60)
-            remote_pool.stop(60)
-    for node in [ask_node, *nodes]:
-        node.stop()
-    empty = gray.start_node("empty", namespace=NAMESPACE)
-    empty_kib = empty.info()["rss_kib"]
-    empty.stop()
+@figure(unit="tasks/s", label="local Pool, 4 workers")
+def local_pool(env: dict[str, Any], params: dict[str, Any]) -> float:
+    """Tasks per second of the local Pool."""
+    return _throughput(env["local_pool"], params["tasks"])
+
+
+@figure(unit="tasks/s", label="RemotePool, 2 nodes x 2 workers", peer="local_pool",
+        target=">= 0.9")
+def remote_pool(env: dict[str, Any], params: dict[str, Any]) -> float:
+    """Tasks per second of the RemotePool."""
+    return _throughput(env["remote_pool"], params["tasks"])
+
+
+@figure(unit="KiB", label="resident memory per idle agent on a node")
+def kib_per_agent(env: dict[str, Any], params: dict[str, Any]) -> Measured:
+    """A node with `agents` idle children: (its VmRSS - an empty node's) / agents."""
+    cluster, count = env["cluster"], params["agents"]
     started = time.perf_counter()
-    many = gray.start_node("many", [gen_agent.child_spec(
-        Worker, name=("idle", i), backend=MockBackend) for i in range(agents)],
+    node = cluster.start_node("many", [gen_agent.child_spec(
+        Worker, name=("idle", i), backend=MockBackend) for i in range(count)],
         namespace=NAMESPACE, timeout=600)
     start_s = time.perf_counter() - started
-    info = many.info()
-    many.stop(300)
-    ray.shutdown()
-    med = {key: statistics.median(values) for key, values in results.items()}
-    spread = {key: (min(values), max(values)) for key, values in results.items()}
-    figures = {
-        "bare_ray_call_p50_us": (med["bare_us"], "us", ""),
-        "remote_ask_p50_us": (med["ask_us"], "us", ""),
-        "remote_ask_vs_bare_ray": (med["ask_ratio"], "x", "<= 1.5"),
-        "local_pool_tasks_per_s": (med["local_pool_per_s"], "tasks/s", ""),
-        "remote_pool_2_nodes_tasks_per_s": (med["remote_pool_per_s"], "tasks/s", ""),
-        "remote_pool_vs_local_pool": (med["pool_ratio"], "x", ">= 0.9"),
-        "agents_per_node": (info["agents"], "agents", ""),
-        "node_start_s": (start_s, "s", ""),
-        "kib_per_agent_on_a_node": ((info["rss_kib"] - empty_kib) / agents, "KiB", ""),
-    }
-    spreads = {"remote_ask_vs_bare_ray": spread["ask_ratio"],
-               "remote_pool_vs_local_pool": spread["pool_ratio"]}
-    return {"figures": {key: {"value": value, "unit": unit, "target": target,
-                              "min_max": spreads.get(key)}
-                        for key, (value, unit, target) in figures.items()},
-            "rounds": results, "params": {"rounds": rounds, "calls": calls, "tasks": tasks,
-                                          "agents": agents,
-                                          "max_in_flight": max_in_flight}}
-
-
-def _met(value: float, target: str) -> str:
-    if not target:
-        return ""
-    op, _, bound = target.partition(" ")
-    ok = value <= float(bound) if op == "<=" else value >= float(bound)
-    return "ok" if ok else "MISS"
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Run the Ray benchmarks, print the table, write the JSON; exit status 0."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--calls", type=int, default=300)
-    parser.add_argument("--tasks", type=int, default=1000)
-    parser.add_argument("--agents", type=int, default=2000)
-    parser.add_argument("--max-in-flight", type=int, default=8)
-    parser.add_argument("--json", default="benchmarks-ray.json")
-    args = parser.parse_args(argv)
-    started = time.perf_counter()
-    report = run(args.rounds, args.calls, args.tasks, args.agents, args.max_in_flight)
-    print(f"\nRay (issue 23)   [{args.rounds} rounds, {time.perf_counter() - started:.1f} s]")
-    for key, fig in report["figures"].items():
-        spread = fig["min_max"]
-        extra = f" [{spread[0]:.2f}-{spread[1]:.2f}]" if spread else ""
-        print(f"  {key:<36} {fig['value']:>12.2f} {fig['unit']:<8}{extra:<14} "
-              f"{fig['target']:<8} {_met(fig['value'], fig['target'])}".rstrip())
-    Path(args.json).write_text(json.dumps(report, indent=2), encoding="utf-8")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        info = node.info()
+    finally:
+        node.stop(300)
+    return Measured((info["rss_kib"] - env["empty_kib"]) / count,
+                    {"agents": float(info["agents"]), "start_s": start_s})
