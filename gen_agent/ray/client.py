@@ -343,7 +343,7 @@ def stop_node(name: Any, *, namespace: str = DEFAULT_NAMESPACE,
 
 # ---------------------------------------------------------------------------- agents
 def start_agent(module: type, *, name: Any, backend: Any, node: Any,
-                restart: str = "permanent", resume_session: bool = True,
+                restart: str = "permanent", resume_session: bool | None = None,
                 namespace: str = DEFAULT_NAMESPACE, timeout: float | None = 60.0,
                 **opts: Any) -> Any:
     """Start an agent under node `node`'s supervisor, registered cluster-wide as `name`.
@@ -357,8 +357,8 @@ def start_agent(module: type, *, name: Any, backend: Any, node: Any,
         node: the node's name.
         restart: the child's restart type (default `"permanent"`; a non-temporary child is
             also restored when the node restarts).
-        resume_session: restart (and restore) with the last provider session id seen
-            (default True).
+        resume_session: restart (and restore) with the last provider session id seen;
+            default: when the backend can resume (it has `resume_session`).
         namespace: the cluster's namespace. timeout: seconds to wait for the start.
 
     Returns:
@@ -372,6 +372,8 @@ def start_agent(module: type, *, name: Any, backend: Any, node: Any,
 
     Mirrors: `GenAgent.start_agent/2` plus `Supervisor.start_child/2` on a remote node.
     """
+    if resume_session is None:
+        resume_session = getattr(backend, "resume_session", None) is not None
     spec = child_spec(module, name=name, backend=backend, restart=restart,  # type: ignore[arg-type]
                       resume_session=resume_session, **opts)
     _remote(node, _actor(namespace, node).start_child.remote(spec), timeout)

@@ -6,8 +6,8 @@ may hold, and gets every task answered exactly once: a `Response`, or `("worker_
 reason)` for the few that were in flight on the killed node. The rest move on to the other
 node, and to the killed one again once Ray has restarted it.
 
-Run it: `python docs/examples/ray_pool.py` (needs `pip install 'gen-agent[ray]'`; it starts a
-local Ray bound to 127.0.0.1 and stops it at the end).
+Run it: `python docs/examples/distributed/ray_pool.py` (needs `pip install 'gen-agent[ray]'`;
+it starts a local Ray bound to 127.0.0.1 and stops it at the end).
 """
 
 from __future__ import annotations
