@@ -100,9 +100,12 @@ class Status(msgspec.Struct, frozen=True, kw_only=True):
         agent_state: the agent's retained state (while busy: as of dispatch, after pre_turn).
         store: for an agent started with `store=`/`session_key=`, its durable session's
             `StoreStatus` (key, resumed, interrupted turn, last failed write); else None.
+        provider_limit: the `gen_agent.limits.LimitStatus` of its `provider_limit` start
+            option (None without one); an idle agent with queued work whose limit has no
+            permit free waits for it, first in its queue.
 
-    Mirrors the map of `GenAgent.status/2` (contract §2.16); `store` is an addition
-    (`gen_agent.store`).
+    Mirrors the map of `GenAgent.status/2` (contract §2.16); `store` (`gen_agent.store`) and
+    `provider_limit` (`gen_agent.limits`) are additions.
     """
 
     state: Literal["idle", "processing"]
@@ -114,6 +117,7 @@ class Status(msgspec.Struct, frozen=True, kw_only=True):
     draining: bool
     agent_state: Any
     store: StoreStatus | None = None
+    provider_limit: Any = None
 
     def __repr__(self) -> str:
         # Redacted like the original's format_status (§3.14): never print agent state.

@@ -36,6 +36,7 @@ class ControlsMixin:
     turn: Turn | None
     self_chain: Any
     _session_used: bool
+    _limit: Any
     mailbox: Any
     pending: Any
     results: Any
@@ -239,7 +240,8 @@ class ControlsMixin:
             current_request=self.turn.request.ref if self.turn is not None else None,
             halted=self.halted, halt_pending=self.halt_pending, draining=self.draining,
             agent_state=self.state,
-            store=self.durable.status() if self.durable is not None else None)
+            store=self.durable.status() if self.durable is not None else None,
+            provider_limit=None if self._limit is None else self._limit.status())
 
     def _snapshot(self) -> RuntimeSnapshot:
         turn = self.turn

@@ -155,6 +155,10 @@ class RetryGeneratedMsg(Msg, frozen=True):
     pass
 
 
+class LimitWakeMsg(Msg, frozen=True):
+    """A provider limit may have a permit free again (see `gen_agent.limits`)."""
+
+
 class RetryDueMsg(Msg, frozen=True):
     """A delayed caller-owned retry's timer fired (`retry` is the slot's `Retry`)."""
 

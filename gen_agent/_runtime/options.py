@@ -16,12 +16,15 @@ from typing import Any, Literal
 
 import msgspec
 
+from gen_agent.limits import ProviderLimit
+
 RESERVED = (
     "watchdog_ms", "shutdown_ms", "max_tell_results", "max_tell_result_bytes",
     "max_events_per_turn", "max_event_bytes_per_turn", "event_retention",
     "max_pending_prompts", "max_pending_prompt_bytes", "max_pending_notifications",
     "max_pending_notification_bytes", "resume_session_id", "hibernate_after_ms",
     "store", "session_key",
+    "provider_limit",
 )
 
 HIBERNATE_ENV = "GEN_AGENT_HIBERNATE_AFTER_MS"
@@ -44,6 +47,7 @@ DEFAULTS: dict[str, Any] = {
     "hibernate_after_ms": None,
     "store": None,
     "session_key": None,
+    "provider_limit": None,
 }
 
 _POSITIVE = ("max_events_per_turn", "max_event_bytes_per_turn")
@@ -71,6 +75,7 @@ class AgentOptions(msgspec.Struct, frozen=True, kw_only=True):
     hibernate_after_ms: int | None = None
     store: Any = None
     session_key: str | None = None
+    provider_limit: Any = None  # a gen_agent.limits.ProviderLimit shared with other agents
 
 
 _STORE_METHODS = ("acquire", "release", "load", "update")
@@ -195,6 +200,10 @@ def build_options(reserved: dict[str, Any]) -> AgentOptions:
     if resume is not None and not (isinstance(resume, str) and resume):
         raise ValueError(f"resume_session_id must be a non-empty str, got {resume!r}")
     _check_store(values["store"], values["session_key"])
+    limit = values["provider_limit"]
+    if limit is not None and not isinstance(limit, ProviderLimit):
+        raise ValueError("provider_limit must be a gen_agent.limits.ProviderLimit or None, "
+                         f"got {type(limit).__name__}")
     if values["event_retention"] not in ("compact", "lossless"):
         raise ValueError(
             f"event_retention must be 'compact' or 'lossless', got {values['event_retention']!r}"

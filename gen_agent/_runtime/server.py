@@ -45,6 +45,7 @@ from gen_agent._runtime.messages import (
     InfoMsg,
     InterruptMsg,
     InterruptRequestMsg,
+    LimitWakeMsg,
     NotifyMsg,
     PermissionMsg,
     PollMsg,
@@ -187,6 +188,8 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
         self.self_chain: str | Retry | None = None
         self._chain_options = DEFAULT_OPTIONS  # the options of a str self_chain follow-up
         self._session_used = False  # a turn ran on the session since it started / was reset
+        self._limit = options.provider_limit  # a shared ProviderLimit, or None
+        self._permit = False  # holds one of its permits (between dispatch and the turn's end)
         self.mailbox: BoundedQueue[Request] = BoundedQueue(
             "prompts", options.max_pending_prompts, options.max_pending_prompt_bytes)
         self.pending: BoundedQueue[tuple[str, Any]] = BoundedQueue(
@@ -541,6 +544,9 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
                 self._retry_timer = None
                 if self.turn is None:
                     self._process_next()
+            case LimitWakeMsg():
+                if self.turn is None and not self._terminated:
+                    self._process_next()
             case ResetSessionMsg():
                 self._on_reset_session(msg.reply)
             case GetSessionMsg():
@@ -612,9 +618,11 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
                    self._turn_meta(request, 1, reason_kind="caller_down"))
 
     def _can_dispatch_now(self) -> bool:
+        """True if a new request may start now; takes the provider-limit permit it needs (a
+        request that cannot have one is queued, and waits first in line)."""
         slot = self.self_chain
         return (self.turn is None and not self.halted and not self.draining
-                and not (type(slot) is Retry and not slot.due))
+                and not (type(slot) is Retry and not slot.due) and self._take_permit())
 
     def _on_ask(self, msg: AskMsg) -> None:
         if self.draining:
@@ -692,9 +700,14 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
             if self.halted:
                 return
             slot = self.self_chain
+            if isinstance(slot, Retry) and not slot.due:
+                return  # a delayed retry: nothing else runs before it (§4.21)
+            if slot is None and not len(self.mailbox):
+                self._drop_permit()
+                return
+            if not self._take_permit():
+                return  # it waits for its provider limit, first in the queue (LimitWakeMsg)
             if isinstance(slot, Retry):
-                if not slot.due:
-                    return  # a delayed retry: nothing else runs before it (§4.21)
                 self.self_chain = None
                 outcome = self._dispatch(slot.request, slot.prompt, slot.attempt)
             elif slot is not None:
@@ -715,7 +728,14 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
                 return
 
     def _dispatch(self, request: Request, prompt: str, attempt: int) -> str:
-        """Run pre_turn and start the turn task. Returns "started" or a rejection kind."""
+        """Run pre_turn and start the turn task. Returns "started" or a rejection kind (then
+        a provider-limit permit taken for it goes back unused)."""
+        outcome = self._start_turn(request, prompt, attempt)
+        if outcome != "started":
+            self._drop_permit()
+        return outcome
+
+    def _start_turn(self, request: Request, prompt: str, attempt: int) -> str:
         accepted = self._pre_turn(request, prompt, attempt)
         if isinstance(accepted, str):
             return accepted
@@ -962,6 +982,35 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
         if turn.watchdog is not None:
             turn.watchdog.cancel()
         self.turn = None
+        if self._permit:
+            self._permit = False
+            self._limit.release(_tokens_spent(turn.capture.usage))  # type: ignore[union-attr]
+
+    # ------------------------------------------------------------------ provider limits
+    def _take_permit(self) -> bool:
+        """True when the next turn may dispatch: no `provider_limit`, a permit already held,
+        or one taken now; else the limit wakes this agent when one may be free."""
+        limit = self._limit
+        if limit is None or self._permit:
+            return True
+        self._permit = limit.try_acquire(self.handle, self._limit_wake)
+        return self._permit
+
+    def _drop_permit(self) -> None:
+        if self._permit:
+            self._permit = False
+            self._limit.release()  # type: ignore[union-attr]
+        elif self._limit is not None:
+            self._limit.forget(self.handle)
+
+    def _limit_wake(self) -> None:
+        self.handle.tell_unchecked(LimitWakeMsg())
+
+    def _hold_limit(self, reason: Any) -> None:
+        """A rate-limited or overloaded turn with `retry_after`: hold the whole key back."""
+        retry_after = getattr(reason, "retry_after_ms", None)
+        if self._limit is not None and isinstance(retry_after, (int, float)) and retry_after > 0:
+            self._limit.hold(retry_after)
 
     def _cancel_task(self, turn: Turn) -> None:
         turn.cancel_event.set()
@@ -1013,6 +1062,7 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
 
     def _finish_error(self, reason: Any, state: Any, session: Any, turn: Turn) -> None:
         request, attempt = turn.request, turn.attempt
+        self._hold_limit(reason)
         elapsed = self._elapsed(turn)
         self.state, self.session = state, session
         if self.durable is not None:  # the turn is over: clear its in-flight marker
@@ -1240,6 +1290,7 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
 
     def _exit(self, reason: Any, *, unregister: bool, stop_actor: bool = True,
               cause: BaseException | None = None) -> None:
+        self._drop_permit()
         if unregister:
             self.handle.system._unregister(self.handle)
         self.handle.close(reason, cause)
@@ -1248,6 +1299,14 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
 
 
 __all__ = ["AgentActor", "TurnError", "deliver_to"]
+
+
+def _tokens_spent(usage: Any) -> int:
+    """Input + output tokens of a turn's latest usage (0 when unknown), for token rates."""
+    if not isinstance(usage, dict):
+        return 0
+    return sum(v for k in ("input_tokens", "output_tokens")
+               if isinstance(v := usage.get(k), int) and not isinstance(v, bool))
 
 
 def _stop_measurements(duration_ms: int, backend_duration_ms: int,
