@@ -549,6 +549,8 @@ class Diagnostics(msgspec.Struct, frozen=True, kw_only=True):
         stop_reason: why the reply stopped (e.g. an OpenAI incomplete reason
             `"max_output_tokens"`), or None.
         usage: the token counts the provider reported before the failure (tokens), or None.
+        fallback: the trail of a `Fallback` turn whose every hop failed (`{"fired",
+            "hops"}`, see `gen_agent.backends.fallback`), or None.
 
     Mirrors: nothing in the contract (a Python addition beside `%GenAgent.Backend.Error{}`).
     """
@@ -561,6 +563,7 @@ class Diagnostics(msgspec.Struct, frozen=True, kw_only=True):
     response_id: str | None = None
     stop_reason: str | None = None
     usage: dict[str, Any] | None = None
+    fallback: dict[str, Any] | None = None
 
 
 NO_DIAGNOSTICS: Final = Diagnostics()

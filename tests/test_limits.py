@@ -8,14 +8,13 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
+from runtime.server import WAIT_S, CallLog, start
 
 import gen_agent
 from gen_agent.backends import mock
 from gen_agent.errors import AgentStartError, TurnError
 from gen_agent.limits import LimitStatus, ProviderLimit
 from gen_agent.testing.model_server import Reply, ScriptedModelServer
-
-from runtime.server import WAIT_S, CallLog, start
 
 anthropic = pytest.importorskip("anthropic")
 

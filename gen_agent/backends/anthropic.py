@@ -37,7 +37,7 @@ SDK retries are off by default (`max_retries=0`): the agent's retry policy owns 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 import msgspec
 
@@ -414,6 +414,9 @@ class AnthropicAPI(Backend):
 
     Mirrors: `GenAgentAnthropic` (contract §7.6, third bullet), on the official SDK.
     """
+
+    PROVIDER: ClassVar[str] = "anthropic"
+    """The provider name in trails and reasons."""
 
     @classmethod
     def start_session(cls, opts: Mapping[str, Any]) -> AnthropicSession:

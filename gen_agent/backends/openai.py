@@ -44,7 +44,7 @@ SDK retries are off by default (`max_retries=0`): the agent's retry policy owns 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 import msgspec
 
@@ -499,6 +499,9 @@ class OpenAIResponses(Backend):
 
     Mirrors: `GenAgentOpenAI` (contract §7.6, fourth bullet), on the official SDK.
     """
+
+    PROVIDER: ClassVar[str] = "openai"
+    """The provider name in trails and reasons."""
 
     @classmethod
     def start_session(cls, opts: Mapping[str, Any]) -> OpenAISession:

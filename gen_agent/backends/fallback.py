@@ -1,0 +1,308 @@
+"""`Fallback`: try the next provider when a turn fails *before any output*, with a trail.
+
+    class Assistant(GenAgent):
+        def init_agent(self, opts):
+            return {"hops": [(AnthropicAPI, {"model": "claude-sonnet-4-5"}),
+                             (OpenAIResponses, {"model": "gpt-5", "store": False})]}, None
+
+    gen_agent.start_agent(Assistant, name="helper", backend=Fallback)
+
+Each turn starts on the first hop (the primary). When a hop's turn ends with a *retryable*
+`BackendError` (an overload, a rate limit, a transport fault...) before it streamed any output
+— a `text`, `tool_use` or `tool_result` event; `session`, `usage` and provider-specific events
+do not count — the same prompt goes to the next hop, and so on. Once output has started, the
+turn's outcome is that hop's, whatever it is: nothing the model said or did is ever repeated.
+A non-retryable error (a bad request, an authentication failure) ends the turn at once.
+
+The trail says what happened: every turn's terminal data carries `"fallback"` (so
+`response.extra["fallback"]`), `{"fired": bool, "hops": [{"provider", "model", "outcome",
+"error_kind", "duration_ms"}, ...]}`, and an event of kind `"fallback"` precedes the output of
+a turn that fell back; when every hop fails, the last hop's error is the turn's reason and its
+`diagnostics.fallback` holds the trail.
+
+The conversation continues on whichever hop answered: after a successful turn every hop's
+history gets the exchange, so the next turn (on the primary again) sees it. Hops are the HTTP
+backends (`AnthropicAPI`, `OpenAIResponses`, or any backend with an in-process history); the
+CLI backends keep their own session stores and cannot be hops.
+
+Mirrors: nothing in the Elixir original; the fallback chains of AgentOS and pydantic-ai's
+`FallbackModel`, restricted to faults before output so that no side effect repeats.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import msgspec
+
+from gen_agent.backend import Backend, BackendError, SessionStartError, TurnContext
+from gen_agent.event import Event
+
+__all__ = ["Fallback", "FallbackHop", "FallbackSession", "FallbackTrail"]
+
+OUTPUT_KINDS = frozenset({"text", "tool_use", "tool_result"})
+"""Event kinds that count as output: once one streamed, the turn never falls back."""
+
+_CLI_BACKENDS = frozenset({"ClaudeCLI", "CodexCLI"})
+
+
+class FallbackHop(msgspec.Struct, frozen=True, kw_only=True):
+    """One hop of a turn's trail.
+
+    Fields:
+        provider: the hop backend's provider name (e.g. `"anthropic"`), or its class name.
+        model: the model the hop asked for, or None.
+        outcome: `"ok"` (it answered), `"error"` (it failed; the next hop was tried unless
+            output had started or the error was not retryable).
+        error_kind: the `BackendError.kind` of a failed hop (None when it answered).
+        duration_ms: wall time of the hop's attempt (milliseconds).
+    """
+
+    provider: str
+    model: str | None
+    outcome: str
+    error_kind: str | None = None
+    duration_ms: int = 0
+
+
+class FallbackTrail(msgspec.Struct, frozen=True, kw_only=True):
+    """What a turn did across the hops: `fired` (a hop after the first was tried) and
+    `hops` (every hop tried, in order)."""
+
+    fired: bool
+    hops: tuple[FallbackHop, ...]
+
+
+class _Hop(msgspec.Struct, frozen=True):
+    backend: Any
+    session: Any
+
+
+class _Pending:
+    """Filled while a turn's stream is read: which hop answered, and the hop sessions after
+    the prompt (so `update_session` can bring every hop's history up to date)."""
+
+    __slots__ = ("answered", "prompted")
+
+    def __init__(self) -> None:
+        self.answered: int | None = None
+        self.prompted: dict[int, Any] = {}
+
+
+class FallbackSession(msgspec.Struct, frozen=True, kw_only=True):
+    """The hops' sessions (immutable value; the per-turn bookkeeping inside is the turn
+    task's own).
+
+    Fields:
+        hops: each hop's backend and current session, primary first.
+        session_id: the primary hop's session id (reported in results).
+        prompt: the prompt of the turn in flight (for the hops that did not answer it).
+    """
+
+    hops: tuple[_Hop, ...]
+    session_id: str | None = None
+    prompt: str | None = None
+    pending: Any = None
+
+
+def _provider(backend: Any) -> str:
+    name = getattr(backend, "PROVIDER", None)
+    return name if isinstance(name, str) else getattr(backend, "__name__", type(backend).__name__)
+
+
+def _model(session: Any) -> str | None:
+    options = getattr(session, "options", None)
+    model = getattr(options, "model", None)
+    return model if isinstance(model, str) else None
+
+
+class Fallback(Backend):
+    """A backend over several HTTP backends (hops), tried in order for each turn; pass the
+    class itself as the agent's backend.
+
+    Backend options:
+        hops: a sequence of `(backend, options)` pairs, primary first (at least two).
+
+    Errors: at start, `SessionStartError` with `("invalid_option", "hops", value)` for a bad
+    `hops`, `("cli_backend_cannot_be_a_hop", name)` for a CLI backend, or the failing hop's
+    own start reason wrapped as `("hop_start_failed", index, reason)`.
+
+    Mirrors: nothing in the contract (see the module docstring).
+    """
+
+    @classmethod
+    def start_session(cls, opts: Mapping[str, Any]) -> FallbackSession:
+        """Start every hop's session (no request is made).
+
+        Raises:
+            SessionStartError: see the class docstring.
+        """
+        unknown = set(opts) - {"hops"}
+        if unknown:
+            raise SessionStartError(("unknown_option", sorted(unknown)[0]))
+        hops_opt = opts.get("hops")
+        if (not isinstance(hops_opt, (list, tuple)) or len(hops_opt) < 2
+                or not all(isinstance(h, (list, tuple)) and len(h) == 2 for h in hops_opt)):
+            raise SessionStartError(("invalid_option", "hops", hops_opt))
+        started: list[_Hop] = []
+        try:
+            for index, (backend, hop_opts) in enumerate(hops_opt):
+                name = getattr(backend, "__name__", type(backend).__name__)
+                if name in _CLI_BACKENDS:
+                    raise SessionStartError(("cli_backend_cannot_be_a_hop", name))
+                try:
+                    session = backend.start_session(dict(hop_opts))
+                except SessionStartError as exc:
+                    raise SessionStartError(("hop_start_failed", index, exc.reason)) from exc
+                started.append(_Hop(backend, session))
+        except BaseException:
+            for hop in started:
+                hop.backend.terminate_session(hop.session)
+            raise
+        return FallbackSession(hops=tuple(started),
+                               session_id=getattr(started[0].session, "session_id", None))
+
+    @classmethod
+    def prompt(cls, session: FallbackSession, prompt: str,
+               context: TurnContext) -> tuple[Iterator[Event], FallbackSession]:
+        """Return the turn's stream: the first hop's, or the next one's when a hop fails
+        retryably before output (see the module docstring). Lazy: nothing is sent until the
+        stream is read.
+
+        Raises:
+            TypeError: `prompt` is not a str.
+        """
+        if not isinstance(prompt, str):
+            raise TypeError(f"prompt must be a str, got {type(prompt).__name__}")
+        pending = _Pending()
+        turn = msgspec.structs.replace(session, prompt=prompt, pending=pending)
+        return _stream(turn, prompt, context, pending), turn
+
+    @classmethod
+    def update_session(cls, session: FallbackSession,
+                       result_data: Mapping[str, Any]) -> FallbackSession:
+        """After a successful turn: the answering hop keeps its session; every other hop
+        gets the prompt and this reply in its history, so the conversation goes on anywhere."""
+        pending: _Pending = session.pending
+        hops = list(session.hops)
+        for index, hop in enumerate(hops):
+            prompted = pending.prompted.get(index)
+            if prompted is None:  # never tried this turn: give it the prompt without sending
+                events, prompted = hop.backend.prompt(hop.session, session.prompt or "", None)
+                close = getattr(events, "close", None)
+                if close is not None:
+                    close()
+            update = getattr(hop.backend, "update_session", None)
+            hops[index] = _Hop(hop.backend, prompted if update is None
+                               else update(prompted, result_data))
+        return msgspec.structs.replace(session, hops=tuple(hops), prompt=None, pending=None)
+
+    @classmethod
+    def reset_session(cls, session: FallbackSession) -> FallbackSession:
+        """Reset every hop that can (a new conversation everywhere)."""
+        hops = []
+        for hop in session.hops:
+            reset = getattr(hop.backend, "reset_session", None)
+            hops.append(_Hop(hop.backend, hop.session if reset is None else reset(hop.session)))
+        return msgspec.structs.replace(session, hops=tuple(hops))
+
+    @classmethod
+    def cancel(cls, session: FallbackSession) -> None:
+        """Cancel whatever hop is running (every hop's `cancel`; quick, idempotent)."""
+        for hop in session.hops:
+            cancel = getattr(hop.backend, "cancel", None)
+            if cancel is not None:
+                cancel(hop.session)
+
+    @classmethod
+    def terminate_session(cls, session: FallbackSession) -> None:
+        """Terminate every hop's session."""
+        for hop in session.hops:
+            hop.backend.terminate_session(hop.session)
+
+
+def _stream(session: FallbackSession, prompt: str, context: TurnContext,
+            pending: _Pending) -> Iterator[Event]:
+    trail: list[FallbackHop] = []
+    for index, hop in enumerate(session.hops):
+        started = time.monotonic()
+        events, prompted = hop.backend.prompt(hop.session, prompt, context)
+        pending.prompted[index] = prompted
+        held: list[Event] = []  # non-output events, until we know this hop answers
+        iterator = iter(events)
+        try:
+            for event in iterator:
+                if event.kind in OUTPUT_KINDS or event.kind == "result":
+                    trail_so_far = (*trail, _hop(hop, prompted, "ok", None, started))
+                    yield from _commit(held, trail_so_far, index)
+                    pending.answered = index
+                    yield from _rest(event, iterator, trail_so_far)
+                    return
+                if event.kind == "error":
+                    reason = event.data.get("reason")
+                    trail.append(_hop(hop, prompted, "error", _kind(reason), started))
+                    last = index == len(session.hops) - 1
+                    if last or not _retryable(reason) or _cancelled(context):
+                        yield from held
+                        yield _failed(event, trail)
+                        return
+                    break  # fall back to the next hop
+                held.append(event)
+            else:
+                yield from held  # no terminal event: the runtime reports no_terminal_event
+                return
+        finally:
+            close = getattr(iterator, "close", None)
+            if close is not None:
+                close()
+
+
+def _cancelled(context: Any) -> bool:
+    return bool(context is not None and getattr(context, "cancelled", False))
+
+
+def _hop(hop: _Hop, session: Any, outcome: str, kind: str | None, started: float) -> FallbackHop:
+    return FallbackHop(provider=_provider(hop.backend), model=_model(session), outcome=outcome,
+                       error_kind=kind, duration_ms=int((time.monotonic() - started) * 1000))
+
+
+def _kind(reason: Any) -> str | None:
+    return reason.kind if isinstance(reason, BackendError) else None
+
+
+def _retryable(reason: Any) -> bool:
+    return isinstance(reason, BackendError) and reason.retryable
+
+
+def _trail_data(trail: tuple[FallbackHop, ...] | list[FallbackHop]) -> dict[str, Any]:
+    # plain JSON-shaped data (lists, dicts), as it reads back from a stored Response
+    return {"fired": len(trail) > 1, "hops": [msgspec.to_builtins(hop) for hop in trail]}
+
+
+def _commit(held: list[Event], trail: tuple[FallbackHop, ...], index: int) -> Iterator[Event]:
+    if index > 0:
+        yield Event.new("fallback", _trail_data(trail))
+    yield from held
+
+
+def _rest(first: Event, iterator: Iterator[Event],
+          trail: tuple[FallbackHop, ...]) -> Iterator[Event]:
+    yield _with_trail(first, trail)
+    for event in iterator:
+        yield _with_trail(event, trail)
+
+
+def _with_trail(event: Event, trail: tuple[FallbackHop, ...]) -> Event:
+    if event.kind != "result":
+        return event
+    return Event(kind="result", data={**event.data, "fallback": _trail_data(trail)},
+                 timestamp=event.timestamp)
+
+
+def _failed(event: Event, trail: list[FallbackHop]) -> Event:
+    reason = event.data.get("reason")
+    if isinstance(reason, BackendError):
+        reason = reason.with_diagnostics(fallback=_trail_data(trail))
+    return Event(kind="error", data={**event.data, "reason": reason}, timestamp=event.timestamp)
