@@ -3,7 +3,7 @@
 An agent's `init_agent` returns the backend options, all optional:
 
     {"scripts": [...], "fallback": script, "session_id": "s-1", "start_error": reason,
-     "reset_error": reason}
+     "reset_error": reason, "tools": [fn_or_tool, ...]}
 
 Each dispatched prompt pops the next script and is recorded in the history (also when no
 script is left). A script is one of:
@@ -14,7 +14,11 @@ script is left). A script is one of:
 - `error(reason)` → `prompt` raises `DispatchError(reason)` (a synchronous dispatch error);
 - `raising(exc_or_reason)` → a stream that raises when consumed (a task crash);
 - `gate(events, timeout=5.0)` → a `Gate`: the stream blocks when first pulled until the test
-  calls `gate.release()`; `gate.wait_blocked()` tells the test the turn is in flight.
+  calls `gate.release()`; `gate.wait_blocked()` tells the test the turn is in flight;
+- `tool_round(calls, then)` → a scripted tool-use step: `tool_use` events for `calls`, the
+  agent's own tools (the `tools` option, see `gen_agent.tools`) really run, their
+  `tool_result` events, then `then` (events, or `then(results) -> events` to answer from the
+  results). Tests a tool-using agent offline.
 
 No script left → the `fallback` script when one is given (it is never consumed: e.g. a
 callable answering any number of turns; not a `gate`), else `DispatchError("no_script")`.
@@ -50,14 +54,17 @@ __all__ = [
     "MockRaised",
     "MockSession",
     "RaisingScript",
+    "ToolRound",
     "error",
     "error_turn",
     "gate",
     "raising",
     "text_turn",
+    "tool_round",
 ]
 
-OPTIONS: Final = frozenset({"scripts", "fallback", "session_id", "start_error", "reset_error"})
+OPTIONS: Final = frozenset({"scripts", "fallback", "session_id", "start_error", "reset_error",
+                           "tools"})
 """The option keys `MockBackend.start_session` accepts."""
 
 # A gate wakes at once on release() and MockBackend.cancel(); a cancel_event set without a
@@ -94,6 +101,57 @@ class GateCancelled(Exception):
     The turn task then ends at once; the runtime has already abandoned that turn, so this
     exception only frees the thread.
     """
+
+
+class ToolRound:
+    """A scripted tool-use step (see `tool_round`). Immutable after construction."""
+
+    __slots__ = ("calls", "then")
+
+    def __init__(self, calls: Sequence[Any], then: Any) -> None:
+        self.calls = tuple(_tool_call(index, call) for index, call in enumerate(calls))
+        self.then = then
+
+    def _stream(self, session: MockSession, context: TurnContext | None) -> Iterator[Event]:
+        from gen_agent.tools import run_calls
+
+        for call in self.calls:
+            yield Event.new("tool_use", {"id": call.id, "name": call.name, "input": call.input})
+        results = run_calls(session.tools, self.calls,
+                            agent=None if context is None else context.agent,
+                            cancel=None if context is None else context.cancel_event)
+        for result in results:
+            yield Event.new("tool_result", {"tool_use_id": result.tool_use_id,
+                                            "content": result.content,
+                                            "is_error": result.is_error})
+        then = self.then(results) if callable(self.then) else self.then
+        yield from then
+
+
+def tool_round(calls: Sequence[Any], then: Any) -> ToolRound:
+    """A script that calls the agent's tools, then goes on with `then`.
+
+    Args:
+        calls: the calls the "model" makes, each `(name, input_dict)` or a
+            `gen_agent.tools.ToolCall` (ids `"call_<n>"` are made for pairs).
+        then: the rest of the turn: a list of `Event`s (e.g. `text_turn("done")`), or a
+            callable `then(results: list[ToolResult]) -> Iterable[Event]`.
+
+    Returns:
+        A `ToolRound` script. The session's tools come from the `tools` backend option; an
+        unknown tool, invalid arguments or a raising tool give an error result, as with a
+        real provider.
+    """
+    return ToolRound(calls, then)
+
+
+def _tool_call(index: int, call: Any) -> Any:
+    from gen_agent.tools import ToolCall
+
+    if isinstance(call, ToolCall):
+        return call
+    name, arguments = call
+    return ToolCall(id=f"call_{index}", name=name, input=arguments)
 
 
 def error(reason: Any) -> ErrorScript:
@@ -304,6 +362,7 @@ Script = (
     | ErrorScript
     | RaisingScript
     | Gate
+    | ToolRound
 )
 
 
@@ -322,8 +381,9 @@ class MockSession:
     """
 
     def __init__(self, scripts: Iterable[Script], session_id: str | None, reset_error: Any,
-                 fallback: Script | None = None) -> None:
+                 fallback: Script | None = None, tools: tuple[Any, ...] = ()) -> None:
         self._lock = threading.Lock()
+        self.tools = tools  # the agent's `gen_agent.tools.Tool`s (the `tools` option)
         self._scripts: deque[Script] = deque(scripts)
         self._fallback = fallback
         self._history: list[str] = []
@@ -456,7 +516,8 @@ class MockBackend(Backend):
                 "mock fallback must be a list of Event, a callable, error() or raising() (a "
                 f"gate serves one turn); got {type(fallback).__name__}",
             )
-        return MockSession(scripts, session_id, opts.get("reset_error"), fallback)
+        return MockSession(scripts, session_id, opts.get("reset_error"), fallback,
+                           _validate_tools(opts.get("tools", ())))
 
     @classmethod
     def prompt(
@@ -484,6 +545,8 @@ class MockBackend(Backend):
             case Gate():
                 cancel_event = None if context is None else context.cancel_event
                 return script._stream(session, cancel_event), session
+            case ToolRound():
+                return script._stream(session, context), session
             case list() | tuple():
                 return iter(list(script)), session
             case _:
@@ -609,11 +672,23 @@ def _events_tuple(events: Any, where: str) -> tuple[Event, ...]:
 
 
 def _known_script(script: Any) -> bool:
-    if isinstance(script, ErrorScript | RaisingScript | Gate):
+    if isinstance(script, ErrorScript | RaisingScript | Gate | ToolRound):
         return True
     if isinstance(script, list | tuple):
         return all(isinstance(item, Event) for item in script)
     return callable(script)
+
+
+def _validate_tools(tools: Any) -> tuple[Any, ...]:
+    from gen_agent.tools import as_tools
+
+    if not isinstance(tools, list | tuple):
+        raise SessionStartError(("invalid_option", "tools"),
+                                f"mock tools must be a list, got {type(tools).__name__}")
+    try:
+        return as_tools(tools)
+    except (TypeError, ValueError) as exc:
+        raise SessionStartError(("invalid_option", "tools"), str(exc)) from exc
 
 
 def _validate_scripts(scripts: Any) -> list[Script]:
@@ -627,7 +702,7 @@ def _validate_scripts(scripts: Any) -> list[Script]:
             continue
         raise SessionStartError(
             ("invalid_script", index),
-            f"mock script {index} must be a list of Event, a callable, error(), raising() or"
-            f" gate(); got {type(script).__name__}",
+            f"mock script {index} must be a list of Event, a callable, error(), raising(),"
+            f" gate() or tool_round(); got {type(script).__name__}",
         )
     return list(scripts)

@@ -1,0 +1,198 @@
+"""Tests for `gen_agent.tools` (schemas, validation, parallel runs, timeouts, cancellation) and
+`mock.tool_round` (a tool-using agent tested offline)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Literal
+
+import msgspec
+import pytest
+from runtime.server import WAIT_S
+
+import gen_agent
+from gen_agent.backends import mock
+from gen_agent.errors import AgentStartError
+from gen_agent.tools import Tool, ToolCall, ToolContext, ToolResult, run_calls, tool
+
+
+class Point(msgspec.Struct):
+    x: int
+    y: int
+
+
+@tool
+def add(a: int, b: int = 1) -> int:
+    """Add two numbers.
+
+    The second defaults to one.
+
+    Args:
+        a: the first number.
+        b: the second
+            number.
+    """
+    return a + b
+
+
+@tool(name="where", timeout_s=5)
+def locate(point: Point, unit: Literal["m", "km"] = "m") -> dict[str, Any]:
+    """Say where a point is."""
+    return {"at": [point.x, point.y], "unit": unit}
+
+
+class NotValidatable:
+    """A plain class: msgspec cannot validate it from JSON."""
+
+
+def _takes_a_plain_class(obj: NotValidatable) -> str:
+    return ""
+
+
+def test_the_schema_comes_from_the_signature_and_the_docstring() -> None:
+    assert add.spec() == {
+        "name": "add",
+        "description": "Add two numbers.",
+        "input_schema": {
+            "type": "object",
+            "properties": {
+                "a": {"type": "integer", "description": "the first number."},
+                "b": {"type": "integer", "default": 1, "description": "the second number."},
+            },
+            "required": ["a"],
+            "additionalProperties": False,
+        },
+    }
+    schema = locate.input_schema
+    assert schema["properties"]["point"] == {"$ref": "#/$defs/Point"}
+    assert schema["properties"]["unit"] == {"enum": ["km", "m"], "default": "m"}
+    assert schema["$defs"]["Point"]["required"] == ["x", "y"]
+
+
+def test_a_call_validates_and_encodes_its_result() -> None:
+    ok = locate.call(ToolCall(id="t1", name="where", input={"point": {"x": 1, "y": 2}}))
+    assert ok == ToolResult(tool_use_id="t1", content='{"at":[1,2],"unit":"m"}')
+    bad = add.call(ToolCall(id="t2", name="add", input={"a": "one"}))
+    assert bad.is_error and bad.content.startswith("invalid arguments: Expected `int`")
+    extra = add.call(ToolCall(id="t3", name="add", input={"a": 1, "c": 2}))
+    assert extra.is_error and "unknown field `c`" in extra.content
+    assert add.call(ToolCall(id="t4", name="add", input={"a": 2})).content == "3"
+
+
+def test_a_raising_tool_is_an_error_result_without_its_message() -> None:
+    @tool
+    def boom() -> str:
+        raise RuntimeError("secret detail")
+
+    result = boom.call(ToolCall(id="x", name="boom", input={}))
+    assert result == ToolResult(tool_use_id="x", content="tool raised RuntimeError",
+                                is_error=True)
+
+
+def test_bad_tools_are_refused_when_made() -> None:
+    with pytest.raises(ValueError, match="name must match"):
+        tool(lambda: None, name="has space")
+    with pytest.raises(ValueError, match="timeout_s must be positive"):
+        tool(add.fn, timeout_s=0)
+    with pytest.raises(TypeError, match="cannot validate"):
+        tool(_takes_a_plain_class)
+
+    def local(obj: LocalOnly) -> str:  # type: ignore[name-defined]  # noqa: F821
+        return ""
+
+    with pytest.raises(TypeError, match="cannot resolve its annotations"):
+        tool(local)
+
+
+def test_calls_run_in_parallel_in_call_order_with_unknown_tools_and_denials() -> None:
+    barrier = threading.Barrier(2, timeout=WAIT_S)
+
+    @tool
+    def meet(who: str) -> str:
+        barrier.wait()  # both calls must be running at once to get past this
+        return f"met {who}"
+
+    calls = [ToolCall(id="1", name="meet", input={"who": "a"}),
+             ToolCall(id="2", name="nope", input={}),
+             ToolCall(id="3", name="meet", input={"who": "b"}),
+             ToolCall(id="4", name="add", input={"a": 1})]
+    results = run_calls([meet, add], calls,
+                        allow=lambda call: "denied by policy" if call.name == "add" else None)
+    assert results == [
+        ToolResult(tool_use_id="1", content="met a"),
+        ToolResult(tool_use_id="2", content="unknown tool 'nope'", is_error=True),
+        ToolResult(tool_use_id="3", content="met b"),
+        ToolResult(tool_use_id="4", content="denied by policy", is_error=True),
+    ]
+
+
+def test_a_tool_past_its_timeout_fails_that_call_and_is_told_to_stop() -> None:
+    told = threading.Event()
+
+    @tool(timeout_s=0.05)
+    def slow(ctx: ToolContext) -> str:
+        if ctx.cancelled.wait(WAIT_S):
+            told.set()
+        return "late"
+
+    results = run_calls([slow, add], [ToolCall(id="s", name="slow", input={}),
+                                      ToolCall(id="a", name="add", input={"a": 4})])
+    assert results == [ToolResult(tool_use_id="s", content="tool timed out", is_error=True),
+                       ToolResult(tool_use_id="a", content="5")]
+    assert told.wait(WAIT_S)
+    assert "ctx" not in slow.input_schema["properties"]
+
+
+def test_a_cancelled_turn_cancels_its_running_calls() -> None:
+    cancel = threading.Event()
+    started, told = threading.Event(), threading.Event()
+
+    @tool(timeout_s=None)
+    def waits(ctx: ToolContext) -> str:
+        started.set()
+        if ctx.cancelled.wait(WAIT_S):
+            told.set()
+        return "never seen"
+
+    def cancel_soon() -> None:
+        started.wait(WAIT_S)
+        cancel.set()
+
+    threading.Thread(target=cancel_soon).start()
+    results = run_calls([waits], [ToolCall(id="w", name="waits", input={})], cancel=cancel)
+    assert results == [ToolResult(tool_use_id="w", content="cancelled", is_error=True)]
+    assert told.wait(WAIT_S)
+
+
+# ---------------------------------------------------------------------- mock tool rounds
+def test_a_mock_tool_round_runs_the_agents_tools_and_answers_from_the_results() -> None:
+    script = mock.tool_round(
+        [("add", {"a": 2, "b": 3}), ("where", {"point": {"x": 0, "y": 9}})],
+        lambda results: mock.text_turn(f"sum is {results[0].content}"))
+
+    class WithTools(gen_agent.GenAgent):
+        def init_agent(self, opts: dict[str, Any]) -> Any:
+            return {"scripts": [script], "tools": [add, locate]}, None
+
+        def handle_response(self, ref: Any, response: Any, state: Any) -> Any:
+            return gen_agent.NoReply(state)
+
+    gen_agent.start_agent(WithTools, name="t", backend=mock.MockBackend)
+    response = gen_agent.ask("t", "compute", timeout=WAIT_S)
+    assert response.text == "sum is 5"
+    kinds = [e.kind for e in response.events]
+    assert kinds == ["tool_use", "tool_use", "tool_result", "tool_result", "text", "result"]
+    assert [e.data for e in response.events if e.kind == "tool_result"] == [
+        {"tool_use_id": "call_0", "content": "5", "is_error": False},
+        {"tool_use_id": "call_1", "content": '{"at":[0,9],"unit":"m"}', "is_error": False}]
+    assert [c.data["name"] for c in response.tool_calls] == ["add", "where"]
+
+
+def test_mock_tools_must_be_tools() -> None:
+    class Bad(gen_agent.GenAgent):
+        def init_agent(self, opts: dict[str, Any]) -> Any:
+            return {"tools": [add, Tool(add.fn)]}, None
+
+    with pytest.raises(AgentStartError) as info:
+        gen_agent.start_agent(Bad, name="bad", backend=mock.MockBackend)
+    assert info.value.reason == ("backend_start_failed", ("invalid_option", "tools"))
