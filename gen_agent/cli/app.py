@@ -429,9 +429,12 @@ def _pool_outcomes(workers_pool: gen_agent.Pool,
 
 def _collect_outcomes(workers_pool: gen_agent.Pool, refs: list[Any],
                       outcomes: dict[int, tuple[str, Any]], columns: Any) -> None:
-    with Progress(*columns, console=_err()) as progress:
+    # auto_refresh=False: no refresh thread, which a Ctrl-C landing inside Progress.__enter__
+    # would leave running; this loop refreshes at least every 0.1 s itself.
+    with Progress(*columns, console=_err(), auto_refresh=False) as progress:
         bar = progress.add_task("prompts", total=len(refs))
         while len(outcomes) < len(refs):
+            progress.refresh()
             waited = False
             for index, ref in enumerate(refs):
                 if index in outcomes:
