@@ -1199,6 +1199,8 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
         """Run handle_event/handle_info and apply its decision. Returns an admission error."""
         decision = self._call_input(kind, payload)
         self.state = decision.state
+        if self.durable is not None:  # state changed outside a turn is stored too
+            self.durable.save_state(self.impl, self.state)
         if type(decision) is Halt:
             if not deferred:
                 self._enter_halted()
@@ -1241,6 +1243,8 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
     def _apply_deferred(self, kind: str, payload: Any) -> bool:
         decision = self._call_input(kind, payload)
         self.state = decision.state
+        if self.durable is not None:  # state changed outside a turn is stored too
+            self.durable.save_state(self.impl, self.state)
         if type(decision) is Prompt:
             request = Request("event", decision.text)
             reason = self._admit_prompt(request)

@@ -336,3 +336,16 @@ def test_a_killed_agent_frees_its_key_at_once() -> None:
         assert gen_agent.status("b").store.resumed is False
     finally:
         release.set()
+
+
+def test_state_changed_by_a_notification_is_stored_without_a_turn() -> None:
+    class Noting(Counter):
+        def handle_event(self, event: Any, state: Any) -> Any:
+            return NoReply({**state, "note": event})
+
+    store = MemoryStore()
+    gen_agent.start_agent(Noting, name="a", backend=MockBackend, store=store, session_key="k")
+    assert gen_agent.notify_ack("a", "remember me", timeout=5) is None
+    record = store.load("k")
+    assert record is not None and record.state is not None
+    assert msgspec.msgpack.decode(record.state) == {"turns": 0, "note": "remember me"}
