@@ -111,7 +111,8 @@ class GenAgent:
         """Encode the agent state for the session store (`persist_state = True` only).
 
         Runs in the agent thread after each turn's decision callback and `post_turn`, before
-        the reply; skipped when the bytes equal the last stored ones. The default is
+        the reply, and after `handle_event` / `handle_info`; the write is skipped when the
+        bytes equal the last stored ones. The default is
         `msgspec.msgpack.encode` (dicts, lists, str, numbers, msgspec structs...; tuples come
         back as lists).
 

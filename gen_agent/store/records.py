@@ -273,8 +273,9 @@ class SessionStore(Protocol):
         release(lease): give the lease up (no-op when no longer held).
         load(key): the `SessionRecord` under `key`, or None. Raises `CorruptRecord`.
         update(lease, *, sync=True, **fields): write some fields of the lease's record
-            (creating it), refreshing the heartbeat; `fields` are `SessionRecord` field
-            names other than `key`, `created_at`, `updated_at` and `lease`. `sync=False`
+            (creating it), fenced by the lease (refreshing its heartbeat now and then);
+            `fields` are `SessionRecord` field names other than `key`, `created_at`,
+            `updated_at` and `lease`. `sync=False`
             allows the write to become durable only with the next synced one (the runtime's
             in-flight marker, and a conversation record followed by a state write). Raises
             `StoreError` (`"lease_lost"` when the lease is no longer this owner's).
@@ -318,15 +319,16 @@ _FIELD_TYPES: Final[Mapping[str, Any]] = {
     "last_outcome": TurnOutcome | None,
 }
 FIELDS: Final = tuple(_FIELD_TYPES)
+_FIELD_SET: Final = frozenset(FIELDS)
 ENCODER = msgspec.msgpack.Encoder()
 _DECODERS: Final = {name: msgspec.msgpack.Decoder(kind) for name, kind in _FIELD_TYPES.items()}
 LEASE_DECODER = msgspec.msgpack.Decoder(Lease)
 
 
 def encode_fields(fields: Mapping[str, Any]) -> dict[str, bytes]:
-    unknown = set(fields) - set(FIELDS)
-    if unknown:
-        raise TypeError(f"unknown session record fields {sorted(unknown)}; known: {FIELDS}")
+    if not fields.keys() <= _FIELD_SET:
+        unknown = sorted(set(fields) - _FIELD_SET)
+        raise TypeError(f"unknown session record fields {unknown}; known: {FIELDS}")
     try:
         return {name: ENCODER.encode(value) for name, value in fields.items()}
     except (TypeError, msgspec.EncodeError, OverflowError) as exc:

@@ -50,6 +50,7 @@ _SCHEMA: Final = (
 )
 _T = TypeVar("_T")
 _UPSERTS: dict[tuple[str, ...], str] = {}  # the upsert statement of each field set
+_BEAT: Final = "UPDATE leases SET heartbeat_at = ? WHERE key = ? AND token = ?"
 
 
 def _busy(exc: sqlite3.Error) -> bool:
@@ -75,6 +76,8 @@ class SQLiteStore:
             SQLite's `database is locked`: waits are retried inside this bound.
         lease_ttl_s: how long a lease of an owner on another host (or one whose liveness
             cannot be checked) stays valid after its last heartbeat (seconds, default 60.0).
+            Writes refresh the heartbeat at most every `lease_ttl_s / 4`; an idle owner
+            may call `heartbeat(lease)`.
             Owners on this host are checked directly (pid, start time, boot id): a dead
             owner's lease is taken over at once.
 
@@ -102,6 +105,10 @@ class SQLiteStore:
         self.lease_ttl_s = float(lease_ttl_s)
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
+        # When each lease of this store last refreshed its heartbeat (Unix time, seconds):
+        # writes refresh it at most every quarter TTL, so most writes touch one page.
+        self._beats: dict[str, float] = {}
+        self._beat_every_s = self.lease_ttl_s / 4
         try:
             self._conn = self._retrying(self._open)
         except BaseException:
@@ -159,6 +166,12 @@ class SQLiteStore:
     def _retrying(self, fn: Callable[[], _T]) -> _T:
         """Run `fn`, retrying SQLite's busy/locked errors until `busy_timeout` has passed;
         translate every sqlite3 error into a `StoreError`."""
+        try:
+            return fn()
+        except sqlite3.Error as exc:
+            if not _busy(exc):
+                raise StoreError("io_error", f"session store {self.path!r}: "
+                                             f"{type(exc).__name__}") from None
         deadline = time.monotonic() + self.busy_timeout
         pause = 0.001
         while True:
@@ -206,13 +219,16 @@ class SQLiteStore:
 
     # ---------------------------------------------------------------- leases
     def _holder(self, conn: sqlite3.Connection, key: str) -> Lease | None:
-        row = conn.execute("SELECT lease FROM leases WHERE key = ?", (key,)).fetchone()
+        row = conn.execute("SELECT lease, heartbeat_at FROM leases WHERE key = ?",
+                           (key,)).fetchone()
         if row is None:
             return None
         try:
-            return LEASE_DECODER.decode(row[0])
+            lease = LEASE_DECODER.decode(row[0])
         except (msgspec.DecodeError, msgspec.ValidationError):
             return None  # an unreadable lease protects nothing: take it over
+        # The heartbeat lives in its own column (refreshed without rewriting the lease).
+        return msgspec.structs.replace(lease, heartbeat_at=float(row[1]))
 
     def acquire(self, key: str) -> Lease:
         """Take `key`'s lease (one live owner per key, across processes).
@@ -237,11 +253,14 @@ class SQLiteStore:
                          "VALUES (?, ?, ?, ?)", (key, lease.token, ENCODER.encode(lease), now))
             return lease
 
-        return self._run(take)
+        lease = self._run(take)
+        self._beats[lease.token] = lease.heartbeat_at
+        return lease
 
     def release(self, lease: Lease) -> None:
         """Give `lease` up (no-op when another owner holds the key now)."""
         forget_token(lease.token)
+        self._beats.pop(lease.token, None)
         self._run(lambda conn: conn.execute(
             "DELETE FROM leases WHERE key = ? AND token = ?", (lease.key, lease.token)))
 
@@ -284,7 +303,8 @@ class SQLiteStore:
 
     def update(self, lease: Lease, *, sync: bool = True, **fields: Any) -> None:
         """Write `fields` (names of `SessionRecord` fields) of the lease's record, creating
-        it, and refresh the lease's heartbeat: one transaction.
+        it, fenced by the lease in the same statement; the lease's heartbeat is refreshed
+        with it at most every `lease_ttl_s / 4` seconds (so most writes touch one page).
 
         `sync=False` lets a `synchronous="FULL"` store skip this commit's fsync: the write
         becomes durable against a machine crash with the next synced commit (WAL commits are
@@ -301,21 +321,49 @@ class SQLiteStore:
         sql = _UPSERTS.get(names)
         if sql is None:
             assignments = ", ".join(f"{name} = excluded.{name}" for name in names)
+            # Fenced by the lease in the same statement: no row is written unless the token
+            # still holds the key (one WAL page per commit, not two).
             sql = _UPSERTS[names] = (
                 f"INSERT INTO sessions (key, {', '.join(names)}, created_at, updated_at) "
-                f"VALUES (?, {', '.join('?' * len(names))}, ?, ?) ON CONFLICT (key) DO UPDATE "
+                f"SELECT ?, {', '.join('?' * len(names))}, ?, ? WHERE EXISTS (SELECT 1 FROM "
+                f"leases WHERE key = ? AND token = ?) ON CONFLICT (key) DO UPDATE "
                 f"SET {assignments}{', ' if names else ''}updated_at = excluded.updated_at")
-        values = [blobs[name] for name in names]
+        values = tuple(blobs.values())
+        relaxed = not sync and self.synchronous == "FULL"
+        key, token = lease.key, lease.token
 
-        def write(conn: sqlite3.Connection) -> None:
-            now = time.time()
-            cursor = conn.execute("UPDATE leases SET heartbeat_at = ? WHERE key = ? AND "
-                                  "token = ?", (now, lease.key, lease.token))
-            if cursor.rowcount == 0:
-                raise StoreError("lease_lost", f"the lease of {lease.key!r} was lost")
-            conn.execute(sql, (lease.key, *values, now, now))
+        def write() -> None:
+            # The hot path of every turn: one transaction, no context managers or closures.
+            with self._lock:
+                conn = self._conn
+                if conn is None:
+                    raise StoreError("closed", "the session store is closed")
+                if relaxed:
+                    conn.execute("PRAGMA synchronous = NORMAL")  # this commit: no fsync
+                try:
+                    now = time.time()
+                    beat = now - self._beats.get(token, 0.0) >= self._beat_every_s
+                    if beat:
+                        conn.execute("BEGIN IMMEDIATE")
+                    try:
+                        written = conn.execute(sql, (key, *values, now, now, key, token))
+                        if written.rowcount == 0:
+                            raise StoreError("lease_lost", f"the lease of {key!r} was lost")
+                        if beat:
+                            conn.execute(_BEAT, (now, key, token))
+                    except BaseException:
+                        if beat:
+                            with contextlib.suppress(sqlite3.Error):
+                                conn.execute("ROLLBACK")
+                        raise
+                    if beat:
+                        conn.execute("COMMIT")
+                        self._beats[token] = now
+                finally:
+                    if relaxed:
+                        conn.execute("PRAGMA synchronous = FULL")
 
-        self._run(write, sync=sync)
+        self._retrying(write)
 
     def list_keys(self) -> list[str]:
         """Every stored key, sorted."""

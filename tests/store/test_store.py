@@ -6,6 +6,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -124,14 +125,14 @@ def test_a_live_processs_lease_is_refused(tmp_path: Path) -> None:
 def test_a_lease_of_another_host_expires_after_its_ttl(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "s.db", lease_ttl_s=0.5)
     other = Lease(key="k", token="t", pid=1, host="elsewhere", heartbeat_at=0.0)
-    fresh = msgspec.structs.replace(other, heartbeat_at=__import__("time").time() + 60)
+    fresh = msgspec.structs.replace(other, heartbeat_at=time.time() + 60)
     conn = sqlite3.connect(store.path)
     conn.execute("INSERT INTO leases VALUES (?, ?, ?, ?)",
                  ("k", "t", msgspec.msgpack.encode(fresh), fresh.heartbeat_at))
     conn.commit()
     with pytest.raises(LeaseHeld):
         store.acquire("k")
-    conn.execute("UPDATE leases SET lease = ?", (msgspec.msgpack.encode(other),))
+    conn.execute("UPDATE leases SET lease = ?, heartbeat_at = 0", (msgspec.msgpack.encode(other),))
     conn.commit()
     conn.close()
     assert store.acquire("k").host != "elsewhere"
@@ -223,4 +224,17 @@ def test_an_unsynced_write_at_full_durability_keeps_full_for_the_next(tmp_path: 
     store.update(lease, state=b"synced")
     record = store.load("k")
     assert record is not None and record.state == b"synced"
+    store.close()
+
+
+def test_writes_refresh_the_heartbeat_at_most_every_quarter_ttl(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "s.db", lease_ttl_s=0.4)
+    lease = store.acquire("k")
+    first = lease.heartbeat_at
+    store.update(lease, state=b"1")  # within a quarter TTL: the heartbeat is not rewritten
+    assert store.load("k").lease.heartbeat_at == first  # type: ignore[union-attr]
+    while time.time() <= first + 0.1:  # the clock must pass a quarter TTL (bounded)
+        time.sleep(0.01)
+    store.update(lease, state=b"2")
+    assert store.load("k").lease.heartbeat_at > first  # type: ignore[union-attr]
     store.close()
