@@ -551,3 +551,28 @@ def test_the_turn_span_is_current_while_the_backend_runs(instrumented: Otel) -> 
     assert first.parent is not None and first.parent.span_id == turn.context.span_id
     assert first.context.trace_id == turn.context.trace_id
     assert second.parent is None
+
+
+def test_instrumented_without_an_sdk_provider_nothing_is_recorded_or_propagated() -> None:
+    seen: queue.Queue[Any] = queue.Queue()
+
+    class Recording(MockBackend):
+        @classmethod
+        def prompt(cls, session: Any, prompt: str, context: Any) -> Any:
+            seen.put(dict(context.trace_carrier))
+            return super().prompt(session, prompt, context)
+
+    from opentelemetry.metrics import NoOpMeterProvider
+    from opentelemetry.trace import NoOpTracerProvider
+
+    # What an application without an SDK gets from the global providers: no-op ones.
+    otel.instrument(tracer_provider=NoOpTracerProvider(), meter_provider=NoOpMeterProvider())
+    try:
+        gen_agent.start_agent(Agent, name="q", backend=Recording,
+                              scripts=[mock.text_turn("x"), mock.error("e")])
+        assert gen_agent.ask("q", "q", timeout=T).text == "x"
+        with pytest.raises(TurnError):
+            gen_agent.ask("q", "q", timeout=T)
+    finally:
+        otel.uninstrument()
+    assert seen.get(timeout=T) == {}  # an invalid (no-op) span context is not injected
