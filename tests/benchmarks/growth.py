@@ -174,16 +174,16 @@ def _curve(ladder: dict[str, Any], prefix: str, kind: str) -> list[Figure]:
                    note="" if result["failure"] is None else
                    f"stopped at agent {result['failure']['at']:,}: {result['failure']['why']}"),
             Figure(key=f"{prefix}start_us_per_agent_{result['size']}",
-                   label=f"  start per agent ({tag})", unit="us",
+                   label=f"  start per {kind}agent ({tag})", unit="us",
                    value=result["start_us_per_agent"]),
-            Figure(key=f"{prefix}stop_s_{result['size']}", label=f"  stop {tag} (shutdown)",
-                   unit="s",
+            Figure(key=f"{prefix}stop_s_{result['size']}",
+                   label=f"  stop {tag} {kind}agents (shutdown)", unit="s",
                    value=result["stop_s"]),
             Figure(key=f"{prefix}stop_us_per_agent_{result['size']}",
-                   label=f"  stop per agent ({tag})", unit="us",
+                   label=f"  stop per {kind}agent ({tag})", unit="us",
                    value=result["stop_us_per_agent"]),
             Figure(key=f"{prefix}kib_per_agent_{result['size']}",
-                   label=f"  resident memory per agent ({tag})", unit="KiB",
+                   label=f"  resident memory per {kind}agent ({tag})", unit="KiB",
                    value=result["kib_per_agent"], note="" if result["size"] != steps[0]["size"]
                    else "VmRSS delta after gc and malloc_trim / agents"),
         ]
