@@ -40,6 +40,7 @@ HEADLINES = {
     "otel_overhead": "mock_traced",
     "persistence": "mock_normal_vs_mock_none",
     "ray_cluster": "remote_ask",
+    "warm_cli": "warm_turn",
 }
 
 
