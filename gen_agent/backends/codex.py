@@ -51,20 +51,32 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
 import msgspec
 
-from gen_agent.backend import BackendError, DispatchError
+from gen_agent.backend import BackendError, DispatchError, TurnContext
 from gen_agent.backends._cli import CLI_CHECKS, CLIBackend, CLIOptions, CLISession
+from gen_agent.backends._codex_app import AppSlot, app_turn
 from gen_agent.backends._codex_stream import (
     PROVIDER,
     CodexStreamTranslator,
     translate_lines,
 )
 from gen_agent.backends._codex_stream import decode_line as decode_line
-from gen_agent.backends._option_checks import is_arg, is_arg_seq, is_bool, is_dir, one_of
+from gen_agent.backends._option_checks import (
+    int_at_least,
+    is_arg,
+    is_arg_seq,
+    is_bool,
+    is_dir,
+    one_of,
+)
+from gen_agent.backends._process import ChildProcess
+from gen_agent.backends.warm import DEFAULT_IDLE_TIMEOUT_MS, DEFAULT_INTERRUPT_GRACE_MS
+from gen_agent.event import Event
+from gen_agent.permission import DEFAULT_PERMISSION_TIMEOUT_MS
 
 __all__ = [
     "INSTALL_HINT",
@@ -115,7 +127,19 @@ class CodexOptions(CLIOptions, frozen=True, kw_only=True):
             them) is written as TOML.
         skip_git_repo_check: pass `--skip-git-repo-check` (default True: an agent's working
             folder is often not a git repository).
-        images: `--image` files attached to every prompt.
+        images: `--image` files attached to every prompt (exec mode only).
+        mode: `"exec"` (default): one `codex exec --json` process per turn, resuming the
+            thread; `"app_server"`: one long-lived `codex app-server` process per session,
+            driven over JSON-RPC (turns on one thread; approvals go to
+            `handle_tool_permission`).
+        approval_policy: app-server mode: the thread's `approvalPolicy` (`"untrusted"`,
+            `"on-request"`, `"never"`), or None for the configured default.
+        idle_timeout_ms: app-server mode: close the process after this long without a turn
+            (ms; default 15 min); the next turn resumes the thread on a new process.
+        interrupt_grace_ms: app-server mode: how long an interrupted turn may take to
+            complete after `turn/interrupt` before the process group is killed (ms).
+        permission_timeout_ms: app-server mode: how long an approval waits for
+            `handle_tool_permission` before it is declined (ms).
     """
 
     cli_path: str = "codex"
@@ -126,7 +150,18 @@ class CodexOptions(CLIOptions, frozen=True, kw_only=True):
     config: dict[str, Any] = msgspec.field(default_factory=dict)
     skip_git_repo_check: bool = True
     images: tuple[str, ...] = ()
+    mode: str = "exec"
+    approval_policy: str | None = None
+    idle_timeout_ms: int = DEFAULT_IDLE_TIMEOUT_MS
+    interrupt_grace_ms: int = DEFAULT_INTERRUPT_GRACE_MS
+    permission_timeout_ms: int = DEFAULT_PERMISSION_TIMEOUT_MS
 
+
+MODES: Final = frozenset({"exec", "app_server"})
+"""The values of the `mode` option."""
+
+APPROVAL_POLICIES: Final = frozenset({"untrusted", "on-request", "never"})
+"""The values of the `approval_policy` option (app-server `approvalPolicy`)."""
 
 OPTIONS: Final = frozenset(CodexOptions.__struct_fields__)
 """The option keys `CodexCLI.start_session` accepts."""
@@ -159,6 +194,11 @@ _CHECKS: Final = {
     "config": (_is_config, "a dict of str keys to str/int/float/bool values or lists of them"),
     "skip_git_repo_check": (is_bool, "a bool"),
     "images": (is_arg_seq, "a list of non-empty str (file paths)"),
+    "mode": one_of(MODES),
+    "approval_policy": one_of(APPROVAL_POLICIES),
+    "idle_timeout_ms": (int_at_least(1), "an int >= 1 (milliseconds)"),
+    "interrupt_grace_ms": (int_at_least(0), "an int >= 0 (milliseconds)"),
+    "permission_timeout_ms": (int_at_least(1), "an int >= 1 (milliseconds)"),
 }
 
 
@@ -184,13 +224,22 @@ class CodexSession(CLISession, frozen=True, kw_only=True):
         cli: the resolved path of the `codex` executable.
         thread_id: the Codex thread resumed by the next turn, or None for a new thread.
         turns: successful turns so far (count).
-        runner: the holder of the current turn's child process (shared by copies).
+        runner: the holder of the current turn's child process (exec mode; shared by
+            copies).
+        app: the live `codex app-server` process and its thread (app-server mode; shared by
+            copies).
 
-    Thread-safety: immutable; the runner inside is thread-safe.
+    Thread-safety: immutable; the runner and the slot inside are thread-safe.
     """
 
     options: CodexOptions
     thread_id: str | None = None
+    app: AppSlot = msgspec.field(default_factory=AppSlot)
+
+    @property
+    def pid(self) -> int | None:
+        """App-server mode: the live `codex app-server` process id, or None."""
+        return self.app.pid
 
 
 class CodexCLI(CLIBackend[CodexSession]):
@@ -270,6 +319,89 @@ class CodexCLI(CLIBackend[CodexSession]):
         if session.thread_id is not None:
             return [*argv, "resume", "--", session.thread_id, prompt]
         return [*argv, "--", prompt]
+
+    @classmethod
+    def app_server_command(cls, session: CodexSession) -> list[str]:
+        """The argument list of an app-server process: `codex app-server [-c key=value]...`.
+
+        Returns:
+            The argv (`list[str]`).
+        """
+        o = session.options
+        argv = [session.cli, "app-server"]
+        config = dict(o.config)
+        if o.profile is not None:
+            config.setdefault("profile", o.profile)
+        for key, value in config.items():
+            argv += ["--config", f"{key}={_toml(value)}"]
+        return [*argv, *o.extra_args]
+
+    @classmethod
+    def prompt(
+        cls, session: CodexSession, prompt: str, context: TurnContext
+    ) -> tuple[Iterator[Event], CodexSession]:
+        """Run one turn: per-turn `codex exec` (the default), or on the session's
+        `codex app-server` process (`mode="app_server"`: started at the first turn, which
+        starts or resumes the thread; kept across turns).
+
+        Raises:
+            TypeError: `prompt` is not a str.
+            DispatchError: a `BackendError`: see `CLIBackend.prompt`; in app-server mode also
+                `"rpc_error"` (the server refused `thread/start`, `thread/resume` or
+                `turn/start`), `"rpc_timeout"`, `"cli_exited"`.
+
+        Mirrors: `prompt/3` (contract §7.1, §7.6).
+        """
+        o = session.options
+        if o.mode != "app_server":
+            return super().prompt(session, prompt, context)
+        if not isinstance(prompt, str):
+            raise TypeError(f"prompt must be a str, got {type(prompt).__name__}")
+
+        def spawn() -> ChildProcess:
+            return ChildProcess.spawn(
+                cls.app_server_command(session), provider=PROVIDER, env=cls._child_env(o),
+                cwd=o.cwd, max_line_bytes=o.max_line_bytes,
+                stderr_tail_bytes=o.stderr_tail_bytes, exit_grace_ms=o.exit_grace_ms,
+                term_grace_ms=o.term_grace_ms, install_hint=INSTALL_HINT, stdin_pipe=True)
+
+        thread_params: dict[str, Any] = {}
+        for key, value in (("cwd", o.cwd), ("model", o.model), ("sandbox", o.sandbox),
+                           ("approvalPolicy", o.approval_policy)):
+            if value is not None:
+                thread_params[key] = value
+        model = o.model if o.model is not None else _configured_model(o)
+        events = app_turn(
+            session.app, prompt, context, spawn=spawn, thread_params=thread_params,
+            resume_id=session.thread_id, model=model, idle_timeout_ms=o.idle_timeout_ms,
+            interrupt_grace_ms=o.interrupt_grace_ms,
+            permission_timeout_ms=o.permission_timeout_ms)
+        return events, session
+
+    @classmethod
+    def cancel(cls, session: CodexSession) -> None:
+        """Interrupt the running turn: app-server, `turn/interrupt` (the process survives;
+        killed past `interrupt_grace_ms`); exec, SIGKILL to the process group. Any thread;
+        idempotent; quick."""
+        session.app.cancel()
+        session.runner.cancel()
+
+    @classmethod
+    def terminate_session(cls, session: CodexSession) -> None:
+        """End the app-server process (stdin EOF, bounded; waits until reaped) and the exec
+        children. Idempotent."""
+        o = session.options
+        session.app.close(wait_s=(o.exit_grace_ms + o.term_grace_ms) / 1000 + 1.0)
+        super().terminate_session(session)
+
+    @classmethod
+    def reset_session(cls, session: CodexSession) -> CodexSession:
+        """Start a new thread on the next turn; app-server mode closes the process (the next
+        turn starts a new one and a new thread: one process start). Mirrors
+        `reset_session/1` (§2.15)."""
+        session.app.close()
+        reset = super().reset_session(session)
+        return msgspec.structs.replace(reset, app=AppSlot())
 
     @classmethod
     def _new_session(cls, options: Any, cli: str) -> CodexSession:
