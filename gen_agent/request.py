@@ -38,6 +38,10 @@ class RequestOptions(msgspec.Struct, frozen=True, kw_only=True):
             the caller's span is the parent although the turns run on other threads. Retries
             and the follow-ups the request chains carry it too. A context is not hashable:
             options holding one are not either.
+        call_chain: the names of the agents whose tools led to this request, outermost
+            first (set by `gen_agent.tools.agent_tool`; an agent tool refuses a call that
+            would reach an agent already in the chain, so a cycle fails fast instead of
+            deadlocking). Default `()`.
 
     Raises:
         TypeError: a field has the wrong type (from the constructor).
@@ -45,6 +49,7 @@ class RequestOptions(msgspec.Struct, frozen=True, kw_only=True):
 
     fresh_session: bool = False
     trace_context: Any = None
+    call_chain: tuple[Any, ...] = ()
 
     def __post_init__(self) -> None:
         if type(self.fresh_session) is not bool:

@@ -231,6 +231,14 @@ class Response(msgspec.Struct, frozen=True, kw_only=True):
     tool_calls: list[Event] = msgspec.field(default_factory=list)
     extra: dict[str, Any] = msgspec.field(default_factory=dict)
 
+    @property
+    def agent_calls(self) -> list[dict[str, Any]]:
+        """Every call of another agent made through a `gen_agent.tools.agent_tool` during the
+        turn, in order: the data of its `"agent_call"` events (`agent`, `ref`,
+        `tool_use_id`, `duration_ms` in milliseconds, `outcome`, `reason_kind`, `usage` in
+        tokens, `cost_usd`). Derived from `events` (retained events only)."""
+        return [event.data for event in self.events if event.kind == "agent_call"]
+
     @classmethod
     def from_events(
         cls,

@@ -32,6 +32,7 @@ and the in-process tools of claude-agent-sdk (`@tool`).
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import re
 import threading
@@ -41,7 +42,19 @@ from typing import Any, get_type_hints
 
 import msgspec
 
-__all__ = ["Tool", "ToolCall", "ToolContext", "ToolResult", "run_calls", "tool"]
+__all__ = [
+    "AgentCall",
+    "Tool",
+    "ToolCall",
+    "ToolContext",
+    "ToolInterrupted",
+    "ToolResult",
+    "agent_tool",
+    "as_tools",
+    "permission_check",
+    "run_calls",
+    "tool",
+]
 
 DEFAULT_TIMEOUT_S = 60.0
 """Seconds a tool call may run before it fails with a timeout error result."""
@@ -71,14 +84,53 @@ class ToolResult(msgspec.Struct, frozen=True, kw_only=True):
 class ToolContext:
     """What a running tool may know about its call. `call_id`: the tool-use id; `agent`: the
     calling agent's name; `cancelled`: a `threading.Event` set when the turn is interrupted,
-    times out, or the call's own timeout passes (stop early when you see it)."""
+    times out, or the call's own timeout passes (stop early when you see it); `chain`: the
+    agents whose tools led here, outermost first, ending with `agent`; `records`: where a
+    tool notes what it did for the turn's record (agent tools append an `AgentCall`)."""
 
-    __slots__ = ("agent", "call_id", "cancelled")
+    __slots__ = ("agent", "call_id", "cancelled", "chain", "records")
 
-    def __init__(self, call_id: str, agent: Any, cancelled: threading.Event) -> None:
+    def __init__(self, call_id: str, agent: Any, cancelled: threading.Event,
+                 chain: tuple[Any, ...] = (), records: list[Any] | None = None) -> None:
         self.call_id = call_id
         self.agent = agent
         self.cancelled = cancelled
+        self.chain = chain
+        self.records = records if records is not None else []
+
+
+class AgentCall(msgspec.Struct, frozen=True, kw_only=True):
+    """One call of another agent made through `agent_tool` during a turn (an `"agent_call"`
+    event; `Response.agent_calls`).
+
+    Fields:
+        agent: the called agent's name. ref: the sub-request's `RequestRef` (None when it was
+            refused before being sent). tool_use_id: the model's tool call that made it.
+        duration_ms: wall time of the call (milliseconds).
+        outcome: `"ok"`, `"error"` (the sub-turn failed), `"timeout"`, `"cycle"` (refused:
+            the agent is already in the call chain) or `"not_found"`.
+        reason_kind: the failure's kind (a reason tag or `BackendError.kind`), else None.
+        usage: the sub-turn's usage (tokens), else None. cost_usd: its cost, else None.
+    """
+
+    agent: Any
+    ref: Any
+    tool_use_id: str
+    duration_ms: int
+    outcome: str
+    reason_kind: str | None = None
+    usage: dict[str, Any] | None = None
+    cost_usd: float | None = None
+
+
+class ToolInterrupted(Exception):
+    """Raised by `run_calls` (after every call of the step finished) when the permission
+    callback denied a call with `Deny(interrupt=True)`: the backend ends the turn as
+    interrupted. `results` holds the step's results."""
+
+    def __init__(self, results: list[ToolResult]) -> None:
+        super().__init__("a tool call was denied with interrupt=True")
+        self.results = results
 
 
 class Tool:
@@ -123,7 +175,8 @@ class Tool:
                 "input_schema": self.input_schema}
 
     def call(self, call: ToolCall, *, agent: Any = None,
-             cancelled: threading.Event | None = None) -> ToolResult:
+             cancelled: threading.Event | None = None, chain: tuple[Any, ...] = (),
+             records: list[Any] | None = None) -> ToolResult:
         """Validate `call.input` and run the function in this thread.
 
         Returns:
@@ -139,9 +192,12 @@ class Tool:
         kwargs = {field: getattr(args, field) for field in args.__struct_fields__}
         if self._context_param is not None:
             kwargs[self._context_param] = ToolContext(call.id, agent,
-                                                      cancelled or threading.Event())
+                                                      cancelled or threading.Event(),
+                                                      chain, records)
         try:
             value = self.fn(**kwargs)
+        except _ToolRefused as exc:  # an agent tool's own, content-free explanation
+            return ToolResult(tool_use_id=call.id, content=str(exc), is_error=True)
         except Exception as exc:  # noqa: BLE001 - becomes an error result for the model
             return ToolResult(tool_use_id=call.id, content=f"tool raised {type(exc).__name__}",
                               is_error=True)
@@ -187,42 +243,56 @@ def as_tools(items: Sequence[Any]) -> tuple[Tool, ...]:
 
 
 def run_calls(tools: Sequence[Tool], calls: Sequence[ToolCall], *, agent: Any = None,
-              cancel: Any = None, allow: Callable[[ToolCall], str | None] | None = None
+              cancel: Any = None, allow: Callable[[ToolCall], Any] | None = None,
+              chain: tuple[Any, ...] = (), records: list[Any] | None = None
               ) -> list[ToolResult]:
     """Run one step's tool calls in parallel and return their results in call order.
 
     Args:
         tools: the tools on offer. calls: what the model asked for.
         agent: the calling agent's name (for `ToolContext`).
-        cancel: the turn's cancel signal (anything with `is_set()` / `wait(timeout)`): when
-            it is set, running calls are told (`ToolContext.cancelled`) and those still running
-            get an error result at once ("cancelled").
-        allow: the permission check, `allow(call) -> None` to run it or a denial message
-            (the call then gets `is_error=True` with that message and never runs).
+        cancel: the turn's cancel signal (anything with `is_set()`): when it is set, running
+            calls are told (`ToolContext.cancelled`) and those still running get an error
+            result at once ("cancelled").
+        allow: the permission check, `allow(call)` → None or `Allow(updated_input)` to run
+            it (with the updated input), a `Deny` or a str to refuse it (the call gets an
+            error result with that message and never runs). See `permission_check`.
+        chain: the agents whose tools led to this step, ending with `agent` (agent tools
+            refuse a cycle). records: a list the tools append their records to (`AgentCall`).
 
     Returns:
         One `ToolResult` per call, in the order of `calls`. An unknown tool, invalid
         arguments, a raise, a denial, a timeout (`timeout_s`) or a cancellation each give an
-        error result; nothing raises.
+        error result.
+
+    Raises:
+        ToolInterrupted: a call was denied with `Deny(interrupt=True)` (after the others ran).
     """
+    from gen_agent.permission import Allow, Deny
+
     by_name = {t.name: t for t in tools}
     results: list[ToolResult | None] = [None] * len(calls)
     running: list[tuple[int, threading.Thread, threading.Event, float | None]] = []
+    interrupt = False
     for index, call in enumerate(calls):
         found = by_name.get(call.name)
         if found is None:
             results[index] = ToolResult(tool_use_id=call.id, content=f"unknown tool {call.name!r}",
                                         is_error=True)
             continue
-        denied = allow(call) if allow is not None else None
-        if denied is not None:
-            results[index] = ToolResult(tool_use_id=call.id, content=denied, is_error=True)
+        decision = allow(call) if allow is not None else None
+        if isinstance(decision, (Deny, str)):
+            message = decision if isinstance(decision, str) else decision.message
+            interrupt = interrupt or (isinstance(decision, Deny) and decision.interrupt)
+            results[index] = ToolResult(tool_use_id=call.id, content=message, is_error=True)
             continue
+        if isinstance(decision, Allow) and decision.updated_input is not None:
+            call = ToolCall(id=call.id, name=call.name, input=decision.updated_input)
         stop = threading.Event()
 
         def work(i: int = index, t: Tool = found, c: ToolCall = call,
                  s: threading.Event = stop) -> None:
-            results[i] = t.call(c, agent=agent, cancelled=s)
+            results[i] = t.call(c, agent=agent, cancelled=s, chain=chain, records=records)
 
         thread = threading.Thread(target=work, name="gen_agent-tool", daemon=True)
         thread.start()
@@ -236,7 +306,139 @@ def run_calls(tools: Sequence[Tool], calls: Sequence[ToolCall], *, agent: Any = 
             results[index] = ToolResult(
                 tool_use_id=calls[index].id, is_error=True,
                 content="cancelled" if cancelled else "tool timed out")
-    return [r for r in results if r is not None]
+    done = [r for r in results if r is not None]
+    if interrupt:
+        raise ToolInterrupted(done)
+    return done
+
+
+def permission_check(context: Any, backend: str,
+                     decisions: list[dict[str, Any]] | None = None
+                     ) -> Callable[[ToolCall], Any] | None:
+    """The `allow` for `run_calls` from a turn's `TurnContext`: each call asks the agent's
+    `handle_tool_permission` (a `ToolPermissionRequest` of `backend`, the tool's name, its
+    input and the call id) and waits for its `Allow` / `Deny`; None when the agent has no
+    such callback (Python tools are then allowed).
+
+    Args:
+        context: the `TurnContext` (None: no check). backend: the provider name it reports.
+        decisions: a list that receives `{"tool_name", "tool_use_id", "decision"}` per call
+            (`"allow"` / `"deny"`; never the input): the backend's `"permission"` events.
+    """
+    if context is None or not getattr(context, "handles_permissions", False):
+        return None
+    from gen_agent.permission import ToolPermissionRequest, decision_name
+
+    def allow(call: ToolCall) -> Any:
+        arguments = call.input if isinstance(call.input, dict) else {}
+        decision = context.request_permission(ToolPermissionRequest(
+            backend=backend, tool_name=call.name, input=arguments, tool_use_id=call.id))
+        if decisions is not None:
+            decisions.append({"tool_name": call.name, "tool_use_id": call.id,
+                              "decision": decision_name(decision)})
+        return decision
+
+    return allow
+
+
+def agent_tool(name: Any, *, description: str, tool_name: str | None = None,
+               timeout_s: float = 300.0) -> Tool:
+    """Offer another agent as a tool: a call is an `ask` of `name` with the model's `prompt`.
+
+    Args:
+        name: the agent to ask (its registered name). description: for the model.
+        tool_name: the tool's name (default: `ask_<name>` when `name` is a str).
+        timeout_s: seconds the sub-ask may take (then an error result "timeout").
+
+    Returns:
+        A `Tool` taking `{"prompt": str}`. Its result is the sub-turn's text; a failed
+        sub-turn, a timeout, a missing agent or a cycle (the agent is already in the call
+        chain: it would wait for itself) give an error result. Every call is recorded as an
+        `AgentCall` (the turn's `"agent_call"` events, `Response.agent_calls`).
+
+    Raises:
+        ValueError: no usable tool name.
+    """
+    label = tool_name or (f"ask_{name}" if isinstance(name, str) else None)
+    if label is None:
+        raise ValueError("agent_tool: give tool_name for an agent whose name is not a str")
+
+    def ask_agent(prompt: str, ctx: ToolContext) -> str:
+        return _ask_agent(name, prompt, ctx, timeout_s)
+
+    ask_agent.__doc__ = description
+    return Tool(ask_agent, name=label, description=description, timeout_s=timeout_s + 5)
+
+
+def _ask_agent(name: Any, prompt: str, ctx: ToolContext, timeout_s: float) -> str:
+    import queue
+
+    import gen_agent
+    from gen_agent.errors import GenAgentError
+    from gen_agent.request import RequestOptions
+
+    started = time.monotonic()
+
+    def record(outcome: str, ref: Any = None, kind: str | None = None,
+               response: Any = None) -> None:
+        ctx.records.append(AgentCall(
+            agent=name, ref=ref, tool_use_id=ctx.call_id, outcome=outcome, reason_kind=kind,
+            duration_ms=int((time.monotonic() - started) * 1000),
+            usage=getattr(response, "usage", None), cost_usd=getattr(response, "cost_usd", None)))
+
+    if name in ctx.chain:
+        record("cycle")
+        path = " -> ".join(str(n) for n in (*ctx.chain, name))
+        raise _ToolRefused(f"refused: {path} would call an agent already waiting on this call")
+    agent = gen_agent.whereis(name)
+    if agent is None:
+        record("not_found")
+        raise _ToolRefused(f"no agent named {name!r}")
+    inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
+    try:
+        ref = agent.tell_with_completion(prompt, inbox, monitor=True, timeout=timeout_s,
+                                         options=RequestOptions(call_chain=ctx.chain))
+    except GenAgentError as exc:
+        kind = _kind_of(getattr(exc, "reason", None))
+        record("error", kind=kind)
+        raise _ToolRefused(f"{name!r} refused the call: {kind}") from None
+    deadline = started + timeout_s
+    while True:  # the completion (or Down), the turn's cancellation, or the deadline
+        try:
+            message = inbox.get(timeout=min(0.05, max(0.0, deadline - time.monotonic())))
+            break
+        except queue.Empty:
+            if ctx.cancelled.is_set() or time.monotonic() >= deadline:
+                with contextlib.suppress(GenAgentError):
+                    agent.interrupt_request(ref, timeout=1)
+                record("timeout" if not ctx.cancelled.is_set() else "error", ref,
+                       None if not ctx.cancelled.is_set() else "cancelled")
+                raise _ToolRefused(f"{name!r} did not answer within {timeout_s:g} s") from None
+    if message.kind == "down":
+        record("error", ref, _kind_of(message.reason))
+        raise _ToolRefused(f"{name!r} stopped before answering") from None
+    outcome, value = message.outcome
+    if outcome != "ok":
+        kind = _kind_of(value)
+        record("error", ref, kind)
+        raise _ToolRefused(f"{name!r} failed: {kind}")
+    record("ok", ref, response=value)
+    return str(value.text)
+
+
+def _kind_of(reason: Any) -> str:
+    kind = getattr(reason, "kind", None)
+    if isinstance(kind, str):
+        return kind
+    if isinstance(reason, str):
+        return reason
+    if isinstance(reason, tuple) and reason and isinstance(reason[0], str):
+        return reason[0]
+    return type(reason).__name__
+
+
+class _ToolRefused(Exception):
+    """A tool's own failure whose message is safe to give the model (no payload)."""
 
 
 def _wait(thread: threading.Thread, deadline: float | None, cancel: Any) -> None:

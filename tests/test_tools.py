@@ -196,3 +196,93 @@ def test_mock_tools_must_be_tools() -> None:
     with pytest.raises(AgentStartError) as info:
         gen_agent.start_agent(Bad, name="bad", backend=mock.MockBackend)
     assert info.value.reason == ("backend_start_failed", ("invalid_option", "tools"))
+
+
+# ---------------------------------------------------------------------- permissions
+class _Guarded(gen_agent.GenAgent):
+    """Offers `add` and `where`; its permission policy: no `where`, `add` with b forced to
+    10, interrupt on a call of `add` with a == 99."""
+
+    def init_agent(self, opts: dict[str, Any]) -> Any:
+        return {"scripts": opts["scripts"], "tools": [add, locate]}, []
+
+    def handle_tool_permission(self, request: Any, state: Any) -> Any:
+        from gen_agent.permission import Allow, Deny
+
+        if request.tool_name == "where":
+            return Deny("no locating today")
+        if request.input.get("a") == 99:
+            return Deny("stop everything", interrupt=True)
+        return Allow(updated_input={**request.input, "b": 10})
+
+    def handle_response(self, ref: Any, response: Any, state: Any) -> Any:
+        return gen_agent.NoReply(state)
+
+
+def test_every_python_tool_call_passes_the_agents_permission_callback() -> None:
+    round_ = mock.tool_round([("add", {"a": 1}), ("where", {"point": {"x": 1, "y": 1}})],
+                             mock.text_turn("done"))
+    gen_agent.start_agent(_Guarded, name="g", backend=mock.MockBackend, scripts=[round_])
+    response = gen_agent.ask("g", "go", timeout=WAIT_S)
+    results = [e.data for e in response.events if e.kind == "tool_result"]
+    assert results == [
+        {"tool_use_id": "call_0", "content": "11", "is_error": False},  # b forced to 10
+        {"tool_use_id": "call_1", "content": "no locating today", "is_error": True}]
+    assert [e.data["decision"] for e in response.events if e.kind == "permission"] == [
+        "allow", "deny"]
+
+
+def test_a_deny_with_interrupt_ends_the_turn_as_interrupted() -> None:
+    round_ = mock.tool_round([("add", {"a": 99})], mock.text_turn("never"))
+    gen_agent.start_agent(_Guarded, name="g", backend=mock.MockBackend, scripts=[round_])
+    with pytest.raises(gen_agent.TurnError) as info:
+        gen_agent.ask("g", "go", timeout=WAIT_S)
+    assert info.value.reason == "interrupted"
+
+
+# ---------------------------------------------------------------------- agents as tools
+class _Delegating(gen_agent.GenAgent):
+    def init_agent(self, opts: dict[str, Any]) -> Any:
+        return {"scripts": opts["scripts"], "tools": opts.get("tools", [])}, None
+
+    def handle_response(self, ref: Any, response: Any, state: Any) -> Any:
+        return gen_agent.NoReply(state)
+
+
+def test_another_agent_as_a_tool_is_asked_and_recorded() -> None:
+    from gen_agent.tools import agent_tool
+
+    gen_agent.start_agent(_Delegating, name="expert", backend=mock.MockBackend,
+                          scripts=[mock.text_turn("42", usage={"input_tokens": 7})])
+    ask_expert = agent_tool("expert", description="Ask the expert.")
+    round_ = mock.tool_round([("ask_expert", {"prompt": "the answer?"})],
+                             lambda results: mock.text_turn(f"expert says {results[0].content}"))
+    gen_agent.start_agent(_Delegating, name="lead", backend=mock.MockBackend,
+                          scripts=[round_], tools=[ask_expert])
+    response = gen_agent.ask("lead", "ask the expert", timeout=WAIT_S)
+    assert response.text == "expert says 42"
+    assert mock.MockBackend.history("expert") == ["the answer?"]
+    [call] = response.agent_calls
+    assert (call["agent"], call["outcome"], call["tool_use_id"], call["usage"]) == (
+        "expert", "ok", "call_0", {"input_tokens": 7})
+    assert isinstance(call["ref"], gen_agent.RequestRef)
+    assert call["duration_ms"] >= 0
+
+
+def test_a_cycle_through_agent_tools_is_refused_not_deadlocked() -> None:
+    from gen_agent.tools import agent_tool
+
+    ask_a, ask_b = (agent_tool(n, description=f"Ask {n}.", timeout_s=WAIT_S) for n in "ab")
+    b_round = mock.tool_round([("ask_a", {"prompt": "back to a"})],
+                              lambda results: mock.text_turn(results[0].content))
+    a_round = mock.tool_round([("ask_b", {"prompt": "to b"})],
+                              lambda results: mock.text_turn(f"b said: {results[0].content}"))
+    gen_agent.start_agent(_Delegating, name="b", backend=mock.MockBackend,
+                          scripts=[b_round], tools=[ask_a])
+    gen_agent.start_agent(_Delegating, name="a", backend=mock.MockBackend,
+                          scripts=[a_round], tools=[ask_b])
+    response = gen_agent.ask("a", "start", timeout=WAIT_S)
+    assert response.text == ("b said: refused: a -> b -> a would call an agent already "
+                             "waiting on this call")
+    assert [c["outcome"] for c in response.agent_calls] == ["ok"]
+    assert mock.MockBackend.history("a") == ["start"]
