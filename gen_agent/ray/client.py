@@ -514,20 +514,25 @@ def stream(name: Any, prompt: str, timeout: float | None = None, *, batch_ms: in
     actor = _actor(namespace, node)
     stream_id = _remote(node, actor.stream_open.remote(name, prompt, timeout), timeout)
     deadline = None if timeout is None else time.monotonic() + timeout
-    while True:
-        remaining = None if deadline is None else deadline - time.monotonic()
-        if remaining is not None and remaining <= 0:
-            raise CallTimeout(timeout)
-        wait_s = 1.0 if remaining is None else min(1.0, remaining)
-        events, done, outcome = _remote(
-            node, actor.stream_next.remote(stream_id, wait_s, batch_ms), wait_s + _GRACE_S)
-        yield from events
-        if done:
-            kind, value = from_portable(outcome)
-            if kind == "ok":
-                yield value
-                return
-            raise TurnError(value)
+    done = False
+    try:
+        while True:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise CallTimeout(timeout)
+            wait_s = 1.0 if remaining is None else min(1.0, remaining)
+            events, done, outcome = _remote(
+                node, actor.stream_next.remote(stream_id, wait_s, batch_ms), wait_s + _GRACE_S)
+            yield from events
+            if done:
+                kind, value = from_portable(outcome)
+                if kind == "ok":
+                    yield value
+                    return
+                raise TurnError(value)
+    finally:
+        if not done:  # abandoned, timed out or failed: the node forgets the stream
+            actor.stream_close.remote(stream_id)
 
 
 def _forget_all() -> None:

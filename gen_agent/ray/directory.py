@@ -25,7 +25,8 @@ class DirectoryServer:
     """The state behind the directory actor. Every method runs in the actor, one at a time.
 
     Node records: `{"status": "up" | "down", "reason": Any, "restarts": [t, ...],
-    "sessions": {child_id: session_id}, "dynamic": {child_id: spec_bytes}}`.
+    "sessions": {child_id: session_id}, "dynamic": {child_id: spec_bytes},
+    "removed": {child_id}}` (children released: not restored).
 
     Mirrors: a `:global`-style name registry plus what an OTP supervisor keeps for restarts.
     """
@@ -57,7 +58,7 @@ class DirectoryServer:
                 return {"status": "down", "reason": INTENSITY_REASON}
             record["status"] = "up"
             return {"status": "up", "sessions": dict(record["sessions"]),
-                    "dynamic": dict(record["dynamic"])}
+                    "dynamic": dict(record["dynamic"]), "removed": list(record["removed"])}
         for name in child_ids:
             holder = self._holder(name)
             if holder is not None and holder != node:
@@ -66,10 +67,10 @@ class DirectoryServer:
             if holder == node:
                 del self._names[name]
         self._nodes[node] = {"status": "up", "reason": None, "restarts": [],
-                             "sessions": {}, "dynamic": {}}
+                             "sessions": {}, "dynamic": {}, "removed": set()}
         for name in child_ids:
             self._names[name] = node
-        return {"status": "up", "sessions": {}, "dynamic": {}}
+        return {"status": "up", "sessions": {}, "dynamic": {}, "removed": []}
 
     def _down(self, node: Any, reason: Any) -> None:
         record = self._nodes.get(node)
@@ -107,16 +108,22 @@ class DirectoryServer:
         if holder == node:
             return node
         self._names[name] = node
+        record = self._nodes.get(node)
+        if record is not None:
+            record["removed"].discard(name)
         return None
 
     def release(self, name: Any, node: Any) -> None:
-        """Drop `name` (held by `node`), its stored session and its dynamic spec."""
+        """Drop `name` (held by `node`), its stored session and its dynamic spec; a child the
+        node started with is not restored by the node's restarts either (it was stopped for
+        good, or was temporary)."""
         if self._names.get(name) == node:
             del self._names[name]
         record = self._nodes.get(node)
         if record is not None:
             record["sessions"].pop(name, None)
             record["dynamic"].pop(name, None)
+            record["removed"].add(name)
 
     def add_dynamic(self, node: Any, name: Any, spec: bytes) -> None:
         """Remember a child started on `node` after its start, to restore it with the node."""

@@ -139,7 +139,9 @@ class NodeServer:
         sessions = record["sessions"]
         self._pushed = dict(sessions)
         dynamic = [cloudpickle.loads(data) for data in record["dynamic"].values()]
-        specs = [_with_session(spec, sessions) for spec in (*children, *dynamic)]
+        removed = set(record["removed"])
+        specs = [_with_session(spec, sessions) for spec in (*children, *dynamic)
+                 if spec.id not in removed]
         self._system = AgentSystem()
         self._system.__enter__()  # the client functions of this process address it
         self._supervisor = None
@@ -342,6 +344,11 @@ class NodeServer:
                     self._push_sessions(name, wait=True)
             return _ok((events, True, to_portable(outcome)))
         return _ok((events, False, None))
+
+    def stream_close(self, stream_id: int) -> None:
+        """Forget a stream its caller abandoned (its turn goes on; its events are dropped)."""
+        with self._lock:
+            self._streams.pop(stream_id, None)
 
     # ------------------------------------------------------------------ pools
     def pool_open(self, pool_id: Any, module: type, size: int, backend: Any,

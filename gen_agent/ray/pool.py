@@ -3,10 +3,11 @@
 Each node runs a local `gen_agent.Pool` of `size` supervised workers (so a worker crash is
 restarted inside its node). Tasks stay on the caller's side: a node is handed a task only
 while it has a free slot (`size * max_in_flight` per node), so the bound in flight per worker
-holds and work not yet handed out survives any node's death. Per node, one sender thread
-hands out tasks in batches (one Ray call per batch) and one collector thread long-polls
-finished outcomes (one Ray call returns every outcome settled since the previous one):
-Ray's per-call cost is paid per batch, not per task.
+holds and work not yet handed out survives any node's death. Per node, two collector
+threads each keep one *exchange* call in flight (it hands the node the tasks that fit and
+returns every outcome settled since the previous call, after a short linger), so while one
+reply travels back the next call already waits at the node; a sender thread hands out tasks
+that arrive while both wait. Ray's per-call cost is paid per batch, not per task.
 
 A task in flight on a node that dies fails with `("worker_down", ("node_down", node))`; a
 worker crash inside a node gives `("worker_down", exit_reason)` as in a local `Pool`. Tasks
@@ -43,6 +44,9 @@ __all__ = ["RemotePool"]
 _task_ids = itertools.count(1)
 # How long a collector's long poll waits on its node (seconds); bounds stop() latency.
 _COLLECT_WAIT_S = 0.25
+# Exchanges in flight per node at once: while one reply travels back, the next call is
+# already waiting at the node, so its workers never wait for a round trip.
+_COLLECTORS = 2
 # How long a sender waits before retrying a restarting node (seconds).
 _RETRY_S = 0.2
 
@@ -59,7 +63,7 @@ class _Task:
 
 
 class _NodeLane:
-    __slots__ = ("actor", "capacity", "collector", "dead", "epoch", "in_flight", "name",
+    __slots__ = ("actor", "capacity", "collectors", "dead", "epoch", "in_flight", "name",
                  "open", "sender", "workers")
 
     def __init__(self, name: Any, actor: Any, capacity: int) -> None:
@@ -72,7 +76,7 @@ class _NodeLane:
         self.epoch = 0  # bumped on every loss of the node's pool (death, restart)
         self.workers: list[Any] = []
         self.sender: threading.Thread | None = None
-        self.collector: threading.Thread | None = None
+        self.collectors: list[threading.Thread] = []
 
 
 class RemotePool:
@@ -137,11 +141,13 @@ class RemotePool:
         for lane in self._lanes:
             lane.sender = threading.Thread(target=self._send_loop, args=(lane,), daemon=True,
                                            name=f"gen_agent-remote-pool-send-{lane.name}")
-            lane.collector = threading.Thread(target=self._collect_loop, args=(lane,),
-                                              daemon=True,
-                                              name=f"gen_agent-remote-pool-collect-{lane.name}")
+            lane.collectors = [
+                threading.Thread(target=self._collect_loop, args=(lane,), daemon=True,
+                                 name=f"gen_agent-remote-pool-collect-{lane.name}-{i}")
+                for i in range(_COLLECTORS)]
             lane.sender.start()
-            lane.collector.start()
+            for thread in lane.collectors:
+                thread.start()
 
     def __enter__(self) -> RemotePool:
         return self
@@ -253,7 +259,7 @@ class RemotePool:
             self._close_lanes()
         deadline = None if timeout is None else time.monotonic() + timeout
         for lane in self._lanes:
-            for thread in (lane.sender, lane.collector):
+            for thread in (lane.sender, *lane.collectors):
                 if thread is None or thread is threading.current_thread():
                     continue
                 thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))

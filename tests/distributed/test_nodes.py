@@ -194,3 +194,25 @@ def test_stream_yields_events_in_order_then_the_response(cluster) -> None:
     with pytest.raises(TurnError) as failed:
         list(gray.stream("streamer", "again", timeout=10, namespace=ns))
     assert failed.value.reason == "no_script"
+
+
+def test_a_stopped_agent_is_not_restored_by_a_node_restart(cluster) -> None:
+    ns = cluster.namespace
+    node = cluster.start_node("a", [
+        gen_agent.child_spec(agents.Echo, name="stays", backend=agents.MockBackend,
+                             restart="permanent"),
+        gen_agent.child_spec(agents.Echo, name="goes", backend=agents.MockBackend,
+                             restart="permanent"),
+    ])
+    gray.stop("goes", namespace=ns)
+    os.kill(node.pid, signal.SIGKILL)
+    node.wait_ready(60)
+    assert gray.list_agents(namespace=ns) == ["stays"]
+    assert node.info()["agents"] == 1
+    with pytest.raises(AgentNotFound):
+        gray.ask("goes", "x", timeout=10, namespace=ns)
+    # An abandoned stream is forgotten by the node (the turn itself goes on).
+    events = gray.stream("stays", "x", timeout=10, namespace=ns)
+    first = next(events)
+    assert first.kind == "text"
+    events.close()
