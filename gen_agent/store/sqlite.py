@@ -118,6 +118,11 @@ class SQLiteStore:
     def __repr__(self) -> str:
         return f"SQLiteStore({self.path!r}, synchronous={self.synchronous!r})"
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # A store travels as its settings (e.g. in a child spec sent to a Ray node): the
+        # receiving process opens its own connection to the same file.
+        return (_reopen, (self.path, self.synchronous, self.busy_timeout, self.lease_ttl_s))
+
     # ---------------------------------------------------------------- connection
     def _open(self) -> sqlite3.Connection:
         if self._conn is not None:
@@ -399,3 +404,8 @@ class SQLiteStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _reopen(path: str, synchronous: Any, busy_timeout: float, lease_ttl_s: float) -> SQLiteStore:
+    return SQLiteStore(path, synchronous=synchronous, busy_timeout=busy_timeout,
+                       lease_ttl_s=lease_ttl_s)

@@ -51,3 +51,15 @@ class Echo(gen_agent.GenAgent):
         if response.prompt == "crash":
             raise ValueError("crash requested")
         return gen_agent.NoReply({**state, "turns": state["turns"] + 1})
+
+
+class Counter(gen_agent.GenAgent):
+    """Counts its turns in a state the session store keeps (`persist_state`)."""
+
+    persist_state = True
+
+    def init_agent(self, opts: dict[str, Any]) -> Any:
+        return {"scripts": [answer()] * 100}, {"turns": 0}
+
+    def handle_response(self, ref: Any, response: Any, state: Any) -> Any:
+        return gen_agent.NoReply({"turns": state["turns"] + 1})

@@ -216,3 +216,22 @@ def test_a_stopped_agent_is_not_restored_by_a_node_restart(cluster) -> None:
     first = next(events)
     assert first.kind == "text"
     events.close()
+
+
+def test_a_restarted_node_restores_stored_agent_state(cluster, tmp_path) -> None:
+    from gen_agent.store import SQLiteStore
+
+    ns = cluster.namespace
+    store = SQLiteStore(tmp_path / "sessions.db")  # travels to the node as its settings
+    node = cluster.start_node("a", [gen_agent.child_spec(
+        agents.Counter, name="counter", backend=agents.MockBackend, restart="permanent",
+        store=store, session_key="counter")])
+    for prompt in ("1", "2", "3"):
+        gray.ask("counter", prompt, timeout=10, namespace=ns)
+    assert gray.status("counter", timeout=10, namespace=ns).agent_state == {"turns": 3}
+    os.kill(node.pid, signal.SIGKILL)
+    node.wait_ready(60)  # the dead owner's lease is taken over at once (same host)
+    assert gray.status("counter", timeout=10, namespace=ns).agent_state == {"turns": 3}
+    gray.ask("counter", "4", timeout=10, namespace=ns)
+    assert gray.status("counter", timeout=10, namespace=ns).agent_state == {"turns": 4}
+    store.close()
