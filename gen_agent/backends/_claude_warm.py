@@ -17,7 +17,11 @@ the control protocol (facts from claude-agent-sdk's `ClaudeSDKClient`, recorded 
 - an `interrupt` is acknowledged at once; the turn then ends with a `result` of subtype
   `error_during_execution` (`terminal_reason: "aborted_streaming"`), and the process takes
   the next turn;
-- `total_cost_usd` on a `result` is the process's running total.
+- `total_cost_usd` on a `result` is the process's running total;
+- with Python tools (the `tools` option), the CLI sends `control_request` `mcp_message`
+  {server_name, message} carrying JSON-RPC for the in-process MCP server of
+  `_claude_mcp`: session messages are answered on the reader thread, `tools/call` in the
+  turn task (see that module).
 
 `WarmSlot` is the mutable part of a session (shared by its copies, like `Runner`): the live
 process, the turn that owns it, and the session's cost and usage totals.
@@ -37,6 +41,7 @@ import msgspec
 from loguru import logger
 
 from gen_agent.backend import BackendError, DispatchError, TurnContext
+from gen_agent.backends._claude_mcp import McpServer
 from gen_agent.backends._claude_stream import PROVIDER, ClaudeStreamTranslator
 from gen_agent.backends._jsonl import translate_line
 from gen_agent.backends._process import ChildProcess, LineTooLong
@@ -108,9 +113,10 @@ class _ClaudeProcess:
     """A live `claude` process plus the routing of its lines (reader thread side)."""
 
     def __init__(self, slot: WarmSlot, child: ChildProcess, idle_timeout_ms: int | None,
-                 info: Callable[[Any], None] | None) -> None:
+                 info: Callable[[Any], None] | None, mcp: McpServer | None = None) -> None:
         self.slot = slot
         self.info = info
+        self.mcp = mcp
         self.turn: _TurnLines | None = None
         self.cost_seen = 0.0  # the running total_cost_usd of this process
         self._ids = itertools.count(1)
@@ -131,6 +137,8 @@ class _ClaudeProcess:
                 return
             if kind in ("control_request", "control_cancel_request"):
                 request = _GENERIC.decode(item)
+                if kind == "control_request" and self._mcp_session(request):
+                    return
                 turn = self.turn
                 if turn is not None:
                     turn.put(request)
@@ -150,6 +158,26 @@ class _ClaudeProcess:
                 line = None
             self.info(WarmOutput(backend=PROVIDER, pid=self.live.pid, line=line,
                                  size_bytes=len(item)))
+
+    def _mcp_session(self, line: Any) -> bool:
+        """Answer an `mcp_message` that needs no turn (all but `tools/call`, and that one
+        too when no turn runs); True when answered here."""
+        request = line.get("request") if isinstance(line, dict) else None
+        if not isinstance(request, dict) or request.get("subtype") != "mcp_message":
+            return False
+        request_id = line.get("request_id")
+        if not isinstance(request_id, str):
+            return True
+        mcp = self.mcp
+        if mcp is None or request.get("server_name") != mcp.name:
+            self.respond_error(request_id, f"no MCP server {request.get('server_name')!r}")
+            return True
+        message = request.get("message")
+        if McpServer.is_call(message) and self.turn is not None:
+            return False  # the turn task runs it
+        with contextlib.suppress(OSError):  # gone: the reader sees the exit next
+            self.respond(request_id, {"mcp_response": mcp.answer(message)})
+        return True
 
     def _answered(self, line: Any) -> None:
         response = line.get("response") if isinstance(line, dict) else None
@@ -248,9 +276,11 @@ class WarmSlot:
             self._cond.notify_all()
 
     def acquire(self, spawn: Callable[[], ChildProcess], *, info: Any, idle_timeout_ms: Any,
-                settle_s: float) -> tuple[_ClaudeProcess, _TurnLines]:
+                settle_s: float, mcp: McpServer | None = None
+                ) -> tuple[_ClaudeProcess, _TurnLines]:
         """Wait for the previous turn to settle (killing its process past `settle_s`), start
-        a process when none is live, and make a new turn its owner. Turn task thread."""
+        a process when none is live (serving `mcp`, the agent's Python tools, if given), and make
+        a new turn its owner. Turn task thread."""
         deadline = time.monotonic() + settle_s
         with self._cond:
             while self._turn is not None:
@@ -267,7 +297,7 @@ class WarmSlot:
         with self._cond:
             process = self.process
             if process is None or not process.live.alive:
-                process = _ClaudeProcess(self, spawn(), idle_timeout_ms, info)
+                process = _ClaudeProcess(self, spawn(), idle_timeout_ms, info, mcp)
                 self.process = process
                 self.processes_started += 1
             lines = _TurnLines(settle_s)
@@ -357,8 +387,12 @@ def warm_turn(
     idle_timeout_ms: int | None,
     interrupt_grace_ms: int,
     permission_timeout_ms: int,
+    mcp: McpServer | None = None,
 ) -> Iterator[Event]:
     """Start (or reuse) the process, send `prompt`, and return the turn's event stream.
+
+    `mcp`: the agent's Python tools, served to a process this turn starts (the command line
+    `spawn` runs must declare it).
 
     Raises:
         DispatchError: the process could not be started, or died before it took the prompt
@@ -368,7 +402,8 @@ def warm_turn(
     for attempt in (1, 2):
         try:
             process, lines = slot.acquire(spawn, info=context.info_sink,
-                                          idle_timeout_ms=idle_timeout_ms, settle_s=settle_s)
+                                          idle_timeout_ms=idle_timeout_ms, settle_s=settle_s,
+                                          mcp=mcp)
         except BackendError as exc:
             raise DispatchError(exc, exc.message) from None
         lines.writing = True
@@ -452,6 +487,9 @@ def _control(process: _ClaudeProcess, line: dict[str, Any], context: TurnContext
     request = line.get("request")
     if not isinstance(request_id, str) or not isinstance(request, dict):
         return None, False
+    if request.get("subtype") == "mcp_message" and process.mcp is not None:
+        return _mcp_call(process, process.mcp, request_id, request, context,
+                         permission_timeout_ms)
     if request.get("subtype") != "can_use_tool":
         process.respond_error(request_id, f"unsupported control request {request.get('subtype')}")
         return None, False
@@ -489,6 +527,27 @@ def _control(process: _ClaudeProcess, line: dict[str, Any], context: TurnContext
     return Event("permission", data, monotonic_ms()), interrupt
 
 
+def _mcp_call(process: _ClaudeProcess, mcp: McpServer, request_id: str,
+              request: dict[str, Any], context: TurnContext,
+              permission_timeout_ms: int) -> tuple[Event | None, bool]:
+    """Run one `tools/call` of the agent's Python tools and answer it: (the turn's
+    `permission` event when the agent was asked, whether to interrupt the turn)."""
+    answer, ask, decision = mcp.call(request.get("message") or {}, context,
+                                     permission_timeout_ms=permission_timeout_ms)
+    with contextlib.suppress(OSError):  # the process is gone: the reader routes EXIT next
+        process.respond(request_id, {"mcp_response": answer})
+    if ask is None or decision is None:
+        return None, False
+    interrupt = type(decision) is Deny and decision.interrupt and not context.cancelled
+    if interrupt:
+        # A denial that ends the turn: the CLI does not stop for an MCP result by itself.
+        with contextlib.suppress(OSError):
+            process.send_control({"subtype": "interrupt"})
+    data = {"tool_name": ask.tool_name, "tool_use_id": ask.tool_use_id,
+            "decision": "allow" if type(decision) is Allow else "deny"}
+    return Event("permission", data, monotonic_ms()), interrupt
+
+
 def _settle(slot: WarmSlot, process: _ClaudeProcess, lines: _TurnLines,
             interrupt_grace_ms: int) -> None:
     """An abandoned turn: interrupt the CLI and drain this turn's lines up to its `result`;
@@ -510,9 +569,18 @@ def _settle(slot: WarmSlot, process: _ClaudeProcess, lines: _TurnLines,
         if isinstance(item, dict):
             request_id = item.get("request_id")
             if item.get("type") == "control_request" and isinstance(request_id, str):
+                request = item.get("request")
+                mcp = isinstance(request, dict) and request.get("subtype") == "mcp_message"
+                message = request.get("message") if mcp else None  # type: ignore[union-attr]
+                answer = ({"mcp_response": {
+                    "jsonrpc": "2.0", "id": message.get("id"),
+                    "result": {"content": [{"type": "text", "text": "cancelled"}],
+                               "isError": True}}}
+                          if mcp and isinstance(message, dict) else
+                          {"behavior": "deny", "interrupt": True,
+                           "message": "the turn was interrupted"})
                 try:
-                    process.respond(request_id, {"behavior": "deny", "interrupt": True,
-                                                 "message": "the turn was interrupted"})
+                    process.respond(request_id, answer)
                 except OSError:
                     return
             continue

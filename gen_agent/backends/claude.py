@@ -47,13 +47,14 @@ from typing import Any, Final
 
 import msgspec
 
-from gen_agent.backend import BackendError, TurnContext
+from gen_agent.backend import BackendError, SessionStartError, TurnContext
 from gen_agent.backends._claude_stream import (
     PROVIDER,
     ClaudeStreamTranslator,
     decode_line,
     translate_lines,
 )
+from gen_agent.backends._claude_mcp import McpServer
 from gen_agent.backends._claude_warm import WarmSlot, warm_turn
 from gen_agent.backends._cli import CLI_CHECKS, CLIBackend, CLIOptions, CLISession
 from gen_agent.backends._option_checks import (
@@ -134,6 +135,10 @@ class ClaudeOptions(CLIOptions, frozen=True, kw_only=True):
             the `interrupt` control request before the process group is killed (ms).
         permission_timeout_ms: warm mode: how long a tool permission request waits for
             `handle_tool_permission` before it is denied (ms).
+        tools: warm mode: the agent's Python tools (`gen_agent.tools.Tool`s, made from the
+            functions or callables given), offered to the CLI as the in-process MCP server
+            `gen_agent` (the model calls them `mcp__gen_agent__<name>`). Per-turn mode
+            refuses them at start.
     """
 
     cli_path: str = "claude"
@@ -153,6 +158,7 @@ class ClaudeOptions(CLIOptions, frozen=True, kw_only=True):
     idle_timeout_ms: int = DEFAULT_IDLE_TIMEOUT_MS
     interrupt_grace_ms: int = DEFAULT_INTERRUPT_GRACE_MS
     permission_timeout_ms: int = DEFAULT_PERMISSION_TIMEOUT_MS
+    tools: tuple[Any, ...] = ()
 
 
 MODES: Final = frozenset({"warm", "per_turn"})
@@ -179,6 +185,8 @@ _CHECKS: Final = {
     "idle_timeout_ms": (int_at_least(1), "an int >= 1 (milliseconds)"),
     "interrupt_grace_ms": (int_at_least(0), "an int >= 0 (milliseconds)"),
     "permission_timeout_ms": (int_at_least(1), "an int >= 1 (milliseconds)"),
+    "tools": (lambda v: isinstance(v, list | tuple) and all(_is_tool(t) for t in v),
+              "a list of functions or gen_agent.tools.Tool"),
 }
 
 
@@ -224,8 +232,9 @@ class ClaudeCLI(CLIBackend[ClaudeSession]):
     `append_system_prompt`, `allowed_tools`, `disallowed_tools`, `permission_mode`,
     `max_turns`, `add_dirs`, `mcp_config`, `settings`, `dangerously_skip_permissions`,
     `include_partial_messages`, `session_id`, `extra_args`, `max_line_bytes`,
-    `stderr_tail_bytes`, `exit_grace_ms`, `term_grace_ms`. `no_session_persistence` is
-    rejected (resuming needs the CLI's saved session).
+    `stderr_tail_bytes`, `exit_grace_ms`, `term_grace_ms`, `mode`, `idle_timeout_ms`,
+    `interrupt_grace_ms`, `permission_timeout_ms`, `tools` (Python tools, warm mode).
+    `no_session_persistence` is rejected (resuming needs the CLI's saved session).
 
     Hooks (shared with `CodexCLI`): `start_session` validates the options and finds the CLI
     (no process); `resume_session(session_id, opts)` starts resuming that conversation;
@@ -255,6 +264,36 @@ class ClaudeCLI(CLIBackend[ClaudeSession]):
     }
     _RESUME_FIELD = "session_id"
     _SESSION_NOT_FOUND = re.compile(r"No conversation found with session ID")
+
+    @classmethod
+    def start_session(cls, opts: Any) -> ClaudeSession:
+        """Validate `opts` and find the CLI; no process is started (see
+        `CLIBackend.start_session`). The `tools` option becomes `gen_agent.tools.Tool`s.
+
+        Raises:
+            SessionStartError: as `CLIBackend.start_session`; also
+                `("invalid_option", "tools", value)` for a tool `gen_agent.tools.tool`
+                refuses, two tools of one name, or tools in per-turn mode (they are served
+                over the warm process's control channel).
+        """
+        session = super().start_session(opts)
+        o = session.options
+        if not o.tools:
+            return session
+        if o.mode != "warm":
+            raise SessionStartError(
+                ("invalid_option", "tools", opts.get("tools")),
+                "ClaudeCLI option 'tools': Python tools need warm mode (mode='warm', the "
+                "default); per-turn processes have no channel to call them back")
+        from gen_agent.tools import as_tools
+
+        try:
+            tools = as_tools(o.tools)
+        except (TypeError, ValueError) as exc:
+            raise SessionStartError(("invalid_option", "tools", opts.get("tools")),
+                                    f"ClaudeCLI option 'tools': {exc}") from None
+        return msgspec.structs.replace(
+            session, options=msgspec.structs.replace(o, tools=tools))
 
     @classmethod
     def command(cls, session: ClaudeSession, prompt: str) -> list[str]:
@@ -318,6 +357,13 @@ class ClaudeCLI(CLIBackend[ClaudeSession]):
                 argv[2:2] = [flag, overrides[key]]
         if permission_prompt:
             argv += ["--permission-prompt-tool", "stdio"]
+        if session.options.tools:
+            # The agent's Python tools: declared as an SDK MCP server, allowed in the CLI
+            # (the agent's own permission callback is asked at each call instead).
+            server = McpServer(session.options.tools)
+            argv += ["--mcp-config", server.config_json()]
+            for name in server.allowed_tools():
+                argv += ["--allowedTools", name]
         return argv
 
     @classmethod
@@ -345,6 +391,7 @@ class ClaudeCLI(CLIBackend[ClaudeSession]):
         if not isinstance(prompt, str):
             raise TypeError(f"prompt must be a str, got {type(prompt).__name__}")
         permission_prompt = context.handles_permissions
+        mcp = McpServer(o.tools) if o.tools else None
 
         def spawn() -> ChildProcess:
             # Reads the slot's current session id: a respawn resumes the latest one.
@@ -353,6 +400,10 @@ class ClaudeCLI(CLIBackend[ClaudeSession]):
             # at all while turns follow each other within ~0.1 s), so a crash would lose turns
             # that were answered; eager flushing keeps them resumable (tested).
             env.setdefault("CLAUDE_CODE_EAGER_FLUSH", "1")
+            if mcp is not None:
+                # The CLI's own bound on an MCP call must not end a Python tool before its
+                # own timeout_s (and the permission wait) do.
+                env.setdefault("MCP_TOOL_TIMEOUT", str(_mcp_timeout_ms(o)))
             return ChildProcess.spawn(
                 cls.warm_command(session, permission_prompt=permission_prompt),
                 provider=PROVIDER,
@@ -369,7 +420,7 @@ class ClaudeCLI(CLIBackend[ClaudeSession]):
         events = warm_turn(
             session.warm, prompt, context, spawn=spawn, idle_timeout_ms=o.idle_timeout_ms,
             interrupt_grace_ms=o.interrupt_grace_ms,
-            permission_timeout_ms=o.permission_timeout_ms)
+            permission_timeout_ms=o.permission_timeout_ms, mcp=mcp)
         return events, session
 
     @classmethod
@@ -463,3 +514,16 @@ class ClaudeCLI(CLIBackend[ClaudeSession]):
     @classmethod
     def _translator(cls, session: ClaudeSession) -> ClaudeStreamTranslator:
         return ClaudeStreamTranslator()
+
+
+def _is_tool(value: Any) -> bool:
+    from gen_agent.tools import Tool
+
+    return isinstance(value, Tool) or callable(value)
+
+
+def _mcp_timeout_ms(o: ClaudeOptions) -> int:
+    """`MCP_TOOL_TIMEOUT` for the CLI: the longest tool timeout plus the permission wait and a
+    minute (ms); a day when a tool has no bound."""
+    longest = max((t.timeout_s if t.timeout_s is not None else 86_400.0) for t in o.tools)
+    return int(longest * 1000) + o.permission_timeout_ms + 60_000
