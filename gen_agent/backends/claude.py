@@ -48,13 +48,13 @@ from typing import Any, Final
 import msgspec
 
 from gen_agent.backend import BackendError, SessionStartError, TurnContext
+from gen_agent.backends._claude_mcp import McpServer
 from gen_agent.backends._claude_stream import (
     PROVIDER,
     ClaudeStreamTranslator,
     decode_line,
     translate_lines,
 )
-from gen_agent.backends._claude_mcp import McpServer
 from gen_agent.backends._claude_warm import WarmSlot, warm_turn
 from gen_agent.backends._cli import CLI_CHECKS, CLIBackend, CLIOptions, CLISession
 from gen_agent.backends._option_checks import (

@@ -27,9 +27,16 @@ from .test_claude_real_cli import (  # noqa: F401 - fixtures
     claude_cli,
     cli_options,
 )
-from .test_claude_warm_real_cli import PermittingAgent, WarmAgent, warm_options  # noqa: F401
+from .test_claude_warm_real_cli import PermittingAgent, WarmAgent
 
 pytestmark = [pytest.mark.real_cli, pytest.mark.usefixtures("no_child_left")]
+
+
+@pytest.fixture
+def warm_options(request: pytest.FixtureRequest):
+    """`cli_options` in warm mode (the default mode, which that module pins to per-turn)."""
+    options = request.getfixturevalue("cli_options")
+    return lambda **extra: options(**{"mode": "warm", **extra})
 
 STORE = {"plum": "42-violet"}
 

@@ -19,7 +19,8 @@ Exits at EOF on stdin. Every start appends `{"argv", "pid"}` to `$FAKE_CLAUDE_DI
 With `FAKE_CLAUDE_REPLAY` naming a recorded session (tests/fixtures/claude-cli/warm/*.jsonl),
 it replays that instead: prints each recorded stdout line, and at each recorded stdin line
 reads one line and appends `{"expected", "got"}` (the line's type and its subtype, behavior or
-content) to `$FAKE_CLAUDE_DIR/replay.jsonl`; at the end of the recording it waits for EOF.
+content; or, for a record holding `"raw"`, the whole line as written, byte for byte) to
+`$FAKE_CLAUDE_DIR/replay.jsonl`; at the end of the recording it waits for EOF.
 Only the standard library.
 """
 
@@ -140,11 +141,15 @@ def replay(path: str, directory: str) -> None:
         if record["dir"] == "stdout":
             out(record["line"])
             continue
-        message = read()
-        assert message is not None
+        raw = sys.stdin.readline()
+        if not raw:
+            sys.exit(0)
+        if "raw" in record:  # a byte-exact recording of what the client wrote
+            entry = {"expected": record["raw"], "got": raw.rstrip("\n")}
+        else:
+            entry = {"expected": shape(record["line"]), "got": shape(json.loads(raw))}
         with open(os.path.join(directory, "replay.jsonl"), "a") as log:
-            log.write(json.dumps({"expected": shape(record["line"]), "got": shape(message)})
-                      + "\n")
+            log.write(json.dumps(entry) + "\n")
     while True:
         read()
 
