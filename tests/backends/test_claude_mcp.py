@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 import gen_agent
+from gen_agent import TurnError
 from gen_agent.backend import TurnContext
 from gen_agent.backends._claude_mcp import McpServer, cli_tool_name
 from gen_agent.backends.claude import ClaudeCLI
@@ -20,7 +21,7 @@ from gen_agent.errors import AgentStartError
 from gen_agent.permission import Allow, Deny
 from gen_agent.tools import ToolContext, tool
 
-from .test_claude_warm import RECORDED, FakeWarm, Permitting, ask, start
+from .test_claude_warm import RECORDED, WAIT_S, FakeWarm, Permitting, ask, in_background, start
 
 pytestmark = pytest.mark.usefixtures("no_child_left")
 
@@ -82,6 +83,43 @@ def test_the_recorded_mcp_session_replays_byte_exactly(fake: FakeWarm):
     config = json.loads(argv[argv.index("--mcp-config") + 1])
     assert config == {"mcpServers": {"gen_agent": {"type": "sdk", "name": "gen_agent"}}}
     assert argv[argv.index("--allowedTools") + 1] == "mcp__gen_agent__lookup"
+    gen_agent.stop("w")
+
+
+def test_an_interrupt_tells_the_running_tool_to_stop_and_the_process_survives(fake: FakeWarm):
+    started, told = threading.Event(), threading.Event()
+
+    @tool(timeout_s=None)
+    def crawl(ctx: ToolContext) -> str:
+        """Crawl until told to stop."""
+        started.set()
+        if ctx.cancelled.wait(WAIT_S):
+            told.set()
+        return "crawled"
+
+    start(fake, backend={"tools": [crawl, lookup]})
+    caller, outcome = in_background("pytool crawl")
+    assert started.wait(WAIT_S)
+    pid = gen_agent.backend_session("w", timeout=WAIT_S).pid
+    gen_agent.interrupt("w")
+    assert outcome.get(timeout=WAIT_S).reason == "interrupted"
+    caller.join(WAIT_S)
+    assert told.wait(WAIT_S)  # the tool saw the turn's cancellation
+    # The same process takes the next turn, whose tool runs normally.
+    assert ask("pytool lookup").text == "tool said invalid arguments: Object missing " \
+        "required field `key`"
+    assert gen_agent.backend_session("w", timeout=WAIT_S).pid == pid
+    gen_agent.stop("w")
+
+
+def test_a_denial_with_interrupt_ends_the_turn_as_interrupted(fake: FakeWarm):
+    start(fake, module=Permitting, permit=lambda r, s: Deny("stop here", interrupt=True),
+          backend={"tools": [lookup]})
+    with pytest.raises(TurnError) as caught:
+        ask("pytool lookup")
+    assert caught.value.reason == "interrupted"
+    assert ask("hello again").text == "echo: hello again"  # the process took the next turn
+    assert len(fake.calls()) == 1
     gen_agent.stop("w")
 
 

@@ -13,6 +13,9 @@ Reads stdin lines; answers `initialize` and `interrupt` control requests; plays 
 - `stuck ...`: like slow, but acknowledges the interrupt and never ends the turn;
 - `die ...`: init, then exits with status 3 mid-turn;
 - `stray ...`: like hello, then one more `system` line after the result (no turn running).
+- `pytool NAME ...`: init, a tool_use of `mcp__gen_agent__NAME` and an `mcp_message`
+  `tools/call` of NAME (no arguments); the answer's text becomes the tool_result; an answer
+  "cancelled" then waits for the interrupt (as `slow`), any other ends "tool said TEXT".
 
 Exits at EOF on stdin. Every start appends `{"argv", "pid"}` to `$FAKE_CLAUDE_DIR/calls.jsonl`.
 
@@ -122,6 +125,33 @@ def tool_turn() -> None:
     result(f"tool said {content}")
 
 
+def python_tool_turn(name: str) -> None:
+    init()
+    assistant([{"type": "tool_use", "id": "toolu_py", "name": f"mcp__gen_agent__{name}",
+                "input": {}}])
+    out({"type": "control_request", "request_id": "mcp-call-1", "request": {
+        "subtype": "mcp_message", "server_name": "gen_agent", "message": {
+            "method": "tools/call", "jsonrpc": "2.0", "id": 5, "params": {
+                "name": name, "arguments": {}, "_meta": {"claudecode/toolUseId": "toolu_py"}}}}})
+    while True:
+        message = read()
+        assert message is not None
+        if message.get("type") == "control_response":
+            break
+        if message.get("type") == "control_request":
+            ack(message)
+    answer = message["response"]["response"]["mcp_response"]["result"]  # type: ignore[index]
+    text = answer["content"][0]["text"]
+    out({"type": "user", "session_id": session_id(), "message": {"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "toolu_py", "content": text,
+         "is_error": bool(answer.get("isError"))}]}})
+    if text == "cancelled":
+        wait_interrupt(settle=True)
+        return
+    assistant([{"type": "text", "text": f"tool said {text}"}])
+    result(f"tool said {text}")
+
+
 def shape(message: dict) -> list[object]:
     """What a replay compares of a stdin line: its type and what it says."""
     kind = message.get("type")
@@ -175,6 +205,9 @@ def main() -> None:
         word = prompt.split(" ", 1)[0]
         if word == "tool":
             tool_turn()
+            continue
+        if word == "pytool":
+            python_tool_turn(prompt.split(" ")[1])
             continue
         init()
         if word in ("slow", "stuck"):
