@@ -265,3 +265,23 @@ def test_no_orphan_when_the_hosting_python_process_is_killed(
             host.stdin.close()
         if host.stdout is not None:
             host.stdout.close()
+
+
+def test_set_model_and_permission_mode_on_the_live_process(
+    server: ScriptedModelServer, warm_options
+):
+    server.enqueue(Reply.text("One."), Reply.text("Two."))
+    gen_agent.start_agent(WarmAgent, name="ctl", backend=ClaudeCLI, backend_opts=warm_options())
+    assert ask("ctl", "a").text == "One."
+    pid = session_of("ctl").pid
+    ClaudeCLI.set_model(session_of("ctl"), "claude-haiku-4-5")
+    ClaudeCLI.set_permission_mode(session_of("ctl"), "acceptEdits")
+    second = ask("ctl", "b")
+    assert second.text == "Two."
+    assert session_of("ctl").pid == pid  # no restart
+    first_request, second_request = server.model_requests()
+    assert (first_request.body["model"], second_request.body["model"]) == (
+        MODEL, "claude-haiku-4-5")
+    assert next(e for e in second.events if e.kind == "session").data["permission_mode"] == (
+        "acceptEdits")
+    gen_agent.stop("ctl")
