@@ -69,6 +69,7 @@ __all__ = [
     "drain",
     "halt",
     "interrupt",
+    "map",
     "notify",
     "notify_ack",
     "poll",
@@ -77,6 +78,7 @@ __all__ = [
     "status",
     "stop",
     "stream",
+    "submit",
     "tell",
     "tell_with_completion",
 ]
@@ -336,6 +338,74 @@ async def _exited(handle: AgentHandle, timeout: float | None) -> bool:
     finally:
         handle.remove_exit_listener(token)
     return True
+
+
+# ---------------------------------------------------------------------- pools
+async def submit(pool: Any, prompt: str, *, timeout: float | None = None,
+                 **task_opts: Any) -> Response:
+    """Run `prompt` as one task of `pool` and await its `Response`: the awaitable twin of
+    `Pool.submit` + `Pool.result` (the task is queued at once; the pool calls back when its
+    outcome is ready, and the answer is handed to this loop).
+
+    Args:
+        pool: a `gen_agent.Pool`. prompt: a `str`.
+        timeout: seconds to await (None = forever).
+        **task_opts: further `Pool.submit` options (e.g. `output=` when the pool takes it).
+
+    Returns:
+        The task's `Response`.
+
+    Raises:
+        TypeError: `prompt` is not a str. RequestError: "pool_stopped".
+        TurnError: the task failed (the reasons of `Pool.result`).
+        CallTimeout: no outcome within `timeout` (the task goes on; its outcome stays for
+            `pool.result(ref)`, as after `Pool.result`'s timeout). A cancelled await likewise
+            leaves the task to the pool.
+
+    Mirrors: nothing in the original (`Pool` is this port's); `Pool.submit` / `Pool.result`.
+    """
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[Any] = loop.create_future()
+    ref = pool.submit(prompt, on_done=lambda r: call_in_loop(loop, set_once, done, r),
+                      **task_opts)
+    try:
+        async with asyncio.timeout(timeout):
+            await done
+    except TimeoutError:
+        raise CallTimeout(timeout) from None
+    return pool.result(ref, 0)  # ready: returns at once
+
+
+async def map(pool: Any, prompts: Any, *, timeout: float | None = None,
+              return_exceptions: bool = False, **task_opts: Any) -> list[Any]:
+    """Run every prompt as a task of `pool` and await their responses, in the order of
+    `prompts`: the awaitable twin of `Pool.map`.
+
+    Args:
+        pool: a `gen_agent.Pool`. prompts: an iterable of `str` (not a bare str).
+        timeout: seconds for the whole batch (None = forever).
+        return_exceptions: False (default): raise the first failure (the others go on). True:
+            a failed task's `TurnError` takes its place in the list.
+        **task_opts: further `Pool.submit` options.
+
+    Returns:
+        One `Response` (or, with `return_exceptions`, `TurnError`) per prompt, in order.
+
+    Raises:
+        TypeError: `prompts` is a str, or holds a non-str. TurnError: the first failed task.
+        CallTimeout: the batch did not finish within `timeout`.
+
+    Mirrors: `Pool.map`.
+    """
+    if isinstance(prompts, str):
+        raise TypeError("map: prompts must be an iterable of str, not a str "
+                        "(wrap a single prompt in a list)")
+    batch = [submit(pool, prompt, **task_opts) for prompt in prompts]
+    try:
+        async with asyncio.timeout(timeout):
+            return await asyncio.gather(*batch, return_exceptions=return_exceptions)
+    except TimeoutError:
+        raise CallTimeout(timeout) from None
 
 
 # ---------------------------------------------------------------------- streaming

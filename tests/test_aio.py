@@ -278,3 +278,47 @@ def test_stop_from_the_agents_own_thread_is_refused() -> None:
     start(SelfStopper, scripts=[mock.text_turn("x")])
     gen_agent.ask("a", "go", timeout=WAIT_S)
     assert [e.reason for e in seen] == ["self_stop"]
+
+
+# ---------------------------------------------------------------------- pools
+class _Echo(gen_agent.GenAgent):
+    def init_agent(self, opts: dict[str, Any]) -> Any:
+        def script(prompt: str) -> Any:
+            if prompt == "fail":
+                return mock.error_turn("boom")
+            return mock.text_turn(f"echo:{prompt}")
+        return {"scripts": [script] * 200}, None
+
+    def handle_response(self, ref: Any, response: Any, state: Any) -> Any:
+        return gen_agent.NoReply(state)
+
+
+def test_pool_map_and_submit_from_a_loop() -> None:
+    async def main(pool: gen_agent.Pool) -> tuple[list[Any], Any, list[Any], int]:
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.001)
+                ticks += 1
+
+        tick = asyncio.create_task(ticker())
+        texts = [r.text for r in await aio.map(pool, [f"p{i}" for i in range(40)])]
+        one = await aio.submit(pool, "single")
+        mixed = await aio.map(pool, ["a", "fail", "b"], return_exceptions=True)
+        tick.cancel()
+        return texts, one, mixed, ticks
+
+    with gen_agent.Pool(_Echo, size=3, backend=MockBackend, name_prefix="ap") as pool:
+        texts, one, mixed, ticks = run(main(pool))
+        with pytest.raises(TurnError) as info:
+            run(aio.map(pool, ["fail"]))
+        with pytest.raises(TypeError, match="not a str"):
+            run(aio.map(pool, "abc"))
+    assert texts == [f"echo:p{i}" for i in range(40)]
+    assert one.text == "echo:single"
+    assert [getattr(m, "text", None) for m in mixed] == ["echo:a", None, "echo:b"]
+    assert isinstance(mixed[1], TurnError) and mixed[1].reason == "boom"
+    assert info.value.reason == "boom"
+    assert ticks > 0
