@@ -1,14 +1,15 @@
 """`GenAgent`: the behaviour an agent implements, and the values its callbacks return.
 
 Subclass `GenAgent` and define at least `init_agent` and `handle_response`; every other
-callback has the default of the Elixir original (contract §3). The runtime creates one instance
-of your class per started agent and calls its methods with the agent *state* passed explicitly,
-as the Elixir behaviour does. A class that does not subclass `GenAgent` but defines
-`init_agent` and `handle_response` works too: missing callbacks take the defaults' semantics.
+callback has the default of the Elixir original (contract §3; docs: Concepts, callbacks). The
+runtime creates one instance of your class per started agent and calls its methods with the
+agent *state* passed explicitly, as the Elixir behaviour does. A class that does not subclass
+`GenAgent` but defines `init_agent` and `handle_response` works too: missing callbacks take the
+defaults' semantics.
 
 Threads: every callback runs in the agent's actor thread, except `handle_stream_event`, which
 runs in the turn task thread. Callbacks run one at a time; while one runs, synchronous client
-calls to this agent wait (contract §3.13).
+calls to this agent wait (contract §3.13; docs: Concepts, callbacks).
 
 Return values (python_api.md, "Callbacks"):
 
@@ -98,7 +99,7 @@ class GenAgent:
     *state* passed to and returned from callbacks is what the runtime keeps, snapshots for
     `status()`, and restores after interrupts.
 
-    Mirrors: the `GenAgent` behaviour (`use GenAgent`), contract §3.
+    Mirrors: the `GenAgent` behaviour (`use GenAgent`), contract §3 (docs: Concepts, callbacks).
     """
 
     persist_state: ClassVar[bool] = False
@@ -179,7 +180,8 @@ class GenAgent:
         Raises:
             Exception: not protected: an exception or a malformed return stops the agent
                 with `("callback_failed", "error", "TypeName")` (`"other"` for a malformed
-                return); the waiting caller gets `AgentDown` (contract §3.7).
+                return); the waiting caller gets `AgentDown` (contract §3.7; docs: Concepts,
+                callbacks).
 
         Mirrors: `handle_response/3`.
         """
@@ -299,7 +301,8 @@ class GenAgent:
         Raises:
             Exception: protected: for ask/tell the request fails with `"pre_turn_skipped"`;
                 for generated prompts `handle_error` gets `("pre_turn_crashed", "TypeName")`.
-                A malformed return gives `"pre_turn_invalid"` (contract §3.5).
+                A malformed return gives `"pre_turn_invalid"` (contract §3.5; docs: Concepts,
+                callbacks).
 
         Mirrors: `pre_turn/2`.
         """

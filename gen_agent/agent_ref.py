@@ -1,9 +1,10 @@
 """`AgentRef`: a handle on one incarnation of an agent, and the calls it shares with the client.
 
 The module-level functions of `gen_agent.client` resolve a name to an incarnation and then call
-the same implementations as an `AgentRef` does, so both behave alike (contract §2.1; the
-Elixir original addresses a pid or a registered name). Kept apart from `gen_agent.client` so
-the registry (`gen_agent.system`) can hand out refs without importing the client API.
+the same implementations as an `AgentRef` does, so both behave alike (contract §2.1, docs: the
+client API reference; the Elixir original addresses a pid or a registered name). Kept apart from
+`gen_agent.client` so the registry (`gen_agent.system`) can hand out refs without importing the
+client API.
 """
 
 from __future__ import annotations

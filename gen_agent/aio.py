@@ -8,10 +8,10 @@ answer to the caller's loop (`loop.call_soon_threadsafe` on an `asyncio.Future`)
 of awaits cost no threads, work from any running loop, and from several loops in several
 threads at once.
 
-Semantics are the threaded API's (contract §2.1): a missing name raises `AgentNotFound` before
-anything is sent; an agent that dies while a caller awaits fails the await with `AgentDown`
-(every reply is tracked by its incarnation, so nobody is left waiting); the caller's own
-`timeout` (seconds, None = forever) raises `CallTimeout`.
+Semantics are the threaded API's (contract §2.1; docs: the client API reference): a missing name
+raises `AgentNotFound` before anything is sent; an agent that dies while a caller awaits fails the
+await with `AgentDown` (every reply is tracked by its incarnation, so nobody is left waiting); the
+caller's own `timeout` (seconds, None = forever) raises `CallTimeout`.
 
 Cancellation. A cancelled await (task.cancel(), `asyncio.timeout`, `asyncio.wait_for`) and an
 expired `timeout` are the caller giving up, not the request: by default the request stays queued
@@ -117,7 +117,8 @@ async def ask(name: Any, prompt: str, timeout: float | None = None, *,
         name: the agent's name. prompt: a `str`. timeout: seconds, None = forever.
         options: the request's `RequestOptions` (None = the defaults).
         cancel_on_timeout: also cancel the request when this await is cancelled or times out
-            (queued: removed; running: interrupted). Default False: it stays (contract §4.14).
+            (queued: removed; running: interrupted). Default False: it stays (contract §4.14; docs:
+            Errors).
         system: the `AgentSystem` to look the name up in (default: the current one).
 
     Returns:
@@ -131,7 +132,7 @@ async def ask(name: Any, prompt: str, timeout: float | None = None, *,
         TurnError: the request failed (`.reason` as `gen_agent.ask`).
         asyncio.CancelledError: the awaiting task was cancelled.
 
-    Mirrors: `GenAgent.ask/3` (contract §2.4).
+    Mirrors: `GenAgent.ask/3` (contract §2.4; docs: the client API reference).
     """
     _check_prompt(prompt, "ask")
     _check_timeout(timeout, "ask")
@@ -161,7 +162,7 @@ async def tell(name: Any, prompt: str, timeout: float | None = None, *,
         AgentDown: the agent stopped while the call waited.
         CallTimeout: no answer within `timeout` seconds.
 
-    Mirrors: `GenAgent.tell/3` (contract §2.5).
+    Mirrors: `GenAgent.tell/3` (contract §2.5; docs: the client API reference).
     """
     handle = _lookup(system, name)
     return await _tell(handle, prompt, timeout, options=options)
@@ -183,7 +184,7 @@ async def tell_with_completion(name: Any, prompt: str, recipient: Any, *, on_hal
         AgentDown: the agent stopped while the call waited.
         CallTimeout: no answer within `timeout` seconds.
 
-    Mirrors: `GenAgent.tell_with_completion/5` (contract §2.6).
+    Mirrors: `GenAgent.tell_with_completion/5` (contract §2.6; docs: the client API reference).
     """
     handle = _lookup(system, name)
     return await _tell(handle, prompt, timeout, recipient=recipient, completion=True,
@@ -195,7 +196,7 @@ async def poll(name: Any, ref: RequestRef, timeout: float | None = None, *,
     """Return the state of a tell request (pending / completed / failed). The awaitable twin
     of `gen_agent.poll`; a missing agent gives status "failed", reason "not_found".
 
-    Mirrors: `GenAgent.poll/3` (contract §2.7).
+    Mirrors: `GenAgent.poll/3` (contract §2.7; docs: the client API reference).
     """
     try:
         handle = _lookup(system, name)
@@ -206,7 +207,8 @@ async def poll(name: Any, ref: RequestRef, timeout: float | None = None, *,
 
 async def notify(name: Any, event: Any, *, system: AgentSystem | None = None) -> None:
     """Deliver `event` to the agent's `handle_event` (a cast: never raises for a missing
-    agent, never waits). The awaitable twin of `gen_agent.notify` (contract §2.8)."""
+    agent, never waits). The awaitable twin of `gen_agent.notify` (contract §2.8; docs: the
+    client API reference)."""
     _cast(system, name, NotifyMsg(event))
 
 
@@ -220,7 +222,7 @@ async def notify_ack(name: Any, event: Any, timeout: float | None = None, *,
         AgentDown: the agent stopped while the call waited.
         CallTimeout: no answer within `timeout` seconds.
 
-    Mirrors: `GenAgent.notify_ack/3` (contract §2.9).
+    Mirrors: `GenAgent.notify_ack/3` (contract §2.9; docs: the client API reference).
     """
     handle = _lookup(system, name)
     _unwrap(await _call(handle, lambda r: NotifyMsg(event, r), timeout))
@@ -250,7 +252,7 @@ async def status(name: Any, timeout: float | None = None, *,
         AgentDown: the agent stopped while the call waited.
         CallTimeout: no answer within `timeout` seconds.
 
-    Mirrors: `GenAgent.status/2` (contract §2.16).
+    Mirrors: `GenAgent.status/2` (contract §2.16; docs: the client API reference).
     """
     return await _call(_lookup(system, name), StatusMsg, timeout)
 
@@ -266,7 +268,7 @@ async def drain(name: Any, timeout: float | None = None, *,
         CallTimeout: the drain did not finish within `timeout` seconds (for the whole drain).
         RequestError: ("agent_down", reason) if the agent ended otherwise than normally.
 
-    Mirrors: `GenAgent.drain/2` (contract §2.18).
+    Mirrors: `GenAgent.drain/2` (contract §2.18; docs: the client API reference).
     """
     handle = _lookup(system, name)
     loop = asyncio.get_running_loop()
@@ -289,7 +291,7 @@ async def stop(name: Any, *, system: AgentSystem | None = None) -> None:
         AgentNotFound: no such agent.
         RequestError: "self_stop" when awaited from the agent's own threads.
 
-    Mirrors: `GenAgent.stop/2` (contract §2.19).
+    Mirrors: `GenAgent.stop/2` (contract §2.19; docs: the client API reference).
     """
     sys_ = _system(system)
     handle = sys_.lookup(name)
@@ -313,7 +315,7 @@ async def start_agent(module: type, *, name: Any, backend: Any,
         AlreadyStarted: a live agent has that name.
         ValueError: an invalid `shutdown_ms`.
 
-    Mirrors: `GenAgent.start_agent/2` (contract §2.2).
+    Mirrors: `GenAgent.start_agent/2` (contract §2.2; docs: the client API reference).
     """
     sys_ = _system(system)
     handle, init_reply = sys_._launch(module, name=name, backend=backend, **opts)
@@ -422,7 +424,7 @@ def stream(name: Any, prompt: str, *, interrupt_on_exit: bool = True,
     Args and semantics as `gen_agent.stream` (it is the same stream, read from a loop).
 
     Mirrors: nothing in the original; a `tell_with_completion` with `stream_to` (origin
-    "tell") and a monitor underneath (contract §2.6, §4.18).
+    "tell") and a monitor underneath (contract §2.6, §4.18; docs: the client API reference).
     """
     return AsyncTurnStream(name, prompt, interrupt_on_exit=interrupt_on_exit,
                            max_buffered_events=max_buffered_events, timeout=timeout,

@@ -1,4 +1,5 @@
-"""The backend contract: how the runtime talks to an LLM provider (contract §7).
+"""The backend contract: how the runtime talks to an LLM provider (contract §7; docs: the backend
+guide).
 
 A backend is any object with the hooks below: usually a class whose hooks are `@classmethod`
 or `@staticmethod` (no instance state; the session object carries all state), but an instance
@@ -59,7 +60,7 @@ __all__ = [
 ]
 
 REQUIRED_HOOKS: Final = ("start_session", "prompt", "terminate_session")
-"""Hooks every backend defines (contract §7.1)."""
+"""Hooks every backend defines (contract §7.1; docs: the backend guide)."""
 
 OPTIONAL_HOOKS: Final = (
     "update_session",
@@ -117,7 +118,8 @@ class TurnContext:
             stop; a backend may wait on it.
         cancelled: whether `cancel_event` is set.
         wait_cancelled(timeout): block until cancelled or `timeout` seconds passed.
-        checkpoint(session_id): report a provider session id early (contract §7.3).
+        checkpoint(session_id): report a provider session id early (contract §7.3; docs: the
+        backend guide).
         options: the request's `RequestOptions` (per-request settings a backend may honour;
             see `gen_agent.request`).
         trace_carrier: the turn's trace context as propagation fields (a read-only mapping,
@@ -130,8 +132,8 @@ class TurnContext:
             turn (a callable that stays valid after the turn, for output a long-lived
             process prints between turns).
 
-    Mirrors: the context map passed to `prompt/3` (contract §4.6, §7.3), plus the cancel
-    signal that replaces BEAM's task kill (contract §12.7).
+    Mirrors: the context map passed to `prompt/3` (contract §4.6, §7.3; docs: Concepts), plus the
+    cancel signal that replaces BEAM's task kill (contract §12.7; docs: Coming from Elixir).
     """
 
     __slots__ = (
@@ -231,7 +233,8 @@ class TurnContext:
                 `"conflicting_session_id"` or `"not_current"`. The backend should then fail
                 its turn (the bundled CLI backends raise).
 
-        Mirrors: the `checkpoint` function of the `prompt/3` context (contract §7.3).
+        Mirrors: the `checkpoint` function of the `prompt/3` context (contract §7.3; docs: the
+        backend guide).
         """
         self._checkpoint(session_id)
 
@@ -329,7 +332,7 @@ class Backend(abc.ABC):
       (`("store_corrupt", key, detail)`). Issue #18 will switch the HTTP backends' data to
       the turn record's replayable message deltas (`response.messages`).
 
-    Mirrors: the `GenAgent.Backend` behaviour (contract §7.1).
+    Mirrors: the `GenAgent.Backend` behaviour (contract §7.1; docs: the backend guide).
     """
 
     @classmethod
@@ -597,7 +600,7 @@ class BackendError(GenAgentError):
     Raises:
         TypeError: from the constructor, when a field has the wrong type.
 
-    Mirrors: `%GenAgent.Backend.Error{}` (contract §7.4).
+    Mirrors: `%GenAgent.Backend.Error{}` (contract §7.4; docs: the backend guide).
     """
 
     def __init__(
@@ -720,7 +723,7 @@ class BackendError(GenAgentError):
         Raises:
             TypeError: `provider` is not a str or `status` not an int.
 
-        Mirrors: `GenAgent.Backend.Error.http/5` (contract §7.4).
+        Mirrors: `GenAgent.Backend.Error.http/5` (contract §7.4; docs: the backend guide).
         """
         if not isinstance(status, int) or isinstance(status, bool):
             raise TypeError(f"status must be an int HTTP status, got {type(status).__name__}")
@@ -758,7 +761,7 @@ class BackendError(GenAgentError):
         Raises:
             TypeError: a field has the wrong type.
 
-        Mirrors: `GenAgent.Backend.Error.new/4` (contract §7.4).
+        Mirrors: `GenAgent.Backend.Error.new/4` (contract §7.4; docs: the backend guide).
         """
         if message is None:
             message = _message_of(raw)
@@ -787,7 +790,8 @@ class BackendError(GenAgentError):
         Returns:
             A `BackendError`.
 
-        Mirrors: `GenAgent.Backend.Error.normalize/2` (contract §7.4). Core reasons
+        Mirrors: `GenAgent.Backend.Error.normalize/2` (contract §7.4; docs: the backend guide).
+        Core reasons
         (`"timeout"`, `"no_terminal_event"`...) are never passed here.
         """
         if isinstance(term, BackendError):

@@ -4,7 +4,8 @@ Every function resolves the name in the current `AgentSystem` (the innermost ope
 the default). Synchronous functions raise `AgentNotFound` when the name is not registered
 *before* anything is sent; if the agent dies while the call waits they raise `AgentDown`;
 if the caller's own `timeout` (seconds; None = wait forever, the Elixir default `:infinity`)
-expires they raise `CallTimeout` and the agent is unaffected (contract §2.1). Asynchronous
+expires they raise `CallTimeout` and the agent is unaffected (contract §2.1; docs: the client API
+reference). Asynchronous
 functions (`notify`, `interrupt`, `halt`, `resume`, `send`) never raise for a missing agent.
 """
 
@@ -152,11 +153,11 @@ def ask(name: Any, prompt: str, timeout: float | None = None, *,
         TypeError: `prompt` is not a `str`, `timeout` not a number, `options` not a
             `RequestOptions` (nothing is sent).
         AgentNotFound, AgentDown, CallTimeout: see the module docstring.
-        TurnError: the request failed; `.reason` per contract §4.20 (e.g. "timeout",
+        TurnError: the request failed; `.reason` per contract §4.20, docs: Errors (e.g. "timeout",
             "interrupted", ("task_crashed", exc), ("overloaded", info), "draining",
             ("agent_terminated", "shutdown"), "pre_turn_skipped", a backend reason).
 
-    Mirrors: `GenAgent.ask/3` (contract §2.4).
+    Mirrors: `GenAgent.ask/3` (contract §2.4; docs: the client API reference).
     """
     return _ask(_lookup(None, name), prompt, timeout, options, cancel_on_timeout)
 
@@ -175,7 +176,7 @@ def tell(name: Any, prompt: str, timeout: float | None = None, *,
         AgentDown: the agent stopped while the call waited.
         CallTimeout: no answer within `timeout` seconds.
 
-    Mirrors: `GenAgent.tell/3` (contract §2.5).
+    Mirrors: `GenAgent.tell/3` (contract §2.5; docs: the client API reference).
     """
     return _tell(_lookup(None, name), prompt, timeout, options=options)
 
@@ -214,7 +215,7 @@ def tell_with_completion(name: Any, prompt: str, recipient: Any, *, on_halt: str
         TurnError: "halted" (on_halt="fail" and the agent is halted), ("overloaded", info),
             "draining". AgentNotFound, AgentDown, CallTimeout.
 
-    Mirrors: `GenAgent.tell_with_completion/5` (contract §2.6).
+    Mirrors: `GenAgent.tell_with_completion/5` (contract §2.6; docs: the client API reference).
     """
     if on_halt not in ("queue", "fail"):
         raise ValueError(f"on_halt must be 'queue' or 'fail', got {on_halt!r}")
@@ -247,7 +248,7 @@ def poll(name: Any, ref: RequestRef, timeout: float | None = None, *,
     """Return the state of a tell request: pending, completed (with the response) or failed
     (with the reason; "not_found" for unknown or pruned refs, ask refs, or a missing agent).
 
-    Mirrors: `GenAgent.poll/3` (contract §2.7).
+    Mirrors: `GenAgent.poll/3` (contract §2.7; docs: the client API reference).
     """
     try:
         handle = _lookup(_system, name)
@@ -271,14 +272,14 @@ def notify_ack(name: Any, event: Any, timeout: float | None = None, *,
         TurnError: ("overloaded", info) (buffer full, or halted and the generated prompt
             could not be queued) or "draining". AgentNotFound, AgentDown, CallTimeout.
 
-    Mirrors: `GenAgent.notify_ack/3` (contract §2.9).
+    Mirrors: `GenAgent.notify_ack/3` (contract §2.9; docs: the client API reference).
     """
     _unwrap(_lookup(_system, name).call(lambda r: NotifyMsg(event, r), timeout))
 
 
 def interrupt(name: Any) -> None:
     """Interrupt the active turn, if any: it fails with "interrupted". No-op when idle or
-    missing. Mirrors `GenAgent.interrupt/1` (contract §2.10)."""
+    missing. Mirrors `GenAgent.interrupt/1` (contract §2.10; docs: the client API reference)."""
     _cast(None, name, InterruptMsg())
 
 
@@ -290,7 +291,7 @@ def interrupt_request(name: Any, ref: RequestRef, timeout: float | None = None, 
         "accepted" (it is interrupted; the acknowledgement precedes its outcome),
         "not_current" (another turn is active), "idle", or "not_found" (no such agent).
 
-    Mirrors: `GenAgent.interrupt_request/3` (contract §2.11).
+    Mirrors: `GenAgent.interrupt_request/3` (contract §2.11; docs: the client API reference).
     """
     try:
         return _lookup(_system, name).call(lambda r: InterruptRequestMsg(ref, r), timeout)
@@ -306,7 +307,7 @@ def cancel_request(name: Any, ref: RequestRef, timeout: float | None = None, *,
         "cancelled" (now, or already), "current" (it is the active turn),
         "already_finished", or "not_found" (unknown, pruned, an ask, or no such agent).
 
-    Mirrors: `GenAgent.cancel_request/3` (contract §2.12).
+    Mirrors: `GenAgent.cancel_request/3` (contract §2.12; docs: the client API reference).
     """
     try:
         return _lookup(_system, name).call(lambda r: CancelRequestMsg(ref, r), timeout)
@@ -316,13 +317,13 @@ def cancel_request(name: Any, ref: RequestRef, timeout: float | None = None, *,
 
 def halt(name: Any) -> None:
     """Halt the agent: now when idle, after the current turn when busy. Idempotent.
-    Mirrors `GenAgent.halt/1` (contract §2.13)."""
+    Mirrors `GenAgent.halt/1` (contract §2.13; docs: the client API reference)."""
     _cast(None, name, HaltMsg())
 
 
 def resume(name: Any) -> None:
     """Leave the halted mode and dispatch pending work; while busy, cancel a pending halt.
-    Mirrors `GenAgent.resume/1` (contract §2.14)."""
+    Mirrors `GenAgent.resume/1` (contract §2.14; docs: the client API reference)."""
     _cast(None, name, ResumeMsg())
 
 
@@ -334,14 +335,15 @@ def reset_session(name: Any, timeout: float | None = None, *,
         RequestError: "busy", "draining", "unsupported", the backend's `ResetError`
             reason, or ("backend_reset_failed", "TypeName"). AgentNotFound, AgentDown.
 
-    Mirrors: `GenAgent.reset_session/2` (contract §2.15).
+    Mirrors: `GenAgent.reset_session/2` (contract §2.15; docs: the client API reference).
     """
     _request(_lookup(_system, name).call(ResetSessionMsg, timeout))
 
 
 def status(name: Any, timeout: float | None = None, *,
            _system: AgentSystem | None = None) -> Status:
-    """Return the agent's `Status`. Mirrors `GenAgent.status/2` (contract §2.16)."""
+    """Return the agent's `Status`. Mirrors `GenAgent.status/2` (contract §2.16; docs: the client
+    API reference)."""
     return _lookup(_system, name).call(StatusMsg, timeout)
 
 
@@ -363,7 +365,7 @@ def drain(name: Any, timeout: float | None = None) -> None:
         AgentDown: the agent stopped while the admission call waited.
         CallTimeout: the deadline expired (the drain goes on).
 
-    Mirrors: `GenAgent.drain/2` (contract §2.18).
+    Mirrors: `GenAgent.drain/2` (contract §2.18; docs: the client API reference).
     """
     _drain(_lookup(None, name), timeout)
 
@@ -378,7 +380,7 @@ def stop(name: Any) -> None:
         AgentNotFound: no such agent.
         RequestError: "self_stop" when called from the agent's own thread or turn task.
 
-    Mirrors: `GenAgent.stop/2` (contract §2.19).
+    Mirrors: `GenAgent.stop/2` (contract §2.19; docs: the client API reference).
     """
     current_system().stop(name)
 
@@ -415,7 +417,8 @@ def send_after(name: Any, message: Any, delay_ms: int) -> TimerHandle:
 def backend_session(name: Any, timeout: float | None = None) -> Any:
     """Return the agent's raw backend session (for tests and `MockBackend.history`).
 
-    Mirrors the internal `:get_backend_session` call (contract §2.23).
+    Mirrors the internal `:get_backend_session` call (contract §2.23; docs: the client API
+    reference).
     """
     return _lookup(None, name).call(GetSessionMsg, timeout)
 

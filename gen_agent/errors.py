@@ -10,7 +10,8 @@ never hides a bug. Reasons are data (`exc.reason`), never parsed from the messag
     ├── AgentStartError                    start failed: .reason is ("init_agent_failed", r) ...
     ├── AgentDown                          the agent died while this caller was waiting
     ├── CallTimeout (also TimeoutError)    the caller's own timeout expired; the agent is unaffected
-    ├── TurnError                          a prompt request failed: .reason (contract §4.20)
+    ├── TurnError                          a prompt request failed: .reason (contract §4.20; docs:
+    Errors)
     ├── RequestError                       a control call failed: .reason ("busy", ...)
     ├── InitAgentError                     raised by init_agent for {:error, reason}
     ├── PreRunError                        raised by pre_run for {:error, reason}
@@ -154,7 +155,8 @@ class AgentStartError(GenAgentError):
     """The agent failed to start; nothing is left running or registered.
 
     `.reason` is one of `("init_agent_failed", r)`, `("backend_start_failed", r)`,
-    `("init_failed", kind, "TypeName")` (contract §2.2). Mirrors `{:error, reason}` from
+    `("init_failed", kind, "TypeName")` (contract §2.2; docs: the client API reference). Mirrors
+    `{:error, reason}` from
     `GenAgent.start_agent/2`.
     """
 
@@ -170,7 +172,8 @@ class AgentDown(GenAgentError):
 
 class CallTimeout(GenAgentError, TimeoutError):
     """The caller's own `timeout` (seconds) expired. The agent is unaffected: a timed-out ask
-    stays queued or running (contract §2.1). Mirrors the caller-side `exit({:timeout, _})`.
+    stays queued or running (contract §2.1; docs: the client API reference). Mirrors the
+    caller-side `exit({:timeout, _})`.
     """
 
     def __init__(self, timeout: float | None = None) -> None:
@@ -218,5 +221,5 @@ class CheckpointError(GenAgentError):
     `.reason` is `"unsupported_checkpoint"`, `"invalid_session_id"`,
     `"conflicting_session_id"` (recorded: the turn fails with it) or `"not_current"` (a call
     from another thread or an old turn; not recorded). Mirrors `{:error, reason}` from the
-    checkpoint function (contract §7.3).
+    checkpoint function (contract §7.3; docs: the backend guide).
     """

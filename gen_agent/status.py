@@ -1,6 +1,7 @@
 """Frozen records the client API returns: `Status`, `RuntimeSnapshot`, `CurrentTurn`,
 `PollResult`, and the diagnostic payloads of compound reasons, `OverloadInfo` and
-`CaptureOverflow` (contract §2.7, §2.16, §2.17, §4.6, §4.17; Appendix A).
+`CaptureOverflow` (contract §2.7, §2.16, §2.17, §4.6, §4.17; Appendix A; docs: the client API
+reference).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ class OverloadInfo(msgspec.Struct, frozen=True, kw_only=True):
         max_count: the queue's count bound (count).
         max_bytes: the queue's byte bound (bytes).
 
-    Mirrors the overload info map of contract §4.17.
+    Mirrors the overload info map of contract §4.17 (docs: Errors).
     """
 
     queue: Literal["prompts", "notifications", "self_chain"]
@@ -58,7 +59,7 @@ class CaptureOverflow(msgspec.Struct, frozen=True, kw_only=True):
         rejected_event_kind: the kind of the event that did not fit.
         rejected_event_bytes: its `term_size` (bytes); its payload is never included.
 
-    Mirrors the overflow diagnostic map of contract §4.6.
+    Mirrors the overflow diagnostic map of contract §4.6 (docs: Errors).
     """
 
     limit: Literal["events", "bytes"]
@@ -79,7 +80,8 @@ class PollResult(msgspec.Struct, frozen=True, kw_only=True):
         response: the `Response` of a completed request, else None.
         reason: the failure reason of a failed request, else None.
 
-    Mirrors `{:ok, :pending}` / `{:ok, :completed, r}` / `{:error, reason}` (contract §2.7).
+    Mirrors `{:ok, :pending}` / `{:ok, :completed, r}` / `{:error, reason}` (contract §2.7; docs:
+    the client API reference).
     """
 
     status: Literal["pending", "completed", "failed"]
@@ -96,7 +98,7 @@ class Status(msgspec.Struct, frozen=True, kw_only=True):
         queued: prompts in the mailbox (count; excludes the self-chain slot and buffered
             notifications).
         current_request: the active `RequestRef`, else None.
-        halted, halt_pending, draining: the flags of contract §4.1.
+        halted, halt_pending, draining: the flags of contract §4.1 (docs: Concepts).
         agent_state: the agent's retained state (while busy: as of dispatch, after pre_turn).
         store: for an agent started with `store=`/`session_key=`, its durable session's
             `StoreStatus` (key, resumed, interrupted turn, last failed write); else None.
@@ -104,8 +106,8 @@ class Status(msgspec.Struct, frozen=True, kw_only=True):
             option (None without one); an idle agent with queued work whose limit has no
             permit free waits for it, first in its queue.
 
-    Mirrors the map of `GenAgent.status/2` (contract §2.16); `store` (`gen_agent.store`) and
-    `provider_limit` (`gen_agent.limits`) are additions.
+    Mirrors the map of `GenAgent.status/2` (contract §2.16; docs: the client API reference);
+    `store` (`gen_agent.store`) and `provider_limit` (`gen_agent.limits`) are additions.
     """
 
     state: Literal["idle", "processing"]
@@ -156,7 +158,7 @@ class RuntimeSnapshot(msgspec.Struct, frozen=True, kw_only=True):
         self_chain_pending: whether the self-chain slot holds a prompt or a retry.
         current_request: a `CurrentTurn`, or None when idle.
 
-    Mirrors `GenAgent.runtime_snapshot/2` (contract §2.17).
+    Mirrors `GenAgent.runtime_snapshot/2` (contract §2.17; docs: the client API reference).
     """
 
     phase: Literal["idle", "processing"]

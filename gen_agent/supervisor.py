@@ -1,7 +1,8 @@
 """`Supervisor`: OTP-style supervision trees of agents, with restarts that resume the session.
 
 The Elixir original gives every agent `restart: temporary` and leaves restarting supervisors
-to the caller's own OTP tree (contract §2.3, §9). Python has no OTP, so this module is that
+to the caller's own OTP tree (contract §2.3, §9; docs: the client API reference). Python has no
+OTP, so this module is that
 tree: child specs (`child_spec`, `supervisor_spec`), the three restart types, the strategies
 one_for_one / one_for_all / rest_for_one, restart intensity, ordered start, reverse-order
 shutdown with per-child windows, and nesting. See `docs/pages/supervision.md`.
@@ -206,7 +207,8 @@ def child_spec(module: type, *, name: Any, backend: Any, restart: RestartType = 
             restarts cannot resume); an option of `opts` resembles a reserved start option (a
             typo such as `watchdog_msec`; it still goes to `init_agent`).
 
-    Mirrors: `GenAgent.child_spec/2` (contract §2.3) plus OTP's `restart` key.
+    Mirrors: `GenAgent.child_spec/2` (contract §2.3; docs: the client API reference) plus OTP's
+    `restart` key.
     """
     if not isinstance(resume_session, bool):
         raise TypeError(f"resume_session must be a bool, got {type(resume_session).__name__}")
@@ -356,7 +358,8 @@ class Supervisor:
     agent child calling its supervisor from a callback waits while the supervisor is busy
     (e.g. stopping that very agent, up to its `shutdown_ms`).
 
-    Mirrors: OTP `Supervisor` with gen_agent child specs (contract §2.3, §9).
+    Mirrors: OTP `Supervisor` with gen_agent child specs (contract §2.3, §9; docs: the client API
+    reference).
     """
 
     def __init__(self, children: Iterable[ChildSpec | SupervisorSpec] = (), *,

@@ -1,4 +1,5 @@
-"""`AgentSystem`: the name registry and the application-level agent supervisor (contract §9).
+"""`AgentSystem`: the name registry and the application-level agent supervisor (contract §9; docs:
+Supervision and pools).
 
 One default system is created lazily on first use and shut down at interpreter exit (or by
 `gen_agent.shutdown()`). Tests and embedders can open an isolated one with
@@ -41,7 +42,8 @@ class AgentSystem:
     Use as a context manager for isolation (tests): entering makes it the system that the
     module-level client functions use; leaving stops all its agents (`shutdown`).
 
-    Mirrors: `GenAgent.Registry` + `GenAgent.AgentSupervisor` (contract §9).
+    Mirrors: `GenAgent.Registry` + `GenAgent.AgentSupervisor` (contract §9; docs: Supervision and
+    pools).
     """
 
     def __init__(self) -> None:

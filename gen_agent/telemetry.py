@@ -1,4 +1,5 @@
-"""In-process telemetry: attach handlers to event names, execute events (contract §8).
+"""In-process telemetry: attach handlers to event names, execute events (contract §8; docs:
+Telemetry and logging).
 
 A tiny synchronous pub/sub modelled on Erlang's `:telemetry`. Event names are tuples of str,
 e.g. `("gen_agent", "turn", "stop")`; the constants below name every event gen_agent emits.
@@ -118,7 +119,7 @@ EVENTS: Final = (
     TOOL_PERMISSION,
 )
 """Every event name gen_agent emits (contract §8, plus `SUPERVISOR_RESTART` and
-`TOOL_PERMISSION`)."""
+`TOOL_PERMISSION`; docs: Telemetry and logging)."""
 
 
 class ToolCall(msgspec.Struct, frozen=True, kw_only=True):

@@ -92,3 +92,21 @@ def test_every_public_module_documents_its_public_names_and_methods() -> None:
                 if not inspect.getdoc(getattr(obj, attr)):
                     undocumented.append(f"{module_name}.{name}.{attr}")
     assert undocumented == []
+
+
+def test_docstrings_citing_the_contract_name_the_docs_page() -> None:
+    # Users never see the contract: a public docstring that cites "contract §N" also names
+    # the page of the docs that explains it (issue #15).
+    import pathlib
+    root = pathlib.Path(gen_agent.__file__).parent
+    missing = []
+    for path in root.rglob("*.py"):
+        relative = path.relative_to(root)
+        if relative.parts[0] == "cli" or any(
+                part.startswith("_") and part != "__init__.py" for part in relative.parts):
+            continue  # private modules, and the command line (its docs are the CLI page)
+        lines = path.read_text().splitlines()
+        for number, line in enumerate(lines):
+            if "contract §" in line and "docs:" not in " ".join(lines[number:number + 2]):
+                missing.append(f"{relative}:{number + 1}: {line.strip()}")
+    assert missing == []

@@ -24,7 +24,7 @@ Normalization (raw stream events, as dicts, to `Event`s; `AnthropicStreamTransla
   are never summed);
 - `message_stop` → `usage` {input_tokens, output_tokens, cache_*} then the terminal `result`
   {text (the joined text blocks), session_id, stop_reason, model, message_id, provider};
-  a refusal is a `result` with `stop_reason: "refusal"` (contract §7.6);
+  a refusal is a `result` with `stop_reason: "refusal"` (contract §7.6; docs: the backend guide);
 - an HTTP error, a mid-stream `error` event, a connection failure, or a stream that ends
   before `message_stop` → the terminal `error` whose reason is a `BackendError` with its
   `diagnostics` (partial text, message id, usage, HTTP status); `_error_from_sdk` is the one
@@ -412,7 +412,8 @@ class AnthropicAPI(Backend):
     Thread-safety: every hook may run in any thread; `cancel` may run while `prompt`'s stream
     is being read in another thread (it shuts the connection down).
 
-    Mirrors: `GenAgentAnthropic` (contract §7.6, third bullet), on the official SDK.
+    Mirrors: `GenAgentAnthropic` (contract §7.6, third bullet; docs: the backend guide), on the
+    official SDK.
     """
 
     PROVIDER: ClassVar[str] = "anthropic"
@@ -431,7 +432,7 @@ class AnthropicAPI(Backend):
                 `"missing_sdk"` (the message says `pip install 'gen-agent[anthropic]'`) or
                 `"missing_api_key"`.
 
-        Mirrors: `start_session/1` (contract §7.1, §7.6).
+        Mirrors: `start_session/1` (contract §7.1, §7.6; docs: the backend guide).
         """
         options = validate_options(opts, AnthropicOptions, _CHECKS, backend=cls.__name__)
         transport, session_id = _SDK.open(options)
@@ -458,7 +459,7 @@ class AnthropicAPI(Backend):
         Raises:
             TypeError: `prompt` is not a str.
 
-        Mirrors: `prompt/2` (contract §7.1, §7.6).
+        Mirrors: `prompt/2` (contract §7.1, §7.6; docs: the backend guide).
         """
         if not isinstance(prompt, str):
             raise TypeError(f"prompt must be a str, got {type(prompt).__name__}")
@@ -506,7 +507,7 @@ class AnthropicAPI(Backend):
     def reset_session(cls, session: AnthropicSession) -> AnthropicSession:
         """Forget the conversation (history and turn count); the client is kept.
 
-        Mirrors `reset_session/1` (contract §2.15).
+        Mirrors `reset_session/1` (contract §2.15; docs: the client API reference).
         """
         return msgspec.structs.replace(session, history=(), turns=0)
 

@@ -4,7 +4,8 @@ Each turn runs `codex exec --json [options] -- PROMPT` (or, once a thread exists
 `codex exec --json [options] resume -- THREAD_ID PROMPT`) as a child in its own process group;
 the prompt is one argument and never seen by a shell. Its stdout is read line by line (bounded,
 see `gen_agent.backends._process`) and every line is normalized into `Event`s (contract §7.6,
-second bullet). The thread id is checkpointed as soon as `thread.started` reports it (§7.3).
+second bullet; docs: the backend guide). The thread id is checkpointed as soon as `thread.started`
+reports it (§7.3).
 
 Two layers:
 
@@ -267,7 +268,7 @@ class CodexCLI(CLIBackend[CodexSession]):
     Thread-safety: every hook may run in any thread; `cancel` may run while `prompt`'s stream
     is being read in another thread.
 
-    Mirrors: `GenAgentCodex` (contract §7.6, second bullet).
+    Mirrors: `GenAgentCodex` (contract §7.6, second bullet; docs: the backend guide).
     """
 
     _PROVIDER = PROVIDER

@@ -1,4 +1,5 @@
-"""`MockBackend`: the public scripted backend, for users' tests and ours (contract §7.5).
+"""`MockBackend`: the public scripted backend, for users' tests and ours (contract §7.5; docs: the
+backend guide).
 
 An agent's `init_agent` returns the backend options, all optional:
 
@@ -483,7 +484,7 @@ class MockBackend(Backend):
     All hooks are classmethods; all state lives in the `MockSession`. See the module docstring
     for the options and script forms.
 
-    Mirrors: `GenAgent.Backends.Mock` (contract §7.5).
+    Mirrors: `GenAgent.Backends.Mock` (contract §7.5; docs: the backend guide).
     """
 
     @classmethod

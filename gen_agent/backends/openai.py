@@ -28,7 +28,8 @@ Normalization (stream events, as dicts, to `Event`s; `OpenAIStreamTranslator`):
   response_id, model, stop_reason, provider}; or, when the reply was a refusal, the terminal
   `error` with a `BackendError` of kind `"refusal"`;
 - `response.failed` → `usage` then terminal `error`, kind `"response_failed"`;
-  `response.incomplete` → `usage` then kind `"response_incomplete"` (contract §7.6), whose
+  `response.incomplete` → `usage` then kind `"response_incomplete"` (contract §7.6; docs: the
+  backend guide), whose
   `diagnostics` keep the partial text, the incomplete reason (`stop_reason`) and the usage;
   an `error` event → kind `"stream_error"`;
   a final response in another status → `"unexpected_response_status"`;
@@ -497,7 +498,8 @@ class OpenAIResponses(Backend):
     Thread-safety: every hook may run in any thread; `cancel` may run while `prompt`'s stream
     is being read in another thread (it shuts the connection down).
 
-    Mirrors: `GenAgentOpenAI` (contract §7.6, fourth bullet), on the official SDK.
+    Mirrors: `GenAgentOpenAI` (contract §7.6, fourth bullet; docs: the backend guide), on the
+    official SDK.
     """
 
     PROVIDER: ClassVar[str] = "openai"
@@ -513,7 +515,7 @@ class OpenAIResponses(Backend):
                 `"missing_sdk"` (the message says `pip install 'gen-agent[openai]'`) or
                 `"missing_api_key"`.
 
-        Mirrors: `start_session/1` (contract §7.1, §7.6).
+        Mirrors: `start_session/1` (contract §7.1, §7.6; docs: the backend guide).
         """
         options = validate_options(opts, OpenAIOptions, _CHECKS, backend=cls.__name__)
         transport, session_id = _SDK.open(options)
@@ -540,7 +542,7 @@ class OpenAIResponses(Backend):
         Raises:
             TypeError: `prompt` is not a str.
 
-        Mirrors: `prompt/2` (contract §7.1, §7.6).
+        Mirrors: `prompt/2` (contract §7.1, §7.6; docs: the backend guide).
         """
         if not isinstance(prompt, str):
             raise TypeError(f"prompt must be a str, got {type(prompt).__name__}")
@@ -596,7 +598,7 @@ class OpenAIResponses(Backend):
     def reset_session(cls, session: OpenAISession) -> OpenAISession:
         """Start a new conversation: forget the previous response id and the history.
 
-        Mirrors `reset_session/1` (contract §2.15).
+        Mirrors `reset_session/1` (contract §2.15; docs: the client API reference).
         """
         return msgspec.structs.replace(session, previous_response_id=None, history=(), turns=0)
 
