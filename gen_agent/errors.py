@@ -148,7 +148,10 @@ class AlreadyStarted(GenAgentError):
     def __init__(self, name: Any, agent: Any = None) -> None:
         self.name = name
         self.agent = agent
-        super().__init__(("already_started", agent), "an agent with that name is running")
+        shown = repr(name)
+        if len(shown) > _MAX_SHOWN:
+            shown = shown[:_MAX_SHOWN] + "…"
+        super().__init__(("already_started", agent), f"an agent named {shown} is already running")
 
 
 class AgentStartError(GenAgentError):

@@ -72,3 +72,17 @@ def test_backend_start_failed_shows_the_accepted_options() -> None:
     assert text.startswith("backend_start_failed: unknown_option 'modle' (unknown ")
     assert "accepted: " in text
     assert "model" in text and "max_tokens" in text
+
+
+def test_already_started_names_the_agent() -> None:
+    from gen_agent.backends.mock import MockBackend
+    from gen_agent.errors import AlreadyStarted
+
+    class Agent(gen_agent.GenAgent):
+        def init_agent(self, opts: dict) -> tuple[dict, None]:
+            return {}, None
+
+    gen_agent.start_agent(Agent, name="greeter", backend=MockBackend)
+    with pytest.raises(AlreadyStarted) as info:
+        gen_agent.start_agent(Agent, name="greeter", backend=MockBackend)
+    assert str(info.value) == "an agent named 'greeter' is already running"

@@ -167,3 +167,25 @@ def test_a_task_on_a_crashing_worker_is_worker_down() -> None:
             pool.map(["crash"], timeout=T)
         assert info.value.reason == ("worker_down", ("callback_failed", "error", "ValueError"))
         assert pool.map(["after"], timeout=T)[0].text == "echo:after"
+
+
+class ApiWorker(GenAgent):
+    def init_agent(self, opts: dict[str, Any]) -> Any:
+        return opts["backend_opts"], None
+
+    def handle_response(self, ref: Any, response: Any, state: Any) -> Any:
+        return NoReply(state)
+
+
+def test_pool_tasks_on_an_api_backend_each_send_one_message(scripted_model_server: Any) -> None:
+    # Before: the k-th task on a worker carried 2k-1 messages (its whole conversation).
+    from gen_agent.backends.anthropic import AnthropicAPI
+    from gen_agent.testing.model_server import Reply
+
+    scripted_model_server.default = Reply.text("ok")
+    opts = {"api_key": "k", "base_url": scripted_model_server.url, "model": "claude-test"}
+    with Pool(ApiWorker, size=2, backend=AnthropicAPI, backend_opts=opts) as pool:
+        assert len(pool.map([f"task {i}" for i in range(10)], timeout=30)) == 10
+    sent = [r.body["messages"] for r in scripted_model_server.model_requests()]
+    assert len(sent) == 10
+    assert all(len(messages) == 1 and messages[0]["role"] == "user" for messages in sent)
