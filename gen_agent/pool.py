@@ -38,6 +38,7 @@ from loguru import logger
 
 from gen_agent import telemetry
 from gen_agent._runtime.context import capture_trace_context
+from gen_agent._runtime.crash import log_exception
 from gen_agent._runtime.timers import TIMERS
 from gen_agent.agent_ref import AgentRef
 from gen_agent.backend import BackendError
@@ -735,7 +736,7 @@ class Pool:
                 self._handle(message)
                 self._dispatch_ready()
         except Exception as exc:  # noqa: BLE001 - fail every task rather than hang callers
-            logger.error("gen_agent pool dispatcher failed ({})", type(exc).__name__)
+            log_exception(logger, "ERROR", "gen_agent pool dispatcher failed", exc)
             self._on_supervisor_down(("pool_failed", type(exc).__name__))
             if self._supervisor.is_alive():
                 self._supervisor.stop(None)
@@ -818,7 +819,8 @@ class Pool:
             if outcome == ("error", "draining") and task.outcome is None:
                 self._requeue(task, front=True)  # never ran: a removed worker refused it
                 return
-            slot.completed += 1
+            if message.kind != "down":
+                slot.completed += 1  # as the exit event does, a worker_down is not counted
             if (outcome[0] == "error" and self.retry is not None and task.outcome is None
                     and not self._stopping and self.retry.should_retry(outcome[1],
                                                                        task.attempt)):

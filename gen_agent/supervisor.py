@@ -40,6 +40,7 @@ import msgspec
 from loguru import logger
 
 from gen_agent import telemetry
+from gen_agent._runtime.crash import log_exception
 from gen_agent._runtime.options import outside_level, validate_shutdown, warn_near_misses
 from gen_agent.errors import AgentDown, AgentStartError, CallTimeout, RequestError
 from gen_agent.system import AgentSystem, current_system
@@ -574,7 +575,7 @@ class Supervisor:
             elif kind == "stop":
                 self._shutdown(message[1])
         except Exception as exc:  # noqa: BLE001 - a supervisor bug stops the tree, logged
-            self._log.error("gen_agent supervisor failed ({})", type(exc).__name__)
+            log_exception(self._log, "ERROR", "gen_agent supervisor failed", exc)
             self._shutdown(("shutdown", ("supervisor_failed", type(exc).__name__)))
 
     @staticmethod
@@ -644,7 +645,7 @@ class Supervisor:
         try:
             self._listener(ChildEvent(kind=kind, id=child_id, ref=ref, reason=reason))
         except Exception as exc:  # noqa: BLE001 - a listener must not break supervision
-            self._log.warning("gen_agent supervisor listener raised {}", type(exc).__name__)
+            log_exception(self._log, "WARNING", "gen_agent supervisor listener raised", exc)
 
     # ------------------------------------------------------------------ exits and restarts
     def _on_exit(self, child_id: Any, proc: Any, reason: Any) -> None:
@@ -715,7 +716,7 @@ class Supervisor:
             try:
                 self._start(child)
             except Exception as exc:  # noqa: BLE001 - retried; each attempt counts (OTP)
-                self._log.error("gen_agent supervisor restart failed ({})", type(exc).__name__)
+                log_exception(self._log, "ERROR", "gen_agent supervisor restart failed", exc)
                 # A session that cannot be resumed must not block the restart for good.
                 child.session_id = None
                 self._post(("retry", ids[position:]))
