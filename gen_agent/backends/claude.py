@@ -384,7 +384,7 @@ class ClaudeCLI(CLIBackend[ClaudeSession]):
                 `"cli_not_executable"`, `"spawn_failed"`, `"cli_exited"` when a new process
                 died before it took the prompt, or, per-turn, `"argument_list_too_long"`).
 
-        Mirrors: `prompt/3` (contract §7.1, §7.6).
+        Mirrors: `prompt/3` (contract §7.1, §7.6; docs: the backend guide).
         """
         o = session.options
         if o.mode == "per_turn":
