@@ -351,7 +351,7 @@ class CodexCLI(CLIBackend[CodexSession]):
                 `"rpc_error"` (the server refused `thread/start`, `thread/resume` or
                 `turn/start`), `"rpc_timeout"`, `"cli_exited"`.
 
-        Mirrors: `prompt/3` (contract §7.1, §7.6).
+        Mirrors: `prompt/3` (contract §7.1, §7.6; docs: the backend guide).
         """
         o = session.options
         if o.mode != "app_server":
