@@ -21,7 +21,16 @@ from gen_agent.errors import AgentStartError
 from gen_agent.permission import Allow, Deny
 from gen_agent.tools import ToolContext, tool
 
-from .test_claude_warm import RECORDED, WAIT_S, FakeWarm, Permitting, ask, in_background, start
+from .test_claude_warm import (
+    RECORDED,
+    WAIT_S,
+    FakeWarm,
+    Permitting,
+    ask,
+    in_background,
+    start,
+    wait_text,
+)
 
 pytestmark = pytest.mark.usefixtures("no_child_left")
 
@@ -109,6 +118,31 @@ def test_an_interrupt_tells_the_running_tool_to_stop_and_the_process_survives(fa
     assert ask("pytool lookup").text == "tool said invalid arguments: Object missing " \
         "required field `key`"
     assert gen_agent.backend_session("w", timeout=WAIT_S).pid == pid
+    gen_agent.stop("w")
+
+
+def test_a_call_while_an_interrupted_turn_settles_is_answered_cancelled(fake: FakeWarm):
+    ran = threading.Event()
+
+    @tool
+    def act() -> str:
+        """Do something."""
+        ran.set()
+        return "done"
+
+    start(fake, backend={"tools": [act]})
+    caller, outcome = in_background("late act")
+    wait_text("partial ")
+    gen_agent.interrupt("w")
+    assert outcome.get(timeout=WAIT_S).reason == "interrupted"
+    caller.join(WAIT_S)
+    assert ask("hello after").text == "echo: hello after"  # the turn settled first
+    answer = json.loads((fake.dir / "late.json").read_text())
+    assert answer["response"]["request_id"] == "mcp-late-1"
+    assert answer["response"]["response"]["mcp_response"] == {
+        "jsonrpc": "2.0", "id": 9,
+        "result": {"content": [{"type": "text", "text": "cancelled"}], "isError": True}}
+    assert not ran.is_set()
     gen_agent.stop("w")
 
 

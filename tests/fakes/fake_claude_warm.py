@@ -16,6 +16,8 @@ Reads stdin lines; answers `initialize` and `interrupt` control requests; plays 
 - `pytool NAME ...`: init, a tool_use of `mcp__gen_agent__NAME` and an `mcp_message`
   `tools/call` of NAME (no arguments); the answer's text becomes the tool_result; an answer
   "cancelled" then waits for the interrupt (as `slow`), any other ends "tool said TEXT".
+- `late NAME ...`: like slow, but after acknowledging the interrupt sends a `tools/call` of
+  NAME, writes the answer to `$FAKE_CLAUDE_DIR/late.json`, then ends the turn.
 
 Exits at EOF on stdin. Every start appends `{"argv", "pid"}` to `$FAKE_CLAUDE_DIR/calls.jsonl`.
 
@@ -152,6 +154,26 @@ def python_tool_turn(name: str) -> None:
     result(f"tool said {text}")
 
 
+def late_tool_turn(name: str) -> None:
+    init()
+    assistant([{"type": "text", "text": "partial "}])
+    while True:
+        message = read()
+        assert message is not None
+        if message.get("type") == "control_request":
+            ack(message)
+            if message["request"].get("subtype") == "interrupt":  # type: ignore[union-attr]
+                break
+    out({"type": "control_request", "request_id": "mcp-late-1", "request": {
+        "subtype": "mcp_message", "server_name": "gen_agent", "message": {
+            "method": "tools/call", "jsonrpc": "2.0", "id": 9, "params": {
+                "name": name, "arguments": {}, "_meta": {"claudecode/toolUseId": "toolu_late"}}}}})
+    message = read()
+    with open(os.path.join(os.environ["FAKE_CLAUDE_DIR"], "late.json"), "w") as log:
+        json.dump(message, log)
+    result("", subtype="error_during_execution", add=0.0)
+
+
 def shape(message: dict) -> list[object]:
     """What a replay compares of a stdin line: its type and what it says."""
     kind = message.get("type")
@@ -205,6 +227,9 @@ def main() -> None:
         word = prompt.split(" ", 1)[0]
         if word == "tool":
             tool_turn()
+            continue
+        if word == "late":
+            late_tool_turn(prompt.split(" ")[1])
             continue
         if word == "pytool":
             python_tool_turn(prompt.split(" ")[1])
