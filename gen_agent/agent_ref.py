@@ -80,10 +80,11 @@ def _request(outcome: tuple[str, Any]) -> Any:
 # Each takes the handle of one incarnation: module functions resolve it by name, an AgentRef
 # uses its own (so an old ref never reaches a restarted agent: it gets AgentDown).
 def _ask(handle: AgentHandle, prompt: str, timeout: float | None,
-         options: RequestOptions | None = None, cancel_on_timeout: bool = False) -> Response:
+         options: RequestOptions | None = None, cancel_on_timeout: bool = False,
+         output: Any = None) -> Response:
     _check_prompt(prompt, "ask")
     _check_timeout(timeout, "ask")
-    opts = traced(check_options(options, "ask"))
+    opts = traced(check_options(options, "ask", output))
     ref = RequestRef.new()
     caller = threading.current_thread()
     try:
@@ -101,13 +102,13 @@ def _ask(handle: AgentHandle, prompt: str, timeout: float | None,
 def _tell_message(handle: AgentHandle, prompt: str, timeout: float | None, *,
                   recipient: Any = None, completion: bool = False, on_halt: str = "queue",
                   stream_to: Any = None, options: RequestOptions | None = None,
-                  monitor: bool = False) -> tuple[Any, Watch | None]:
+                  monitor: bool = False, output: Any = None) -> tuple[Any, Watch | None]:
     """Check a tell's arguments (nothing is sent); return the mailbox message maker and, for
     `monitor=True`, the request's `Watch` (the threaded and the async tell share this)."""
     fn = "tell_with_completion" if completion else "tell"
     _check_prompt(prompt, fn)
     _check_timeout(timeout, fn)
-    opts = traced(check_options(options, fn))
+    opts = traced(check_options(options, fn, output))
     if on_halt not in ("queue", "fail"):
         raise ValueError(f"on_halt must be 'queue' or 'fail', got {on_halt!r}")
     if completion:
@@ -244,9 +245,10 @@ class AgentRef:
         self._handle.send(InfoMsg(message))
 
     def ask(self, prompt: str, timeout: float | None = None, *,
-            options: RequestOptions | None = None, cancel_on_timeout: bool = False) -> Response:
+            options: RequestOptions | None = None, cancel_on_timeout: bool = False,
+            output: Any = None) -> Response:
         """See `gen_agent.ask`."""
-        return _ask(self._handle, prompt, timeout, options, cancel_on_timeout)
+        return _ask(self._handle, prompt, timeout, options, cancel_on_timeout, output)
 
     def tell(self, prompt: str, timeout: float | None = None, *,
              options: RequestOptions | None = None) -> RequestRef:
@@ -256,10 +258,11 @@ class AgentRef:
     def tell_with_completion(self, prompt: str, recipient: Any, *, on_halt: str = "queue",
                              stream_to: Any = None, timeout: float | None = None,
                              options: RequestOptions | None = None,
-                             monitor: bool = False) -> RequestRef:
+                             monitor: bool = False, output: Any = None) -> RequestRef:
         """See `gen_agent.tell_with_completion`."""
         return _tell(self._handle, prompt, timeout, recipient=recipient, completion=True,
-                     on_halt=on_halt, stream_to=stream_to, options=options, monitor=monitor)
+                     on_halt=on_halt, stream_to=stream_to, options=options, monitor=monitor,
+                     output=output)
 
     def monitor(self, recipient: Any) -> RequestRef:
         """See `gen_agent.monitor` (this incarnation: at once if it has already stopped)."""

@@ -131,7 +131,8 @@ def start_agent(module: type, *, name: Any, backend: Any, **opts: Any) -> AgentR
 
 
 def ask(name: Any, prompt: str, timeout: float | None = None, *,
-        options: RequestOptions | None = None, cancel_on_timeout: bool = False) -> Response:
+        options: RequestOptions | None = None, cancel_on_timeout: bool = False,
+        output: Any = None) -> Response:
     """Send `prompt` as a turn and wait for its `Response`.
 
     Dispatched now when the agent is idle, else queued FIFO. With caller-owned retries the
@@ -145,21 +146,26 @@ def ask(name: Any, prompt: str, timeout: float | None = None, *,
             removed, a pending retry dropped, a running turn interrupted (its `handle_error`
             sees "interrupted"). Default False, the contract's behaviour: a timed-out ask
             stays queued or running (docs: errors page, "Timeouts").
+        output: the type of a structured reply (`RequestOptions.output`, overriding the one
+            in `options`; see `gen_agent.output`), or None.
 
     Returns:
-        The `Response` of the successful turn.
+        The `Response` of the successful turn; with `output=T`, `response.parsed` is a
+        validated `T`.
 
     Raises:
         TypeError: `prompt` is not a `str`, `timeout` not a number, `options` not a
-            `RequestOptions` (nothing is sent).
+            `RequestOptions`, `output` not a type msgspec can validate (nothing is sent).
         AgentNotFound, AgentDown, CallTimeout: see the module docstring.
         TurnError: the request failed; `.reason` per contract §4.20, docs: Errors (e.g. "timeout",
             "interrupted", ("task_crashed", exc), ("overloaded", info), "draining",
-            ("agent_terminated", "shutdown"), "pre_turn_skipped", a backend reason).
+            ("agent_terminated", "shutdown"), "pre_turn_skipped", a backend reason,
+            ("invalid_output", InvalidOutput) (the reply did not validate as `output`),
+            ("budget_exceeded", BudgetExceeded) (the agent's spend cap was reached).
 
     Mirrors: `GenAgent.ask/3` (contract §2.4; docs: the client API reference).
     """
-    return _ask(_lookup(None, name), prompt, timeout, options, cancel_on_timeout)
+    return _ask(_lookup(None, name), prompt, timeout, options, cancel_on_timeout, output)
 
 
 def tell(name: Any, prompt: str, timeout: float | None = None, *,
@@ -184,7 +190,7 @@ def tell(name: Any, prompt: str, timeout: float | None = None, *,
 def tell_with_completion(name: Any, prompt: str, recipient: Any, *, on_halt: str = "queue",
                          stream_to: Any = None, timeout: float | None = None,
                          options: RequestOptions | None = None, monitor: bool = False,
-                         _system: AgentSystem | None = None) -> RequestRef:
+                         output: Any = None, _system: AgentSystem | None = None) -> RequestRef:
     """Like `tell`, and deliver exactly one completion message to `recipient`.
 
     The message is a `gen_agent.messages.Completion`, the tuple
@@ -207,6 +213,7 @@ def tell_with_completion(name: Any, prompt: str, recipient: Any, *, on_halt: str
             relayed after `handle_stream_event`; None = off.
         options: the request's `RequestOptions` (None = the defaults).
         monitor: also deliver a `Down` record if the agent ends first (see above).
+        output: the type of a structured reply (as for `ask`), or None.
 
     Raises:
         ValueError: `on_halt` is not "queue" or "fail" (nothing is sent).
@@ -221,7 +228,7 @@ def tell_with_completion(name: Any, prompt: str, recipient: Any, *, on_halt: str
         raise ValueError(f"on_halt must be 'queue' or 'fail', got {on_halt!r}")
     return _tell(_lookup(_system, name), prompt, timeout, recipient=recipient,
                  completion=True, on_halt=on_halt, stream_to=stream_to, options=options,
-                 monitor=monitor)
+                 monitor=monitor, output=output)
 
 
 def monitor(name: Any, recipient: Any, *, _system: AgentSystem | None = None) -> RequestRef:

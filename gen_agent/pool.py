@@ -43,7 +43,7 @@ from gen_agent._runtime.timers import TIMERS
 from gen_agent.agent_ref import AgentRef
 from gen_agent.backend import BackendError
 from gen_agent.errors import AgentDown, CallTimeout, GenAgentError, RequestError, TurnError
-from gen_agent.request import RequestOptions
+from gen_agent.request import RequestOptions, check_options
 from gen_agent.response import Response
 from gen_agent.size import term_size
 from gen_agent.status import OverloadInfo
@@ -159,12 +159,14 @@ class PoolStatus(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class _Task:
-    __slots__ = ("attempt", "done", "on_done", "outcome", "prompt", "ref", "slot", "tell_ref",
-                 "timer", "trace_context")
+    __slots__ = ("attempt", "done", "on_done", "options", "outcome", "prompt", "ref", "slot",
+                 "tell_ref", "timer", "trace_context")
 
-    def __init__(self, ref: PoolRef, prompt: str, on_done: Any = None) -> None:
+    def __init__(self, ref: PoolRef, prompt: str, options: RequestOptions,
+                 on_done: Any = None) -> None:
         self.ref = ref
         self.prompt = prompt
+        self.options = options
         self.attempt = 1
         self.tell_ref: Any = None  # the worker request of the attempt in flight
         self.timer: Any = None  # the retry timer while the task waits for its next attempt
@@ -325,7 +327,7 @@ class Pool:
         with self._cond:
             return [slot.name for slot in self._slots if not slot.retiring]
 
-    def submit(self, prompt: str, *, on_done: Any = None) -> PoolRef:
+    def submit(self, prompt: str, *, on_done: Any = None, output: Any = None) -> PoolRef:
         """Queue `prompt` as one task and return its `PoolRef` at once.
 
         The task goes to a worker as soon as one has capacity (see `routing`). Read the
@@ -337,14 +339,16 @@ class Pool:
                 returns at once). It runs in whichever pool thread settles the task, with the
                 pool's lock held: it must be quick and must not call the pool (post to your
                 own thread or queue). A raising `on_done` is logged (type only) and ignored.
+            output: the type of a structured reply (as for `gen_agent.ask`), or None.
 
         Raises:
-            TypeError: `prompt` is not a `str`.
+            TypeError: `prompt` is not a `str`, or `output` not a type msgspec can validate.
             RequestError: `"pool_stopped"`, the pool no longer accepts tasks.
         """
         if type(prompt) is not str:
             raise TypeError(f"submit: prompt must be a str, got {type(prompt).__name__}")
-        task = _Task(PoolRef(next(_task_ids)), prompt, on_done)
+        options = check_options(self._task_options, "submit", output)
+        task = _Task(PoolRef(next(_task_ids)), prompt, options, on_done)
         with self._cond:
             if self._stopping or self._stopped.is_set():
                 raise RequestError("pool_stopped")
@@ -391,7 +395,7 @@ class Pool:
         raise TurnError(value)
 
     def map(self, prompts: Iterable[str], timeout: float | None = None, *,
-            return_exceptions: bool = False) -> list[Any]:
+            return_exceptions: bool = False, output: Any = None) -> list[Any]:
         """Submit every prompt, then return their responses in the order of `prompts`.
 
         Args:
@@ -400,6 +404,8 @@ class Pool:
             return_exceptions: False (default): raise the first failure. True: a failed
                 task's `TurnError` takes its place in the list (as `asyncio.gather` does),
                 so one failure does not lose the other results.
+            output: the type of every task's structured reply (as for `gen_agent.ask`), or
+                None; each `Response.parsed` is then a validated value.
 
         Returns:
             One `Response` (or, with `return_exceptions`, `TurnError`) per prompt, in order.
@@ -412,7 +418,7 @@ class Pool:
         if isinstance(prompts, (str, bytes)):
             raise TypeError("map: prompts must be an iterable of str prompts, got a single "
                             f"{type(prompts).__name__} (wrap it in a list: [prompt])")
-        refs = [self.submit(prompt) for prompt in prompts]
+        refs = [self.submit(prompt, output=output) for prompt in prompts]
         deadline = None if timeout is None else time.monotonic() + timeout
         responses: list[Any] = []
         try:
@@ -871,10 +877,11 @@ class Pool:
             return slot, slot.handle, task
 
     def _options_of(self, task: _Task) -> RequestOptions:
-        """The task's request options: the pool's, with the submitter's trace context."""
+        """The task's request options: the pool's (with its `output`), with the submitter's
+        trace context."""
         if task.trace_context is None:
-            return self._task_options
-        return msgspec.structs.replace(self._task_options, trace_context=task.trace_context)
+            return task.options
+        return msgspec.structs.replace(task.options, trace_context=task.trace_context)
 
     def _dispatch_ready(self) -> None:
         inbox = self._inbox

@@ -18,6 +18,7 @@ from typing import Any, Literal
 import msgspec
 
 from gen_agent._runtime.context import capture_trace_context, current_request
+from gen_agent.output import check_output_type
 from gen_agent.ref import RequestRef
 
 __all__ = ["RequestInfo", "RequestOptions", "current_request"]
@@ -42,6 +43,11 @@ class RequestOptions(msgspec.Struct, frozen=True, kw_only=True):
             first (set by `gen_agent.tools.agent_tool`; an agent tool refuses a call that
             would reach an agent already in the chain, so a cycle fails fast instead of
             deadlocking). Default `()`.
+        output: the type of a structured reply (a msgspec `Struct`, dataclass, TypedDict,
+            `list[...]`...; see `gen_agent.output`), or None for the agent's default (the
+            `output` start option; None there too: plain text). The backend sends its JSON
+            schema; the reply is validated into `Response.parsed`, or the turn fails with
+            `("invalid_output", InvalidOutput)`. Default None.
 
     Raises:
         TypeError: a field has the wrong type (from the constructor).
@@ -50,18 +56,24 @@ class RequestOptions(msgspec.Struct, frozen=True, kw_only=True):
     fresh_session: bool = False
     trace_context: Any = None
     call_chain: tuple[Any, ...] = ()
+    output: Any = None
 
     def __post_init__(self) -> None:
         if type(self.fresh_session) is not bool:
             raise TypeError("RequestOptions: fresh_session must be a bool, "
                             f"got {type(self.fresh_session).__name__}")
+        check_output_type(self.output, "RequestOptions")
 
 
 DEFAULT_OPTIONS = RequestOptions()
 
 
-def check_options(options: Any, fn: str) -> RequestOptions:
-    """`options` or the default; a TypeError naming `fn` for anything else."""
+def check_options(options: Any, fn: str, output: Any = None) -> RequestOptions:
+    """`options` or the default (with `output` set when given); a TypeError naming `fn` for
+    anything else."""
+    if output is not None:
+        base = DEFAULT_OPTIONS if options is None else check_options(options, fn)
+        return msgspec.structs.replace(base, output=check_output_type(output, fn))
     if options is None:
         return DEFAULT_OPTIONS
     if type(options) is not RequestOptions:

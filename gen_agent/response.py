@@ -14,15 +14,104 @@ kept in `Response.extra`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any, Final, Literal
+from collections.abc import Iterable, Mapping
+from typing import Any, Final, Generic, Literal, TypeVar
 
 import msgspec
 
+from gen_agent.conversation import Message, delta_from_events
 from gen_agent.event import Event
 from gen_agent.size import term_size
 
-__all__ = ["EventCoverage", "Omission", "Response", "TextAccumulator"]
+__all__ = [
+    "FINISH_REASONS",
+    "USAGE_KEYS",
+    "EventCoverage",
+    "Omission",
+    "Response",
+    "TextAccumulator",
+    "finish_reason",
+    "normalize_usage",
+]
+
+T = TypeVar("T")
+
+FINISH_REASONS: Final = (
+    "stop", "length", "tool_calls", "content_filter", "refusal", "error", "interrupted",
+)
+"""The normalized values of `Response.finish_reason`."""
+
+# Every provider's raw stop reason (Anthropic `stop_reason`, OpenAI status and incomplete
+# reason, Claude CLI `stop_reason`/`subtype`, Codex) → the normalized finish reason.
+_FINISH: Final = {
+    "end_turn": "stop", "stop_sequence": "stop", "stop": "stop", "completed": "stop",
+    "success": "stop", "pause_turn": "stop",
+    "max_tokens": "length", "max_output_tokens": "length", "length": "length",
+    "model_context_window_exceeded": "length", "error_max_turns": "length",
+    "tool_use": "tool_calls", "tool_calls": "tool_calls", "function_call": "tool_calls",
+    "content_filter": "content_filter", "refusal": "refusal",
+    "error": "error", "error_during_execution": "error", "failed": "error",
+    "interrupted": "interrupted", "cancelled": "interrupted", "aborted": "interrupted",
+}
+
+
+def finish_reason(raw: Any) -> str | None:
+    """The normalized finish reason (one of `FINISH_REASONS`) of a provider's raw stop reason.
+
+    Args:
+        raw: the provider's stop reason (`"end_turn"`, `"max_tokens"`, `"tool_use"`,
+            `"completed"`, `"max_output_tokens"`, `"refusal"`, a Claude CLI subtype...).
+
+    Returns:
+        `"stop"`, `"length"`, `"tool_calls"`, `"content_filter"`, `"refusal"`, `"error"`
+        or `"interrupted"`; None for None or a value this table does not know.
+    """
+    return _FINISH.get(raw) if isinstance(raw, str) else None
+
+
+USAGE_KEYS: Final = (
+    "input_tokens",
+    "output_tokens",
+    "cache_read_input_tokens",
+    "cache_creation_input_tokens",
+    "reasoning_tokens",
+)
+"""The normalized usage keys every bundled backend's `Response.usage` carries (tokens)."""
+
+# Raw key → normalized key, for the keys whose provider name differs.
+_USAGE_ALIASES: Final = {
+    "cached_tokens": "cache_read_input_tokens",  # OpenAI input_tokens_details.cached_tokens
+    "cached_input_tokens": "cache_read_input_tokens",  # Codex turn.completed
+    "reasoning_output_tokens": "reasoning_tokens",  # Codex
+    "cache_write_input_tokens": "cache_creation_input_tokens",  # Codex
+    "cache_creation_tokens": "cache_creation_input_tokens",
+    "cache_read_tokens": "cache_read_input_tokens",
+}
+
+
+def normalize_usage(usage: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """`usage` with the normalized keys (`USAGE_KEYS`) added beside the provider's raw keys.
+
+    Args:
+        usage: the data of a turn's last `usage` event (token counts), or None.
+
+    Returns:
+        None for None; else a new dict: every raw key as given, plus each normalized key
+        (`input_tokens`, `output_tokens`, `cache_read_input_tokens`,
+        `cache_creation_input_tokens`, `reasoning_tokens`; tokens) taken from the raw key
+        of the same name or its alias (`cached_tokens`, `cached_input_tokens`,
+        `reasoning_output_tokens`, ...), when the provider reported that count.
+        `input_tokens` counts as the provider counts:
+        Anthropic and the Claude CLI exclude cached input, OpenAI and Codex include it.
+    """
+    if usage is None:
+        return None
+    out = dict(usage)
+    for raw, key in _USAGE_ALIASES.items():
+        value = usage.get(raw)
+        if key not in out and isinstance(value, int):
+            out[key] = value
+    return out
 
 _SEPARATOR: Final = "\n\n"
 
@@ -36,6 +125,11 @@ _EXTRA_FIELDS: Final = (
     "subtype",
     "provider",
     "provider_model",
+    "finish_reason",
+    "response_id",
+    "service_tier",
+    "served_by",
+    "messages",
 )
 _MODELED_KEYS: Final = frozenset({"text", "session_id", "model", "reason", *_EXTRA_FIELDS})
 
@@ -183,8 +277,11 @@ def _result_text(terminal: Event | None) -> str | None:
     return text if type(text) is str else None
 
 
-class Response(msgspec.Struct, frozen=True, kw_only=True):
+class Response(msgspec.Struct, Generic[T], frozen=True, kw_only=True):
     """The outcome of a successful turn. Immutable; safe to share between threads.
+
+    Generic in the type of `parsed`: `msgspec.json.decode(data, type=Response[T])` gives
+    back a `T` in `parsed`.
 
     Fields:
         prompt: the prompt actually sent (after `pre_turn`); set by the runtime only, None for
@@ -195,16 +292,35 @@ class Response(msgspec.Struct, frozen=True, kw_only=True):
             retention).
         terminal: the terminal `Event`, even when it was omitted from `events`; None if none.
         event_coverage: the `EventCoverage` of `events`; None only for hand-built values.
-        usage: the data dict of the last `"usage"` event (token counts, e.g. `input_tokens`,
-            `output_tokens`), or None.
+        usage: this turn's token counts: the data dict of the last `"usage"` event (a
+            multi-step turn reports its running turn total), the provider's raw keys plus
+            the normalized `USAGE_KEYS` (`normalize_usage`), tokens; or None.
         duration_ms: milliseconds from just before `backend.prompt` to the terminal event.
         metadata: a free dict for applications; gen_agent never fills it.
         session_id: the result's `data["session_id"]` (any value the backend gives), or None.
-        model: the terminal's `data["model"]` when a terminal exists, else None.
-        stop_reason, num_turns, duration_api_ms (milliseconds), cost_usd (US dollars),
-            is_error, subtype, provider, provider_model: the terminal data keys of the same
-            name when the backend reports them, else None (not in the Elixir original).
+        model: the terminal's `data["model"]` when a terminal exists, else None (the SDK
+            backends: the model asked for; the CLIs: the model their stream names).
+        stop_reason, num_turns, duration_api_ms (milliseconds), cost_usd (this turn's, US
+            dollars), is_error, subtype, provider, provider_model (the model the provider
+            reports it served): the terminal data keys of the same name when the backend
+            reports them, else None (not in the Elixir original).
         tool_calls: the `"tool_use"` events among `events`, in order.
+        messages: the messages this turn appended to the conversation (its delta, in
+            provider-neutral form, `gen_agent.conversation.Message`): the user message
+            and the assistant's reply; `()` when the backend reports none.
+        parsed: the validated structured output (a `T`) of a request with `output=T`;
+            None otherwise.
+        finish_reason: the normalized finish reason (`FINISH_REASONS`): the terminal's
+            `finish_reason`, else `finish_reason(stop_reason or subtype)`.
+        response_id: the provider's id of the last message/response (`msg_...`,
+            `resp_...`), or None.
+        service_tier: the service tier the provider reports it used, or None.
+        served_by: the upstream host a router or aggregator reports, or None.
+        session_usage: the agent's running token totals after this turn (every successful
+            turn since the agent started, across `reset_session`; same keys as `usage`,
+            tokens), set by the runtime; None when no turn reported usage.
+        session_cost_usd: the agent's running cost after this turn (US dollars), set by
+            the runtime; None when no turn reported a cost.
         extra: every terminal data key not modeled above (`text`, `session_id`, `model`,
             `reason` and the extras), preserved as given.
 
@@ -232,6 +348,14 @@ class Response(msgspec.Struct, frozen=True, kw_only=True):
     provider: str | None = None
     provider_model: str | None = None
     tool_calls: list[Event] = msgspec.field(default_factory=list)
+    messages: tuple[Message, ...] = ()
+    parsed: T | None = None
+    finish_reason: str | None = None
+    response_id: str | None = None
+    service_tier: str | None = None
+    served_by: str | None = None
+    session_usage: dict[str, Any] | None = None
+    session_cost_usd: float | None = None
     extra: dict[str, Any] = msgspec.field(default_factory=dict)
 
     @property
@@ -274,14 +398,18 @@ class Response(msgspec.Struct, frozen=True, kw_only=True):
         acc = TextAccumulator()
         usage: dict[str, Any] | None = None
         terminal: Event | None = None
+        stream: list[tuple[str, dict[str, Any]]] = []
         for event in event_list:
             kind = event.kind
             if kind == "text":
                 acc.add(event.data)
+                stream.append((kind, event.data))
             elif kind == "usage":
                 usage = event.data
             elif terminal is None and event.is_terminal:
                 terminal = event
+            elif kind in ("tool_use", "tool_result") or kind.endswith(".thinking"):
+                stream.append((kind, event.data))
         if event_coverage is None:
             count = len(event_list)
             event_coverage = EventCoverage(
@@ -301,6 +429,7 @@ class Response(msgspec.Struct, frozen=True, kw_only=True):
             duration_ms=duration_ms,
             session_id=session_id,
             prompt=None,
+            stream=stream,
         )
 
 
@@ -314,10 +443,24 @@ def _assemble(
     duration_ms: int,
     session_id: Any,
     prompt: str | None,
+    stream: list[tuple[str, dict[str, Any]]],
 ) -> Response:
     # The one place a Response is put together, for from_events and for the runtime capture.
     data: dict[str, Any] = terminal.data if terminal is not None else {}
     get = data.get
+    finish = get("finish_reason")
+    if finish is None:
+        finish = finish_reason(get("stop_reason")) or finish_reason(get("subtype"))
+        if finish is None and terminal is not None and terminal.kind == "result":
+            finish = "stop"
+    messages = get("messages")
+    if isinstance(messages, list | tuple):
+        messages = tuple(messages)
+    elif terminal is not None and terminal.kind == "result":
+        # The backend names no messages: the delta is what the stream showed.
+        messages = delta_from_events(prompt, stream, get("provider"))
+    else:
+        messages = ()
     return Response(
         prompt=prompt,
         text=text.text(terminal),
@@ -325,7 +468,7 @@ def _assemble(
         events=events,
         terminal=terminal,
         event_coverage=coverage,
-        usage=usage,
+        usage=normalize_usage(usage),
         duration_ms=duration_ms,
         session_id=session_id,
         model=get("model"),
@@ -338,5 +481,10 @@ def _assemble(
         provider=get("provider"),
         provider_model=get("provider_model"),
         tool_calls=[event for event in events if event.kind == "tool_use"],
+        messages=messages,
+        finish_reason=finish,
+        response_id=get("response_id"),
+        service_tier=get("service_tier"),
+        served_by=get("served_by"),
         extra={key: value for key, value in data.items() if key not in _MODELED_KEYS},
     )

@@ -40,6 +40,7 @@ class Capture:
     __slots__ = (
         "_max_bytes",
         "_max_events",
+        "_stream",
         "_text",
         "events",
         "first_omission",
@@ -60,6 +61,8 @@ class Capture:
         self._max_events = max_events
         self._max_bytes = max_bytes
         self._text = TextAccumulator()
+        # (kind, data) of the events a stream-made delta is built from (conversation).
+        self._stream: list[tuple[str, dict[str, Any]]] = []
         self.events: list[Event] = []
         self.observed = 0
         self.omitted = 0
@@ -82,10 +85,13 @@ class Capture:
         kind = event.kind
         if kind == "text":
             self._text.add(event.data)
+            self._stream.append((kind, event.data))
         elif kind == "usage":
             self.usage = event.data
         elif (kind == "result" or kind == "error") and self.terminal is None:
             self.terminal = event
+        elif kind == "tool_use" or kind == "tool_result" or kind.endswith(".thinking"):
+            self._stream.append((kind, event.data))
         if self.omitted:
             # Once anything is omitted, everything after it is too: retained stays a prefix.
             self.omitted += 1
@@ -143,6 +149,7 @@ class Capture:
             duration_ms=duration_ms,
             session_id=session_id,
             prompt=prompt,
+            stream=self._stream,
         )
 
 

@@ -17,6 +17,8 @@ from typing import Any, Literal
 import msgspec
 
 from gen_agent.limits import ProviderLimit
+from gen_agent.accounting import Spend
+from gen_agent.output import check_output_type
 
 RESERVED = (
     "watchdog_ms", "shutdown_ms", "max_tell_results", "max_tell_result_bytes",
@@ -25,6 +27,7 @@ RESERVED = (
     "max_pending_notification_bytes", "resume_session_id", "hibernate_after_ms",
     "store", "session_key",
     "provider_limit",
+    "output", "max_cost_usd", "max_total_tokens", "spend",
 )
 
 HIBERNATE_ENV = "GEN_AGENT_HIBERNATE_AFTER_MS"
@@ -48,6 +51,10 @@ DEFAULTS: dict[str, Any] = {
     "store": None,
     "session_key": None,
     "provider_limit": None,
+    "output": None,
+    "max_cost_usd": None,
+    "max_total_tokens": None,
+    "spend": None,
 }
 
 _POSITIVE = ("max_events_per_turn", "max_event_bytes_per_turn")
@@ -76,6 +83,10 @@ class AgentOptions(msgspec.Struct, frozen=True, kw_only=True):
     store: Any = None
     session_key: str | None = None
     provider_limit: Any = None  # a gen_agent.limits.ProviderLimit shared with other agents
+    output: Any = None  # the default structured-output type (gen_agent.output)
+    max_cost_usd: float | None = None  # US dollars (gen_agent.accounting)
+    max_total_tokens: int | None = None  # tokens
+    spend: Spend | None = None  # the totals to start from
 
 
 _STORE_METHODS = ("acquire", "release", "load", "update")
@@ -208,4 +219,23 @@ def build_options(reserved: dict[str, Any]) -> AgentOptions:
         raise ValueError(
             f"event_retention must be 'compact' or 'lossless', got {values['event_retention']!r}"
         )
+    _check_accounting(values)
     return AgentOptions(**values)
+
+
+def _check_accounting(values: dict[str, Any]) -> None:
+    try:
+        check_output_type(values["output"], "start_agent")
+    except TypeError as exc:
+        raise ValueError(str(exc)) from None
+    cost = values["max_cost_usd"]
+    if cost is not None:
+        if isinstance(cost, bool) or not isinstance(cost, int | float) or cost < 0:
+            raise ValueError(f"max_cost_usd must be a number >= 0 (US dollars), got {cost!r}")
+        values["max_cost_usd"] = float(cost)
+    tokens = values["max_total_tokens"]
+    if tokens is not None and not (_is_int(tokens) and tokens >= 0):
+        raise ValueError(f"max_total_tokens must be an int >= 0 (tokens), got {tokens!r}")
+    spend = values["spend"]
+    if spend is not None and type(spend) is not Spend:
+        raise ValueError(f"spend must be a gen_agent.accounting.Spend, got {spend!r}")

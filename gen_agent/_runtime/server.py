@@ -16,6 +16,7 @@ import threading
 import time
 from typing import Any
 
+import msgspec
 import pykka
 from loguru import logger
 
@@ -81,6 +82,7 @@ from gen_agent._runtime.request import (
 from gen_agent._runtime.results import ResultCache
 from gen_agent._runtime.timers import TIMERS
 from gen_agent._runtime.turn import TurnChannel, TurnSpec, start_turn
+from gen_agent.accounting import Spend, add_turn, check_budget
 from gen_agent.agent import BASE_STREAM_EVENT, GenAgent, Halt, NoReply, Proceed, Prompt, Skip
 from gen_agent.backend import ResetError, SessionStartError, TurnContext
 from gen_agent.errors import (
@@ -93,8 +95,10 @@ from gen_agent.errors import (
 )
 from gen_agent.event import monotonic_ms
 from gen_agent.messages import Completion, StreamEvent
+from gen_agent.output import InvalidOutput, parse_output
 from gen_agent.ref import RequestRef
 from gen_agent.request import DEFAULT_OPTIONS, RequestInfo, RequestOptions
+from gen_agent.response import Response
 from gen_agent.size import term_size
 from gen_agent.telemetry import attached
 
@@ -205,6 +209,8 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
         self._wake_lock: threading.Lock | None = None
         self._hibernating_inbox: _HibernatingInbox | None = None
         self.hibernations = 0  # times this agent's thread ended while idle (tests, benches)
+        # The agent's running totals (gen_agent.accounting); reset_session keeps them.
+        self.spend = options.spend if options.spend is not None else Spend()
         if options.hibernate_after_ms is not None:
             self._enable_hibernation(options.hibernate_after_ms)
         self.durable: Durable | None = None
@@ -380,6 +386,9 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
                 if self.durable is not None:  # resume from the store (gen_agent.store)
                     self.session, state = self.durable.open(
                         self.impl, backend_opts, state, self._start_session)
+                    if self.durable.resumed and self.opts.spend is None:
+                        # The spend caps count what the stored session already spent.
+                        self.spend = _spend_of(self.durable.totals)
                 else:
                     self.session = self._start_session(backend_opts)
             except SessionStartError as exc:
@@ -736,6 +745,14 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
         return outcome
 
     def _start_turn(self, request: Request, prompt: str, attempt: int) -> str:
+        # The spend caps first (gen_agent.accounting): a refused turn runs no callback.
+        opts = self.opts
+        if opts.max_cost_usd is not None or opts.max_total_tokens is not None:
+            over = check_budget(self.spend, opts.max_cost_usd, opts.max_total_tokens)
+            if over is not None:
+                if request.generated:
+                    return self._reject_generated(request, attempt, ("budget_exceeded", over))
+                return self._reject_external(request, attempt, ("budget_exceeded", over))
         accepted = self._pre_turn(request, prompt, attempt)
         if isinstance(accepted, str):
             return accepted
@@ -775,9 +792,12 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
         if self.opts.event_retention == "lossless":
             budget = LosslessBudget(self.opts.max_events_per_turn,
                                     self.opts.max_event_bytes_per_turn)
+        options = request.options
+        if options.output is None and self.opts.output is not None:
+            options = msgspec.structs.replace(options, output=self.opts.output)
         context = TurnContext(agent=self.name, ref=request.ref, attempt=attempt,
                               cancel_event=turn.cancel_event,
-                              checkpoint=self._checkpoint_fn(turn), options=request.options,
+                              checkpoint=self._checkpoint_fn(turn), options=options,
                               trace_carrier=carrier,
                               permission=self._permission_fn(turn), info=self._info_fn())
         self._set_phase("processing")
@@ -847,7 +867,7 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
             return self._reject_generated(request, attempt, "pre_turn_invalid")
         return self._reject_external(request, attempt, "pre_turn_invalid")
 
-    def _reject_external(self, request: Request, attempt: int, reason: str) -> str:
+    def _reject_external(self, request: Request, attempt: int, reason: Any) -> str:
         self._rejected(request, attempt, reason)
         self._deliver(request, ("error", reason))
         return "rejected"
@@ -943,12 +963,17 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
                 self._finish_error(turn.checkpoint_error, msg.stream_state, self.session, turn)
                 return
             session = self._reapply_checkpoint(turn, msg.session)
+            response, invalid = self._complete_record(turn.request, response)
             if self.durable is not None:  # the conversation record, before the decision
                 kind = self.durable.turn_ended(turn.task_id, turn.request.ref, session, response)
                 if kind is not None:
                     self._retire(turn)
                     self._finish_error(("store_failed", kind), msg.stream_state, session, turn)
                     return
+            if invalid is not None:
+                self._retire(turn)
+                self._finish_error(invalid, msg.stream_state, session, turn)
+                return
             if attached(telemetry.PROMPT_STOP):
                 self._emit(telemetry.PROMPT_STOP, {"duration": msg.duration_ms},
                            self._turn_meta(turn.request, turn.attempt,
@@ -974,6 +999,31 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
             self._retire(turn)
             self._finish_error(turn.checkpoint_error or msg.reason, msg.stream_state, session,
                                turn)
+
+    def _complete_record(self, request: Request, response: Response) -> tuple[Response, Any]:
+        """Add the turn to the agent's totals and validate a structured reply.
+
+        Returns `(response, None)` with `session_usage`/`session_cost_usd` (and `parsed`)
+        filled, or `(response, ("invalid_output", InvalidOutput))` (gen_agent.output).
+        """
+        if response.usage is not None or response.cost_usd is not None:
+            self.spend = add_turn(self.spend, response.usage, response.cost_usd)
+        spend = self.spend
+        if spend.turns:
+            response = msgspec.structs.replace(
+                response, session_usage=dict(spend.usage) if spend.usage else None,
+                session_cost_usd=spend.cost_usd)
+        output = request.options.output
+        if output is None:
+            output = self.opts.output
+        if output is None:
+            return response, None
+        try:
+            parsed = parse_output(output, response)
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            return response, ("invalid_output", InvalidOutput(message=str(exc),
+                                                              response=response))
+        return msgspec.structs.replace(response, parsed=parsed), None
 
     def _elapsed(self, turn: Turn) -> int:
         return max(0, monotonic_ms() - turn.started_at)
@@ -1311,6 +1361,12 @@ def _tokens_spent(usage: Any) -> int:
         return 0
     return sum(v for k in ("input_tokens", "output_tokens")
                if isinstance(v := usage.get(k), int) and not isinstance(v, bool))
+
+
+def _spend_of(totals: Any) -> Spend:
+    """The accounting `Spend` of a store's `Totals` (gen_agent.store)."""
+    cost = totals.cost_usd if totals.cost_usd else None
+    return Spend(usage=dict(totals.usage), cost_usd=cost, turns=totals.turns)
 
 
 def _stop_measurements(duration_ms: int, backend_duration_ms: int,

@@ -376,6 +376,7 @@ class ClaudeStreamTranslator(LineTranslator):
         data: dict[str, Any] = {
             "session_id": self.session_id,
             "model": self.model or _model_from_usage(line),
+            "provider_model": self.model or _model_from_usage(line),
             "provider": PROVIDER,
         }
         text = line.get("result")

@@ -47,6 +47,7 @@ from gen_agent.backends._option_checks import (
     is_text,
 )
 from gen_agent.backends._sse import SSEDecoder, SSEFrame, SSEProtocolError
+from gen_agent.conversation import Message, TextPart, user_message
 from gen_agent.event import Event
 from gen_agent.size import term_size
 
@@ -60,8 +61,10 @@ __all__ = [
     "after_reply",
     "connection_error",
     "export_history",
+    "is_history",
     "load_sdk",
     "restored",
+    "seed_history",
     "status_error",
     "stream_turn",
     "transport_error",
@@ -73,6 +76,11 @@ _CONNECT_DONE: Final = "connect_tcp.complete"
 # How long the next turn reads a finished turn's body to its end before giving the
 # connection up (seconds): the end normally comes with the last event.
 _DRAIN_LIMIT_S: Final = 1.0
+
+
+def is_history(value: Any) -> bool:
+    """True for a list or tuple of `gen_agent.conversation.Message` (the `history` option)."""
+    return isinstance(value, list | tuple) and all(type(m) is Message for m in value)
 
 
 def load_sdk(module: str, *, extra: str, provider: str) -> ModuleType:
@@ -232,6 +240,9 @@ class SDKOptions(msgspec.Struct, frozen=True, kw_only=True):
         max_history_messages: the most messages a kept conversation holds (count).
         max_history_bytes: the most `term_size` bytes the kept messages may take (bytes).
         session_id: the session id reported in results; None mints `"<provider>-<hex>"`.
+        history: a conversation to continue: `gen_agent.conversation.Message`s, oldest
+            first (the stored `Response.messages` of earlier turns, concatenated; from this
+            provider or another one).
     """
 
     api_key: str | None = None
@@ -245,6 +256,7 @@ class SDKOptions(msgspec.Struct, frozen=True, kw_only=True):
     max_history_messages: int = 200
     max_history_bytes: int = 4 * 1024 * 1024
     session_id: str | None = None
+    history: tuple[Message, ...] = ()
 
 
 SDK_CHECKS: Final[Mapping[str, Check]] = {
@@ -258,6 +270,7 @@ SDK_CHECKS: Final[Mapping[str, Check]] = {
     "max_history_messages": (int_at_least(1), "an int >= 1 (messages)"),
     "max_history_bytes": (int_at_least(1), "an int >= 1 (bytes)"),
     "session_id": (is_text, "a non-empty str"),
+    "history": (is_history, "a list of gen_agent.conversation.Message"),
 }
 """The option table rows of `SDKOptions` but `params` (whose reserved keys differ)."""
 
@@ -268,14 +281,15 @@ class SDKSession(msgspec.Struct, frozen=True, kw_only=True):
     Fields:
         options: the validated options.
         session_id: the id reported in results (`"<provider>-<hex>"` unless given).
-        history: the kept messages, oldest first (`{"role", "content"}` dicts).
+        history: the kept conversation, oldest first (`Message`s; converted to the wire
+            form at each request).
         turns: successful turns so far (count).
         transport: the SDK client and cancel support (shared by copies).
     """
 
     options: SDKOptions
     session_id: str
-    history: tuple[dict[str, Any], ...] = ()
+    history: tuple[Message, ...] = ()
     turns: int = 0
     transport: Any = None
 
@@ -569,60 +583,88 @@ def transport_error(provider: str, exc: BaseException, *, timeout: bool) -> Back
 
 def export_history(session: SDKSession, **extra: Any) -> dict[str, Any]:
     """The resumable session of an SDK backend (its `export_session` data): the session id,
-    the kept history (text messages, oldest first), the turn count and `extra`.
-
-    Issue #18 will replace the history with the turn record's replayable message deltas.
+    the kept history (the turns' `Response.messages` deltas as JSON-ready dicts, oldest
+    first: `msgspec.to_builtins` of each `gen_agent.conversation.Message`), the turn count
+    and `extra`. A store may instead persist each turn's `Response.messages` and pass their
+    concatenation as the `history` option: the two give the same session.
     """
-    return {"session_id": session.session_id, "history": [dict(m) for m in session.history],
+    return {"session_id": session.session_id,
+            "history": [msgspec.to_builtins(m) for m in session.history],
             "turns": session.turns, **extra}
 
 
 def restored(session: SDKSession, data: Mapping[str, Any]) -> dict[str, Any]:
-    """The session fields to replace from `export_history`'s `data` (validated).
+    """The session fields to replace from `export_history`'s `data` (validated). A history
+    entry may also be an older `{"role", "content": str}` text message.
 
     Raises:
         ValueError: `data` is not such a record.
     """
     history = data.get("history") if isinstance(data, Mapping) else None
-    if not (isinstance(history, list) and all(
-            isinstance(m, Mapping) and m.get("role") in ("user", "assistant")
-            and isinstance(m.get("content"), str | list) for m in history)):
-        raise ValueError("an SDK session record has a history of role/content messages")
+    if not isinstance(history, list):
+        raise ValueError("an SDK session record has a list of messages as its history")
+    try:
+        messages = tuple(_restored_message(m) for m in history)
+    except (msgspec.ValidationError, TypeError) as exc:
+        raise ValueError(f"an SDK session record has a malformed message: {exc}") from None
     turns = data.get("turns", 0)
     session_id = data.get("session_id") or session.session_id
-    return {"history": tuple(dict(m) for m in history),
+    return {"history": messages,
             "turns": turns if isinstance(turns, int) else 0,
             "session_id": session_id if isinstance(session_id, str) else session.session_id}
 
 
-def with_prompt(history: tuple[dict[str, Any], ...], prompt: str) -> tuple[dict[str, Any], ...]:
-    """The conversation to send: `history` plus the user message `prompt`.
+def _restored_message(value: Any) -> Message:
+    if isinstance(value, Mapping) and isinstance(value.get("content"), str):
+        role = value.get("role")
+        if role not in ("user", "assistant"):
+            raise TypeError("a message's role is user or assistant")
+        return Message(role=role, content=(TextPart(text=value["content"]),))
+    return msgspec.convert(value, Message)
+
+
+def with_prompt(history: tuple[Message, ...], prompt: str) -> tuple[Message, ...]:
+    """The conversation to send: `history` plus the user message of `prompt`.
 
     A trailing user message is one a failed turn left unanswered: `prompt` replaces it.
     """
-    if history and history[-1].get("role") == "user":
+    if history and history[-1].role == "user":
         history = history[:-1]
-    return (*history, {"role": "user", "content": prompt})
+    return (*history, user_message(prompt))
 
 
 def after_reply(
-    history: Sequence[dict[str, Any]], text: Any, options: SDKOptions
-) -> tuple[dict[str, Any], ...]:
-    """The kept conversation after a successful turn whose reply is `text`.
+    history: Sequence[Message], reply: Message | None, options: SDKOptions
+) -> tuple[Message, ...]:
+    """The kept conversation after a successful turn whose assistant message is `reply`.
+
+    The kept history is exactly the turns' deltas (`Response.messages`) concatenated, then
+    trimmed: a history rebuilt from stored deltas (the `history` option) is the same. An
+    empty reply is kept too; it is left out when the history is sent (`gen_agent.conversation`).
 
     Args:
         history: the conversation sent, ending with the user message.
-        text: the reply to keep, a non-empty `str`; anything else (None, empty) drops the
-            unanswered user message instead.
+        reply: the assistant message, or None (nothing to keep: the user message is dropped).
         options: the bounds (`max_history_messages`, `max_history_bytes`).
 
     Returns:
         The history with the reply, trimmed (see `trim_history`).
     """
     kept = list(history)
-    if isinstance(text, str) and text:
-        kept.append({"role": "assistant", "content": text})
-    elif kept and kept[-1].get("role") == "user":
+    if reply is not None:
+        kept.append(reply)
+    elif kept and kept[-1].role == "user":
+        kept.pop()
+    return trim_history(
+        kept, max_messages=options.max_history_messages, max_bytes=options.max_history_bytes
+    )
+
+
+def seed_history(history: Sequence[Message], options: SDKOptions) -> tuple[Message, ...]:
+    """The kept conversation of a session started with the `history` option (trimmed by the
+    same bounds as a live one; a trailing unanswered user message is dropped)."""
+    kept = list(history)
+    if kept and kept[-1].role == "user":
         kept.pop()
     return trim_history(
         kept, max_messages=options.max_history_messages, max_bytes=options.max_history_bytes
@@ -630,8 +672,8 @@ def after_reply(
 
 
 def trim_history(
-    messages: Sequence[dict[str, Any]], *, max_messages: int, max_bytes: int
-) -> tuple[dict[str, Any], ...]:
+    messages: Sequence[Message], *, max_messages: int, max_bytes: int
+) -> tuple[Message, ...]:
     """Drop the oldest messages until at most `max_messages` remain within `max_bytes`.
 
     Messages go in user/assistant pairs from the front, and a leading assistant message left
@@ -653,6 +695,7 @@ def trim_history(
         drop = 2 if len(kept) > 2 else 1
         total -= sum(sizes[:drop])
         del kept[:drop], sizes[:drop]
-    while kept and kept[0].get("role") != "user":
+    while kept and kept[0].role != "user":
         del kept[0]
     return tuple(kept)
+

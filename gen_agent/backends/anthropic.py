@@ -60,11 +60,15 @@ from gen_agent.backends._sdk import (
     connection_error,
     export_history,
     restored,
+    seed_history,
     status_error,
     stream_turn,
     with_prompt,
 )
+from gen_agent.conversation import Dropped, Message, from_anthropic, to_anthropic
 from gen_agent.event import Event
+from gen_agent.output import schema_of
+from gen_agent.response import finish_reason
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -181,9 +185,14 @@ class AnthropicStreamTranslator(StreamTranslator):
         self.message_id: str | None = None
         self.stop_reason: str | None = None
         self.usage: dict[str, int] = {}
+        self.service_tier: str | None = None
+        self.sent: tuple[Message, ...] = ()
+        self.history_dropped: tuple[Dropped, ...] = ()
         self._texts: list[str] = []
         self._blocks: dict[int, dict[str, Any]] = {}
+        self._done: dict[int, dict[str, Any]] = {}
         self._json: dict[int, list[str]] = {}
+        self._served: str | None = None
 
     def diagnostics(self) -> dict[str, Any]:
         """The base fields plus the text streamed so far, the message id, the stop reason
@@ -204,7 +213,7 @@ class AnthropicStreamTranslator(StreamTranslator):
             if is_text(message.get("id")):
                 self.message_id = message["id"]
             if is_text(message.get("model")):
-                self.model = message["model"]
+                self._served = message["model"]
             self._note_usage(message.get("usage"))
         return []
 
@@ -229,8 +238,10 @@ class AnthropicStreamTranslator(StreamTranslator):
         if kind == "text_delta" and isinstance(delta.get("text"), str):
             if not delta["text"]:
                 return []
-            if self._blocks.get(index, {}).get("type") == "text" and self._texts:
+            block = self._blocks.get(index)
+            if block is not None and block.get("type") == "text" and self._texts:
                 self._texts[-1] += delta["text"]
+                block["text"] = (block.get("text") or "") + delta["text"]
             return [Event.new("text", {"text": delta["text"]})]
         if kind == "input_json_delta" and isinstance(delta.get("partial_json"), str):
             self._json.setdefault(index, []).append(delta["partial_json"])
@@ -247,7 +258,10 @@ class AnthropicStreamTranslator(StreamTranslator):
         index = event.get("index")
         block = self._blocks.pop(index, None) if isinstance(index, int) else None
         pieces = self._json.pop(index, None) if isinstance(index, int) else None
-        if block is None or block.get("type") == "text":
+        if block is None or not isinstance(index, int):
+            return []
+        self._done[index] = block
+        if block.get("type") == "text":
             return []
         if pieces is not None:
             block["input"] = _tool_input("".join(pieces))
@@ -272,14 +286,24 @@ class AnthropicStreamTranslator(StreamTranslator):
     def _message_stop(self, event: Mapping[str, Any]) -> list[Event]:
         self.finished = True
         events = [Event.new("usage", dict(self.usage))] if self.usage else []
-        data = {
+        finish = finish_reason(self.stop_reason)
+        blocks = [self._done[index] for index in sorted(self._done)]
+        reply = from_anthropic(blocks, message_id=self.message_id, finish_reason=finish)
+        data: dict[str, Any] = {
             "text": "".join(self._texts),
             "session_id": self.session_id,
             "stop_reason": self.stop_reason,
+            "finish_reason": finish,
             "model": self.model,
+            "provider_model": self._served,
             "message_id": self.message_id,
+            "response_id": self.message_id,
+            "service_tier": self.service_tier,
             "provider": PROVIDER,
+            "messages": (*self.sent, reply),
         }
+        if self.history_dropped:
+            data["history_dropped"] = self.history_dropped
         events.append(Event.new("result", data))
         return events
 
@@ -291,6 +315,8 @@ class AnthropicStreamTranslator(StreamTranslator):
             value = usage.get(key)
             if isinstance(value, int) and not isinstance(value, bool):
                 self.usage[key] = value
+        if is_text(usage.get("service_tier")):
+            self.service_tier = usage["service_tier"]
 
 
 _HANDLERS: Final = {
@@ -436,7 +462,12 @@ class AnthropicAPI(Backend):
         """
         options = validate_options(opts, AnthropicOptions, _CHECKS, backend=cls.__name__)
         transport, session_id = _SDK.open(options)
-        return AnthropicSession(options=options, session_id=session_id, transport=transport)
+        return AnthropicSession(
+            options=options,
+            session_id=session_id,
+            history=seed_history(options.history, options),
+            transport=transport,
+        )
 
     @classmethod
     def prompt(
@@ -465,12 +496,17 @@ class AnthropicAPI(Backend):
             raise TypeError(f"prompt must be a str, got {type(prompt).__name__}")
         session = msgspec.structs.replace(session, history=with_prompt(session.history, prompt))
         translator = AnthropicStreamTranslator(session.session_id, session.options.model)
+        translator.sent = (session.history[-1],)
+        replay = to_anthropic(session.history)
+        translator.history_dropped = replay.dropped
         stream = stream_turn(
             session,
             context,
             translator,
             sdk=_SDK,
-            create=lambda client: client.messages.create(**_request(session)),
+            create=lambda client: client.messages.create(
+                **_request(session, replay.wire, context.options.output)
+            ),
             error_from_sdk=_error_from_sdk,
         )
         return stream, session
@@ -479,11 +515,12 @@ class AnthropicAPI(Backend):
     def update_session(
         cls, session: AnthropicSession, result_data: Mapping[str, Any]
     ) -> AnthropicSession:
-        """After a successful turn: append the reply's text to the history (bounded), or
-        drop the unanswered user message when the reply is empty or a refusal."""
-        refused = result_data.get("stop_reason") == "refusal"
-        text = None if refused else result_data.get("text")
-        kept = after_reply(session.history, text, session.options)
+        """After a successful turn: append the reply (the last of the result's `messages`)
+        to the history (bounded). An empty reply is kept but not resent (see
+        `gen_agent.conversation`)."""
+        messages = result_data.get("messages") or ()
+        reply = messages[-1] if messages and messages[-1].role == "assistant" else None
+        kept = after_reply(session.history, reply, session.options)
         return msgspec.structs.replace(session, history=kept, turns=session.turns + 1)
 
     @classmethod
@@ -522,7 +559,9 @@ class AnthropicAPI(Backend):
         session.transport.close()
 
 
-def _request(session: AnthropicSession) -> dict[str, Any]:
+def _request(
+    session: AnthropicSession, messages: tuple[dict[str, Any], ...], output: Any = None
+) -> dict[str, Any]:
     # Only the arguments every SDK version takes are keywords; the rest travel in the JSON
     # body as given (`extra_body`), so a field the installed SDK does not know still works.
     o = session.options
@@ -533,10 +572,15 @@ def _request(session: AnthropicSession) -> dict[str, Any]:
         body["temperature"] = o.temperature
     if o.tools:
         body["tools"] = [dict(tool) for tool in o.tools]
+    if output is not None:
+        # Structured outputs: the schema as `output_config.format` (gen_agent.output).
+        config = dict(body.get("output_config") or {})
+        config["format"] = {"type": "json_schema", "schema": schema_of(output)}
+        body["output_config"] = config
     request: dict[str, Any] = {
         "model": o.model,
         "max_tokens": o.max_tokens,
-        "messages": [dict(message) for message in session.history],
+        "messages": list(messages),
         "stream": True,
     }
     if body:

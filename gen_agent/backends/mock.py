@@ -200,6 +200,7 @@ def text_turn(
     session_id: str | None = None,
     usage: Mapping[str, int] | None = None,
     model: str | None = None,
+    result: Mapping[str, Any] | None = None,
 ) -> list[Event]:
     """The events of a successful turn: text event(s), optional usage, then a result.
 
@@ -209,6 +210,8 @@ def text_turn(
         session_id: put in the result data when given.
         usage: token counts (`input_tokens`, `output_tokens`, ...) for a `"usage"` event.
         model: put in the result data when given.
+        result: further result data (e.g. `{"cost_usd": 0.01, "provider": "mock"}`), merged
+            last.
 
     Returns:
         A new list of `Event`s ending with `Event("result", {"text": joined text, ...})`.
@@ -222,6 +225,8 @@ def text_turn(
         data["session_id"] = session_id
     if model is not None:
         data["model"] = model
+    if result is not None:
+        data.update(result)
     events.append(Event.new("result", data))
     return events
 

@@ -68,11 +68,14 @@ from gen_agent.backends._sdk import (
     connection_error,
     export_history,
     restored,
+    seed_history,
     status_error,
     stream_turn,
     with_prompt,
 )
+from gen_agent.conversation import Dropped, Message, from_openai, to_openai
 from gen_agent.event import Event
+from gen_agent.output import schema_name, schema_of
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -181,6 +184,11 @@ class OpenAIStreamTranslator(StreamTranslator):
         self._refusals: list[str] = []
         self._stop_reason: str | None = None
         self._usage: dict[str, int] = {}
+        self._items: list[Any] = []  # output items in arrival order (dicts or _Pending)
+        self._served: str | None = None
+        self.service_tier: str | None = None
+        self.sent: tuple[Message, ...] = ()
+        self.history_dropped: tuple[Dropped, ...] = ()
 
     def _error_fields(self) -> dict[str, Any]:
         return {"response_id": self.response_id}
@@ -226,6 +234,7 @@ class OpenAIStreamTranslator(StreamTranslator):
                 data["message_boundary"] = True
             self._message_items.append(item)
             self._texts.append("")
+            self._items.append(_Pending(item))
         self._texts[-1] += text
         self._streamed[key] = self._streamed.get(key, "") + text
         return Event.new("text", data)
@@ -247,8 +256,15 @@ class OpenAIStreamTranslator(StreamTranslator):
         if not isinstance(item, Mapping):
             return []
         item_type = item.get("type")
+        events = self._message_done(item) if item_type == "message" else []
+        pending = next((i for i, seen in enumerate(self._items)
+                        if isinstance(seen, _Pending) and seen.item_id == item.get("id")), None)
+        if pending is None:
+            self._items.append(dict(item))
+        else:
+            self._items[pending] = dict(item)
         if item_type == "message":
-            return self._message_done(item)
+            return events
         if item_type == "function_call":
             arguments = item.get("arguments")
             data = {
@@ -297,14 +313,34 @@ class OpenAIStreamTranslator(StreamTranslator):
             reason = BackendError.new(PROVIDER, "refusal", response, message=text)
             return [*events, self.error(reason)]
         self.finished = True
+        # The final response's output is the whole reply; the streamed items stand in for it
+        # (a message whose item never came: its streamed text, in arrival order).
+        output = response.get("output")
+        if isinstance(output, list) and output:
+            items = [dict(item) for item in output if isinstance(item, Mapping)]
+        else:
+            items = [
+                _message_item(self._texts[self._message_items.index(item.item_id)])
+                if isinstance(item, _Pending) else item
+                for item in self._items
+            ]
+        called = any(item.get("type") == "function_call" for item in items)
+        finish = "tool_calls" if called else "stop"
+        reply = from_openai(items, response_id=self.response_id, finish_reason=finish)
         data = {
             "text": "\n\n".join(self._texts),
             "session_id": self.session_id,
             "response_id": self.response_id,
             "model": self.model,
+            "provider_model": self._served,
             "stop_reason": status,
+            "finish_reason": finish,
+            "service_tier": self.service_tier,
             "provider": PROVIDER,
+            "messages": (*self.sent, reply),
         }
+        if self.history_dropped:
+            data["history_dropped"] = self.history_dropped
         return [*events, Event.new("result", data)]
 
     def _failed(self, event: Mapping[str, Any]) -> list[Event]:
@@ -355,7 +391,9 @@ class OpenAIStreamTranslator(StreamTranslator):
         if is_text(response.get("id")):
             self.response_id = response["id"]
         if is_text(response.get("model")):
-            self.model = response["model"]
+            self._served = response["model"]
+        if is_text(response.get("service_tier")):
+            self.service_tier = response["service_tier"]
 
     def _usage_events(self, response: Mapping[str, Any]) -> list[Event]:
         usage = _usage_data(response.get("usage"))
@@ -377,6 +415,20 @@ _HANDLERS: Final = {
     "error": OpenAIStreamTranslator._error_event,
 }
 OpenAIStreamTranslator._HANDLERS = _HANDLERS
+
+
+class _Pending:
+    """A message item whose text streamed before (or without) its `output_item.done`."""
+
+    __slots__ = ("item_id",)
+
+    def __init__(self, item_id: Any) -> None:
+        self.item_id = item_id
+
+
+def _message_item(text: str) -> dict[str, Any]:
+    return {"type": "message", "role": "assistant",
+            "content": [{"type": "output_text", "text": text}]}
 
 
 def _part_key(event: Mapping[str, Any]) -> tuple[Any, Any]:
@@ -519,10 +571,17 @@ class OpenAIResponses(Backend):
         """
         options = validate_options(opts, OpenAIOptions, _CHECKS, backend=cls.__name__)
         transport, session_id = _SDK.open(options)
+        history = seed_history(options.history, options)
+        previous = options.previous_response_id
+        if options.store and history:
+            last = history[-1]
+            if previous is None and last.provider == PROVIDER and is_text(last.id):
+                previous, history = last.id, ()  # the provider has it: continue from its id
         return OpenAISession(
             options=options,
             session_id=session_id,
-            previous_response_id=options.previous_response_id,
+            previous_response_id=previous,
+            history=history,
             transport=transport,
         )
 
@@ -546,16 +605,23 @@ class OpenAIResponses(Backend):
         """
         if not isinstance(prompt, str):
             raise TypeError(f"prompt must be a str, got {type(prompt).__name__}")
-        if not session.options.store:
-            messages = with_prompt(session.history, prompt)
-            session = msgspec.structs.replace(session, history=messages)
+        messages = with_prompt(session.history, prompt)
         translator = OpenAIStreamTranslator(session.session_id, session.options.model)
+        translator.sent = (messages[-1],)
+        replay = to_openai(messages) if session.history or not session.options.store else None
+        if not session.options.store:
+            session = msgspec.structs.replace(session, history=messages)
+        if replay is not None:
+            translator.history_dropped = replay.dropped
+        wire = None if replay is None else replay.wire
         stream = stream_turn(
             session,
             context,
             translator,
             sdk=_SDK,
-            create=lambda client: client.responses.create(**_request(session, prompt)),
+            create=lambda client: client.responses.create(
+                **_request(session, prompt, wire, context.options.output)
+            ),
             error_from_sdk=_error_from_sdk,
         )
         return stream, session
@@ -571,8 +637,12 @@ class OpenAIResponses(Backend):
             response_id = result_data.get("response_id")
             if not is_text(response_id):
                 response_id = session.previous_response_id
-            return msgspec.structs.replace(session, previous_response_id=response_id, turns=turns)
-        kept = after_reply(session.history, result_data.get("text"), session.options)
+            return msgspec.structs.replace(
+                session, previous_response_id=response_id, history=(), turns=turns
+            )
+        messages = result_data.get("messages") or ()
+        reply = messages[-1] if messages and messages[-1].role == "assistant" else None
+        kept = after_reply(session.history, reply, session.options)
         return msgspec.structs.replace(session, history=kept, turns=turns)
 
     @classmethod
@@ -613,17 +683,23 @@ class OpenAIResponses(Backend):
         session.transport.close()
 
 
-def _request(session: OpenAISession, prompt: str) -> dict[str, Any]:
+def _request(
+    session: OpenAISession,
+    prompt: str,
+    wire: tuple[dict[str, Any], ...] | None,
+    output: Any = None,
+) -> dict[str, Any]:
     o = session.options
     request: dict[str, Any] = {"model": o.model, "stream": True, "store": o.store}
     if o.params:
         request["extra_body"] = dict(o.params)  # fields the installed SDK may not know
-    if o.store:
+    if wire is None:
         request["input"] = prompt
         if session.previous_response_id is not None:
             request["previous_response_id"] = session.previous_response_id
     else:
-        request["input"] = [dict(message) for message in session.history]
+        # Stateless, or the first stored turn of a seeded history from elsewhere.
+        request["input"] = list(wire)
     if o.instructions is not None:
         request["instructions"] = o.instructions
     if o.max_output_tokens is not None:
@@ -632,4 +708,18 @@ def _request(session: OpenAISession, prompt: str) -> dict[str, Any]:
         request["reasoning"] = dict(o.reasoning)
     if o.tools:
         request["tools"] = [dict(tool) for tool in o.tools]
+    if output is not None:
+        # Structured outputs: the schema as `text.format` (gen_agent.output); not strict,
+        # since msgspec schemas may leave properties optional.
+        fmt = {
+            "type": "json_schema",
+            "name": schema_name(output),
+            "schema": schema_of(output),
+            "strict": False,
+        }
+        extra = request.get("extra_body")
+        if isinstance(extra, dict) and isinstance(extra.get("text"), Mapping):
+            extra["text"] = {**extra["text"], "format": fmt}  # `params` set other text fields
+        else:
+            request["text"] = {"format": fmt}
     return request

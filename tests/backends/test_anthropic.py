@@ -84,7 +84,9 @@ def test_a_text_turn_field_by_field_and_a_second_turn_with_history(
 
     second = agent.ask("And again", timeout=WAIT_S)
 
-    assert (second.text, second.model) == ("Second answer.", "claude-opus-test")
+    # model: what was asked for; provider_model: what the provider says it served.
+    assert (second.text, second.model) == ("Second answer.", MODEL)
+    assert (first.provider_model, second.provider_model) == (MODEL, "claude-opus-test")
     assert second.session_id == first.session_id
     assert messages_of(server, 1) == [
         {"role": "user", "content": "Say hello"},
@@ -230,15 +232,28 @@ def test_cancel_from_another_thread_ends_a_blocked_read(server: ScriptedModelSer
     AnthropicAPI.terminate_session(session)  # idempotent
 
 
-def test_a_refused_or_empty_reply_drops_the_user_message(server: ScriptedModelServer) -> None:
-    server.enqueue(Reply.text("I can't help with that.", stop_reason="refusal"))
+def test_a_refused_or_empty_reply_is_kept_but_not_resent(server: ScriptedModelServer) -> None:
+    server.enqueue(
+        Reply.text("I can't help with that.", stop_reason="refusal"),
+        Reply.message(),
+        Reply.text("ok"),
+    )
     session = AnthropicAPI.start_session(options(server))
 
     events, session, _ = run_turn(AnthropicAPI, session, "bad idea")
-
     assert events[-1].kind == "result"
     assert events[-1].data["stop_reason"] == "refusal"
-    assert (session.history, session.turns) == ((), 1)
+    assert events[-1].data["finish_reason"] == "refusal"
+    _, session, _ = run_turn(AnthropicAPI, session, "say nothing")
+    events, session, _ = run_turn(AnthropicAPI, session, "fine")
+
+    # The history keeps every delta; the refused and the empty turn are not resent.
+    assert [m.role for m in session.history] == ["user", "assistant"] * 3
+    assert session.turns == 3
+    assert messages_of(server, 1) == [{"role": "user", "content": "say nothing"}]
+    assert messages_of(server, 2) == [{"role": "user", "content": "fine"}]
+    reasons = [d.reason for d in events[-1].data["history_dropped"]]
+    assert reasons == ["refused_reply", "refused_reply", "empty_reply", "empty_reply"]
     AnthropicAPI.terminate_session(session)
 
 
@@ -249,10 +264,7 @@ def test_the_history_is_bounded(server: ScriptedModelServer) -> None:
     for prompt in ("u1", "u2", "u3"):
         _, session, _ = run_turn(AnthropicAPI, session, prompt)
 
-    assert session.history == (
-        {"role": "user", "content": "u3"},
-        {"role": "assistant", "content": "a3"},
-    )
+    assert [(m.role, m.text) for m in session.history] == [("user", "u3"), ("assistant", "a3")]
     assert messages_of(server, 2)[0] == {"role": "user", "content": "u2"}
     AnthropicAPI.terminate_session(session)
 
@@ -267,7 +279,7 @@ def test_an_odd_history_cap_never_starts_the_history_with_an_assistant_message(
     for prompt in ("u1", "u2", "u3"):
         _, session, _ = run_turn(AnthropicAPI, session, prompt)
 
-    assert session.history[:1] in ((), ({"role": "user", "content": "u3"},))
+    assert [(m.role, m.text) for m in session.history[:1]] in ([], [("user", "u3")])
     for index in range(3):
         sent = messages_of(server, index)
         assert sent[0]["role"] == "user", (index, sent)
@@ -423,10 +435,22 @@ def test_translator_joins_text_blocks_and_keeps_other_blocks() -> None:
         "text": "AB",
         "session_id": "anthropic-1",
         "stop_reason": "end_turn",
-        "model": "m2",
+        "finish_reason": "stop",
+        "model": "m",
+        "provider_model": "m2",
         "message_id": "msg_1",
+        "response_id": "msg_1",
+        "service_tier": None,
         "provider": "anthropic",
+        "messages": (events[4].data["messages"][0],),
     }
+    reply = events[4].data["messages"][0]
+    assert [type(p).__name__ for p in reply.content] == ["ThinkingPart", "TextPart", "TextPart"]
+    assert [reply.content[0].text, reply.content[1].text, reply.content[2].text] == [
+        "hmm", "A", "B",
+    ]
+    assert reply.content[0].raw == {"type": "thinking", "thinking": "hmm"}
+    assert (reply.provider, reply.id, reply.finish_reason) == ("anthropic", "msg_1", "stop")
     assert translator.truncated() is None
 
 

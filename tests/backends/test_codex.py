@@ -23,7 +23,7 @@ from gen_agent.backends.codex import (
 )
 from gen_agent.errors import CheckpointError, TurnError
 from gen_agent.event import Event
-from gen_agent.response import Response
+from gen_agent.response import Response, normalize_usage
 
 from .conftest import (
     Agent,
@@ -92,7 +92,7 @@ def test_real_text_turn_normalizes_field_by_field() -> None:
         "Hello from codex loopback.",
     )
     assert (response.session_id, response.model, response.provider) == (thread, "gpt-test", "codex")
-    assert response.usage == events[2].data
+    assert response.usage == normalize_usage(events[2].data)
     assert response.tool_calls == []
 
 
@@ -392,6 +392,10 @@ def test_a_rich_turn_keeps_every_item_in_order(fake_codex: FakeCodex) -> None:
         "cache_write_input_tokens": 0,
         "output_tokens": 6,
         "reasoning_output_tokens": 2,
+        # the normalized keys beside the raw ones
+        "cache_read_input_tokens": 4,
+        "cache_creation_input_tokens": 0,
+        "reasoning_tokens": 2,
     }
 
 

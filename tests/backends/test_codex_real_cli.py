@@ -108,6 +108,9 @@ def test_a_text_turn_and_its_resumed_second_turn(server: ScriptedModelServer, tm
         "cache_write_input_tokens": 0,
         "output_tokens": 5,
         "reasoning_output_tokens": 2,
+        "cache_read_input_tokens": 0,
+        "cache_creation_input_tokens": 0,
+        "reasoning_tokens": 2,
     }
     assert first.tool_calls == []
     assert first.terminal is not None and first.terminal.kind == "result"

@@ -71,6 +71,7 @@ def test_a_text_turn_field_by_field_and_a_continued_second_turn(
         "total_tokens": 16,
         "reasoning_tokens": 3,
         "cached_tokens": 2,
+        "cache_read_input_tokens": 2,  # the normalized key beside the raw one
     }
     assert first.session_id is not None and first.session_id.startswith("openai-")
     assert (first.model, first.stop_reason, first.provider) == (
@@ -78,7 +79,7 @@ def test_a_text_turn_field_by_field_and_a_continued_second_turn(
         "completed",
         "openai",
     )
-    first_id = first.extra["response_id"]
+    first_id = first.response_id
     assert first_id.startswith("resp_")
     body = body_of(server, 0)
     assert body["input"] == "Say hello"
@@ -93,7 +94,9 @@ def test_a_text_turn_field_by_field_and_a_continued_second_turn(
 
     second = agent.ask("And again", timeout=WAIT_S)
 
-    assert (second.text, second.model) == ("Second answer.", "gpt-5-mini")
+    assert (second.text, second.model, second.provider_model) == (
+        "Second answer.", DEFAULT_MODEL, "gpt-5-mini",
+    )
     assert second.session_id == first.session_id
     body = body_of(server, 1)
     assert (body["input"], body["previous_response_id"]) == ("And again", first_id)
@@ -206,7 +209,7 @@ def test_a_failed_turn_keeps_the_previous_response_for_the_next(
         agent.ask("second", timeout=WAIT_S)
     agent.ask("third", timeout=WAIT_S)
 
-    assert body_of(server, 2)["previous_response_id"] == first.extra["response_id"]
+    assert body_of(server, 2)["previous_response_id"] == first.response_id
     gen_agent.stop("gpt")
 
 
@@ -279,12 +282,9 @@ def test_the_stateless_history_is_bounded(server: ScriptedModelServer) -> None:
 
     for prompt in ("u1", "u2"):
         _, session, _ = run_turn(OpenAIResponses, session, prompt)
-    assert session.history == (
-        {"role": "user", "content": "u2"},
-        {"role": "assistant", "content": "a2"},
-    )
-    _, session, _ = run_turn(OpenAIResponses, session, "u3")  # an empty reply
-    assert session.history[-1] == {"role": "assistant", "content": "a2"}
+    assert [(m.role, m.text) for m in session.history] == [("user", "u2"), ("assistant", "a2")]
+    _, session, _ = run_turn(OpenAIResponses, session, "u3")  # an empty reply: kept, not resent
+    assert [(m.role, m.text) for m in session.history] == [("user", "u3"), ("assistant", "")]
     OpenAIResponses.terminate_session(session)
 
 
@@ -377,7 +377,11 @@ def test_translator_done_without_deltas_gives_the_text_once() -> None:
         ("result", "Hello\n\nBye\n\nLate"),
     ]
     assert events[-1].data["response_id"] == "resp_1"
-    assert events[-1].data["model"] == "m2"
+    assert (events[-1].data["model"], events[-1].data["provider_model"]) == ("m", "m2")
+    reply = events[-1].data["messages"][-1]
+    assert [(type(p).__name__, p.text) for p in reply.content] == [
+        ("TextPart", "Hello"), ("TextPart", "Bye"), ("ThinkingPart", ""), ("TextPart", "Late"),
+    ]
 
 
 def test_translator_unexpected_status_and_truncation() -> None:

@@ -86,7 +86,7 @@ def main() -> int:
             for index, prompt in enumerate(prompts):
                 response = gen_agent.ask(keys[0], prompt, timeout=120)
                 emit(turn=index, text=response.text, session_id=response.session_id,
-                     response_id=response.extra.get("response_id"))
+                     response_id=response.response_id)
         else:
             def run(key: str) -> None:
                 for prompt in prompts:

@@ -1,0 +1,150 @@
+"""Structured output: ask for a typed answer, get back a validated value in `Response.parsed`.
+
+`ask(name, prompt, output=T)` (or `RequestOptions(output=T)`, or the agent-wide `output`
+start option) asks for a reply of type `T`, any type msgspec can validate: a `Struct`, a
+dataclass, a `TypedDict`, `list[...]`, `dict[str, int]`... The JSON schema sent to the
+provider is `schema_of(T)` (from `msgspec.json.schema`), and each bundled backend uses its
+provider's own mechanism:
+
+| backend | how the schema is sent | what is validated |
+|---|---|---|
+| `AnthropicAPI` | `output_config.format` (`{"type": "json_schema", "schema"}`) | the reply text |
+| `OpenAIResponses` | `text.format` (`json_schema`, `name`, `schema`, not strict) | the reply text |
+| `ClaudeCLI` | `--json-schema SCHEMA` | the result's `structured_output` (else its text) |
+| `CodexCLI` | `--output-schema FILE` | the final message text |
+| `MockBackend` | (the script's text is the reply) | the reply text |
+
+A backend reads the request's type as `context.options.output` and the schema with
+`schema_of`. After a successful turn the runtime validates (`parse_output`): the result's
+`structured_output` value when the backend reports one, else the reply text as JSON (one
+surrounding Markdown code fence is tolerated). A value that does not validate fails the turn
+with the reason `("invalid_output", InvalidOutput(...))`: its `message` is msgspec's
+validation message (hand it back to the model in a caller-owned retry), its `response` the
+turn's `Response` (raw `text`, `messages`, `usage`; `parsed` None). The conversation keeps
+the reply, so a retry continues from it.
+
+Mirrors: nothing in the Elixir original; the field's structured outputs (AgentOS's
+`GenerateTextResult.parsed`, the agent SDKs' `structured_output`).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import Any, Final
+
+import msgspec
+
+from gen_agent.response import Response
+
+__all__ = ["InvalidOutput", "check_output_type", "parse_output", "schema_name", "schema_of"]
+
+_FENCE: Final = re.compile(r"^\s*```[A-Za-z0-9_-]*\s*\n(.*?)\n?```\s*$", re.DOTALL)
+
+
+class InvalidOutput(msgspec.Struct, frozen=True, kw_only=True):
+    """Why a structured reply was refused: the second element of `("invalid_output", ...)`.
+
+    Fields:
+        message: the validation (or JSON decoding) message from msgspec, e.g.
+            `"Expected `int`, got `str` - at `$.count`"`.
+        response: the turn's `Response`: the raw `text`, `messages`, `usage`, `cost_usd`;
+            `parsed` is None.
+    """
+
+    message: str
+    response: Response
+
+
+def check_output_type(output: Any, fn: str) -> Any:
+    """`output` if msgspec can build a JSON schema for it (None passes); else a TypeError.
+
+    Args:
+        output: a type (`Struct`, dataclass, TypedDict, `list[int]`...) or None.
+        fn: the public function named in the error.
+
+    Raises:
+        TypeError: msgspec cannot make a schema of `output` (the message names `fn`).
+    """
+    if output is None:
+        return None
+    try:
+        schema_of(output)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{fn}: output must be a type msgspec can validate, got "
+                        f"{output!r} ({exc})") from None
+    return output
+
+
+@functools.lru_cache(maxsize=256)
+def _schema(output: Any) -> dict[str, Any]:
+    schema = msgspec.json.schema(output)
+    ref = schema.get("$ref")
+    defs = schema.get("$defs")
+    if isinstance(ref, str) and isinstance(defs, dict) and ref.startswith("#/$defs/"):
+        # Providers want an object at the root: inline the referenced definition there.
+        root = dict(defs[ref.removeprefix("#/$defs/")])
+        rest = {k: v for k, v in defs.items() if k != ref.removeprefix("#/$defs/")}
+        if _refers(root, ref) or rest:
+            root["$defs"] = defs
+        return root
+    return schema
+
+
+def _refers(value: Any, ref: str) -> bool:
+    if isinstance(value, dict):
+        return value.get("$ref") == ref or any(_refers(v, ref) for v in value.values())
+    if isinstance(value, list):
+        return any(_refers(v, ref) for v in value)
+    return False
+
+
+def schema_of(output: Any) -> dict[str, Any]:
+    """The JSON schema of `output` as sent to providers (a new dict each call).
+
+    Args:
+        output: any type msgspec can validate.
+
+    Returns:
+        `msgspec.json.schema(output)`, with a root `$ref` to a definition replaced by that
+        definition (providers want an object at the root; `$defs` stay when still referred
+        to).
+
+    Raises:
+        TypeError: msgspec cannot make a schema of it.
+    """
+    return msgspec.json.decode(msgspec.json.encode(_schema(output)))
+
+
+def schema_name(output: Any) -> str:
+    """A name for the schema (`[A-Za-z0-9_-]`, at most 64 chars): the type's name, else
+    `"output"`."""
+    name = getattr(output, "__name__", None) or "output"
+    return re.sub(r"[^A-Za-z0-9_-]", "_", str(name))[:64] or "output"
+
+
+def parse_output(output: Any, response: Response) -> Any:
+    """Validate a turn's structured reply as `output`.
+
+    Args:
+        output: the requested type.
+        response: the turn's `Response`.
+
+    Returns:
+        The validated value: the terminal's `structured_output` converted to `output` when
+        the backend reports one, else `response.text` decoded as JSON of type `output` (one
+        surrounding Markdown code fence is stripped first).
+
+    Raises:
+        msgspec.ValidationError: the value does not match `output`.
+        msgspec.DecodeError: the text is not JSON.
+    """
+    terminal = response.terminal
+    data = terminal.data if terminal is not None else {}
+    if data.get("structured_output") is not None:
+        return msgspec.convert(data["structured_output"], output, strict=True)
+    text = response.text
+    fenced = _FENCE.match(text)
+    if fenced is not None:
+        text = fenced.group(1)
+    return msgspec.json.decode(text, type=output)

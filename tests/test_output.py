@@ -1,0 +1,177 @@
+"""Structured output (gen_agent.output) through the runtime on the mock: `ask(output=T)`,
+`tell_with_completion(output=T)`, `Pool.map(output=T)`, the agent-wide `output` start option,
+the backend seeing the type in `context.options`, `("invalid_output", InvalidOutput)` with the
+validation message and the raw text, and `Response[T]` decoding."""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+import queue
+from typing import Any, TypedDict
+
+import msgspec
+import pytest
+
+import gen_agent
+from gen_agent import RequestOptions
+from gen_agent.backends import mock
+from gen_agent.backends.mock import MockBackend
+from gen_agent.errors import TurnError
+from gen_agent.output import InvalidOutput, parse_output, schema_name, schema_of
+from gen_agent.pool import Pool
+from gen_agent.response import Response
+
+T = 5.0  # seconds: the bound of every wait in this file
+
+
+class Verdict(msgspec.Struct, frozen=True):
+    answer: str
+    confidence: float
+
+
+@dataclasses.dataclass
+class Point:
+    x: int
+    y: int
+
+
+class Counts(TypedDict):
+    n: int
+
+
+class Seeing(MockBackend):
+    """The mock, recording the output type each dispatch saw in its context."""
+
+    seen: list[Any] = []
+
+    @classmethod
+    def prompt(cls, session: Any, prompt: str, context: Any = None) -> Any:
+        cls.seen.append(context.options.output)
+        return super().prompt(session, prompt, context)
+
+
+class Agent(gen_agent.GenAgent):
+    def init_agent(self, opts: dict[str, Any]) -> Any:
+        return {"scripts": opts["scripts"]}, None
+
+    def handle_response(self, ref: Any, response: Any, state: Any) -> Any:
+        return gen_agent.NoReply(state)
+
+
+def start(scripts: list[Any], name: str = "typed", **opts: Any) -> Any:
+    Seeing.seen = []
+    return gen_agent.start_agent(Agent, name=name, backend=Seeing, scripts=scripts, **opts)
+
+
+def test_ask_with_output_gives_a_validated_value_and_the_raw_text() -> None:
+    start([mock.text_turn('{"answer": "yes", "confidence": 0.9}'), mock.text_turn("plain")])
+
+    response = gen_agent.ask("typed", "judge", timeout=T, output=Verdict)
+    plain = gen_agent.ask("typed", "chat", timeout=T)
+
+    assert response.parsed == Verdict(answer="yes", confidence=0.9)
+    assert response.text == '{"answer": "yes", "confidence": 0.9}'
+    assert (plain.parsed, plain.text) == (None, "plain")
+    assert Seeing.seen == [Verdict, None]
+
+
+def test_a_reply_that_does_not_validate_fails_the_turn_with_the_message_and_the_text() -> None:
+    start([mock.text_turn('{"answer": "yes", "confidence": "high"}', usage={
+        "input_tokens": 3, "output_tokens": 4}), mock.text_turn("not json")])
+
+    with pytest.raises(TurnError) as wrong_type:
+        gen_agent.ask("typed", "judge", timeout=T, output=Verdict)
+    with pytest.raises(TurnError) as not_json:
+        gen_agent.ask("typed", "judge", timeout=T, options=RequestOptions(output=Verdict))
+
+    kind, invalid = wrong_type.value.reason
+    assert kind == "invalid_output" and type(invalid) is InvalidOutput
+    assert invalid.message == "Expected `float`, got `str` - at `$.confidence`"
+    assert invalid.response.text == '{"answer": "yes", "confidence": "high"}'
+    assert invalid.response.parsed is None
+    assert invalid.response.usage is not None and invalid.response.usage["output_tokens"] == 4
+    # The spent tokens count even though the reply was refused.
+    assert invalid.response.session_usage == {"input_tokens": 3, "output_tokens": 4}
+    kind, invalid = not_json.value.reason
+    assert kind == "invalid_output" and invalid.message.startswith("JSON is malformed")
+    assert invalid.response.text == "not json"
+
+
+def test_the_agent_wide_default_applies_unless_the_request_names_a_type() -> None:
+    start([mock.text_turn('{"x": 1, "y": 2}'), mock.text_turn("[1, 2]"),
+           mock.text_turn("```json\n{\"n\": 3}\n```")], output=Point)
+
+    default = gen_agent.ask("typed", "where", timeout=T)
+    listed = gen_agent.ask("typed", "list", timeout=T, output=list[int])
+    fenced = gen_agent.ask("typed", "count", timeout=T, output=Counts)
+
+    assert default.parsed == Point(1, 2)
+    assert listed.parsed == [1, 2]
+    assert fenced.parsed == {"n": 3}  # one surrounding code fence is tolerated
+    assert Seeing.seen == [Point, list[int], Counts]
+
+
+def test_tell_with_completion_and_pool_map_carry_the_type() -> None:
+    start([mock.text_turn('{"answer": "a", "confidence": 1}')])
+    inbox: queue.Queue[Any] = queue.Queue()
+
+    gen_agent.tell_with_completion("typed", "judge", inbox, output=Verdict)
+    completion = inbox.get(timeout=T)
+
+    assert completion[4][1].parsed == Verdict(answer="a", confidence=1.0)
+    with Pool(Agent, size=2, name_prefix="pw", backend=MockBackend, scripts=[
+            mock.text_turn('{"x": 0, "y": 0}')] * 3) as pool:
+        responses = pool.map(["a", "b", "c"], timeout=T, output=Point)
+    assert [r.parsed for r in responses] == [Point(0, 0)] * 3
+
+
+def test_a_result_s_structured_output_value_wins_over_the_text() -> None:
+    events = [mock.text_turn("I made it.", result={"structured_output": {"x": 5, "y": 6}})]
+    start(events)
+
+    response = gen_agent.ask("typed", "make", timeout=T, output=Point)
+
+    assert (response.parsed, response.text) == (Point(5, 6), "I made it.")
+
+
+def test_response_is_generic_so_decoding_gives_the_type_back() -> None:
+    start([mock.text_turn('{"answer": "no", "confidence": 0.25}')])
+    response = gen_agent.ask("typed", "judge", timeout=T, output=Verdict)
+
+    blob = msgspec.json.encode(response)
+    decoded = msgspec.json.decode(blob, type=Response[Verdict])
+
+    assert decoded.parsed == Verdict(answer="no", confidence=0.25)
+    assert msgspec.json.decode(blob, type=Response).parsed == {"answer": "no",
+                                                                "confidence": 0.25}
+    assert pickle.loads(pickle.dumps(response)) == response
+
+
+def test_bad_output_types_are_refused_at_the_client_boundary() -> None:
+    start([])
+    with pytest.raises(TypeError, match="ask: output must be a type msgspec can validate"):
+        gen_agent.ask("typed", "x", timeout=T, output=object())
+    with pytest.raises(TypeError, match="RequestOptions: output"):
+        RequestOptions(output=threading_lock_type())
+    with pytest.raises(gen_agent.AgentStartError):
+        gen_agent.start_agent(Agent, name="bad", backend=MockBackend, scripts=[],
+                              output=complex)
+
+
+def threading_lock_type() -> Any:
+    import threading
+
+    return type(threading.Lock())
+
+
+def test_schema_of_puts_the_struct_at_the_root_and_parse_output_validates() -> None:
+    schema = schema_of(Verdict)
+
+    assert schema["type"] == "object"
+    assert schema["required"] == ["answer", "confidence"]
+    assert "$ref" not in schema and "$defs" not in schema
+    assert schema_of(list[int]) == {"type": "array", "items": {"type": "integer"}}
+    assert (schema_name(Verdict), schema_name(list[int])) == ("Verdict", "list")
+    response = Response.from_events([gen_agent.Event.new("result", {"text": '{"n": 1}'})])
+    assert parse_output(Counts, response) == {"n": 1}
