@@ -16,8 +16,8 @@ from typing import Any, Literal
 
 import msgspec
 
-from gen_agent.limits import ProviderLimit
 from gen_agent.accounting import Spend
+from gen_agent.limits import ProviderLimit
 from gen_agent.output import check_output_type
 
 RESERVED = (
