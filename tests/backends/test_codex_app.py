@@ -47,4 +47,6 @@ def test_the_recorded_two_turn_session_replays(tmp_path: Path) -> None:
     # tokenUsage `last` is the turn's (its `total` is the thread's running total).
     assert first.usage == second.usage == {
         "input_tokens": 20, "output_tokens": 6, "cached_input_tokens": 0,
-        "cache_write_input_tokens": 0, "reasoning_output_tokens": 0}
+        "cache_write_input_tokens": 0, "reasoning_output_tokens": 0,
+        # the normalized keys beside the raw ones (gen_agent.response.normalize_usage)
+        "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0, "reasoning_tokens": 0}
