@@ -59,6 +59,14 @@ def test_the_http_backends_offline() -> None:
                                       ("openai", expected[0], "openai", *expected[1:])]
 
 
+def test_tools_with_a_permission_policy_and_an_agent_tool(capsys) -> None:
+    load_example("guide/tools").main()
+    assert capsys.readouterr().out.splitlines() == [
+        "Ship on Friday. | notes.txt is protected | deleted tmp.txt | Looks right to me.",
+        "tool calls: ['read_file', 'delete_file', 'delete_file', 'ask_reviewer']",
+        "agent calls: [('reviewer', 'ok')]"]
+
+
 def test_streaming_threaded_then_async(capsys) -> None:
     load_example("guide/streaming").main()
     assert capsys.readouterr().out.splitlines() == [
@@ -67,7 +75,7 @@ def test_streaming_threaded_then_async(capsys) -> None:
 
 # (first_agent and offline_backends import the provider SDKs, about a second each: their
 # functions are tested above, in-process.)
-@pytest.mark.parametrize("name", ["echo_backend", "telemetry_logging", "streaming"])
+@pytest.mark.parametrize("name", ["echo_backend", "telemetry_logging", "streaming", "tools"])
 def test_the_guide_scripts_run(name: str) -> None:
     done = subprocess.run([sys.executable, f"docs/examples/guide/{name}.py"],
                           cwd=EXAMPLES.parents[1], capture_output=True, text=True,
