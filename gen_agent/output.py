@@ -10,9 +10,15 @@ provider's own mechanism:
 |---|---|---|
 | `AnthropicAPI` | `output_config.format` (`{"type": "json_schema", "schema"}`) | the reply text |
 | `OpenAIResponses` | `text.format` (`json_schema`, `name`, `schema`, not strict) | the reply text |
-| `ClaudeCLI` | `--json-schema SCHEMA` | the result's `structured_output` (else its text) |
-| `CodexCLI` | `--output-schema FILE` | the final message text |
+| `ClaudeCLI` | not sent yet (see below) | the result's `structured_output`, else its text |
+| `CodexCLI` | not sent yet (see below) | the final message text |
 | `MockBackend` | (the script's text is the reply) | the reply text |
+
+The CLI backends do not pass the schema yet: a warm `claude` process takes `--json-schema`
+once, at its start, and `codex exec` takes `--output-schema FILE`; wiring them per request is
+open work. Today: run `ClaudeCLI` with `mode="per_turn"` and `extra_args=["--json-schema",
+json.dumps(schema_of(T))]` (its result's `structured_output` is then what is validated), or
+describe the shape in the prompt; the runtime validates either way.
 
 A backend reads the request's type as `context.options.output` and the schema with
 `schema_of`. After a successful turn the runtime validates (`parse_output`): the result's

@@ -383,6 +383,9 @@ class ClaudeStreamTranslator(LineTranslator):
         if isinstance(text, str) and text:
             data["text"] = text
         _add_result_fields(data, line)
+        if "structured_output" in data:
+            # The StructuredOutput tool call is the answer itself, not a pending tool call.
+            data["finish_reason"] = "stop"
         data["raw"] = line
         events.append(Event("result", data, monotonic_ms()))
         return events
@@ -429,6 +432,7 @@ _RESULT_FIELDS: Final = (
     ("is_error", "is_error"),
     ("subtype", "subtype"),
     ("stop_reason", "stop_reason"),
+    ("structured_output", "structured_output"),  # with --json-schema (gen_agent.output)
 )
 
 _HANDLERS: Final = {
