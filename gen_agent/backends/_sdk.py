@@ -41,7 +41,6 @@ from gen_agent.backend import BackendError, SessionStartError, TurnContext
 from gen_agent.backends._option_checks import (
     Check,
     int_at_least,
-    is_dict_seq,
     is_positive_number,
     is_str_map,
     is_text,
@@ -58,6 +57,7 @@ __all__ = [
     "SDKSession",
     "StreamTranslator",
     "Transport",
+    "after_loop",
     "after_reply",
     "connection_error",
     "export_history",
@@ -232,7 +232,11 @@ class SDKOptions(msgspec.Struct, frozen=True, kw_only=True):
         api_key: the API key; None reads the provider's environment variable.
         base_url: the API root; None: the SDK's default.
         model: the model.
-        tools: tool definitions sent with every request (dicts, as the API takes them).
+        tools: tools offered with every request: provider tool definitions (dicts, as the
+            API takes them; a call of one ends the turn with the reply), and Python tools
+            (`gen_agent.tools.tool`, or plain annotated functions), which the backend runs
+            itself in its tool loop (see `gen_agent.backends._tool_loop`).
+        max_steps: the most requests one turn's tool loop makes (count, >= 1; default 8).
         params: further request arguments, as given.
         timeout: the SDK timeout (seconds; also the longest wait between two stream events).
         max_retries: the SDK's own retries (count; default 0: the agent owns retries).
@@ -248,7 +252,8 @@ class SDKOptions(msgspec.Struct, frozen=True, kw_only=True):
     api_key: str | None = None
     base_url: str | None = None
     model: str
-    tools: tuple[dict[str, Any], ...] = ()
+    tools: tuple[Any, ...] = ()
+    max_steps: int = 8
     params: dict[str, Any] = msgspec.field(default_factory=dict)
     timeout: float = 60.0
     max_retries: int = 0
@@ -259,11 +264,32 @@ class SDKOptions(msgspec.Struct, frozen=True, kw_only=True):
     history: tuple[Message, ...] = ()
 
 
+def split_tools(tools: Sequence[Any]) -> tuple[tuple[dict[str, Any], ...], tuple[Any, ...]]:
+    """`(provider tool definitions, Python tools)` of a `tools` option (`gen_agent.tools`)."""
+    from gen_agent.tools import as_tools
+
+    raw = tuple(dict(t) for t in tools if isinstance(t, Mapping))
+    return raw, as_tools([t for t in tools if not isinstance(t, Mapping)])
+
+
+def is_tool_seq(value: Any) -> bool:
+    """True for a list or tuple of tool definitions (mappings) and Python tools: each callable
+    must make a valid `gen_agent.tools.Tool`, with unique names."""
+    if not isinstance(value, list | tuple):
+        return False
+    try:
+        split_tools(value)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
 SDK_CHECKS: Final[Mapping[str, Check]] = {
     "api_key": (is_text, "a non-empty str"),
     "base_url": (is_text, "a non-empty str (a URL)"),
     "model": (is_text, "a non-empty str"),
-    "tools": (is_dict_seq, "a list of dicts"),
+    "tools": (is_tool_seq, "a list of tool definitions (dicts) or Python tools (functions)"),
+    "max_steps": (int_at_least(1), "an int >= 1 (requests)"),
     "timeout": (is_positive_number, "a number > 0 (seconds)"),
     "max_retries": (int_at_least(0), "an int >= 0"),
     "default_headers": (is_str_map, "a dict of str to str"),
@@ -285,6 +311,8 @@ class SDKSession(msgspec.Struct, frozen=True, kw_only=True):
             form at each request).
         turns: successful turns so far (count).
         transport: the SDK client and cancel support (shared by copies).
+        tool_defs: the provider tool definitions of the `tools` option (dicts).
+        python_tools: its Python tools (`gen_agent.tools.Tool`), run in the tool loop.
     """
 
     options: SDKOptions
@@ -292,6 +320,8 @@ class SDKSession(msgspec.Struct, frozen=True, kw_only=True):
     history: tuple[Message, ...] = ()
     turns: int = 0
     transport: Any = None
+    tool_defs: tuple[dict[str, Any], ...] = ()
+    python_tools: tuple[Any, ...] = ()
 
 
 class SDK(msgspec.Struct, frozen=True, kw_only=True):
@@ -631,6 +661,18 @@ def with_prompt(history: tuple[Message, ...], prompt: str) -> tuple[Message, ...
     if history and history[-1].role == "user":
         history = history[:-1]
     return (*history, user_message(prompt))
+
+
+def after_loop(history: Sequence[Message], added: Sequence[Message],
+               options: SDKOptions) -> tuple[Message, ...]:
+    """The kept conversation after a successful turn that added `added` after the user
+    message (a reply, or a tool loop's replies and tool results); see `after_reply`."""
+    kept = [*history, *added]
+    if not added and kept and kept[-1].role == "user":
+        kept.pop()
+    return trim_history(
+        kept, max_messages=options.max_history_messages, max_bytes=options.max_history_bytes
+    )
 
 
 def after_reply(

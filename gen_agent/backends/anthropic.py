@@ -56,15 +56,17 @@ from gen_agent.backends._sdk import (
     SDKOptions,
     SDKSession,
     StreamTranslator,
-    after_reply,
+    after_loop,
     connection_error,
     export_history,
     restored,
     seed_history,
+    split_tools,
     status_error,
     stream_turn,
     with_prompt,
 )
+from gen_agent.backends._tool_loop import run_loop
 from gen_agent.conversation import Dropped, Message, from_anthropic, to_anthropic
 from gen_agent.event import Event
 from gen_agent.output import schema_of
@@ -461,12 +463,15 @@ class AnthropicAPI(Backend):
         Mirrors: `start_session/1` (contract §7.1, §7.6; docs: the backend guide).
         """
         options = validate_options(opts, AnthropicOptions, _CHECKS, backend=cls.__name__)
+        tool_defs, python_tools = split_tools(options.tools)
         transport, session_id = _SDK.open(options)
         return AnthropicSession(
             options=options,
             session_id=session_id,
             history=seed_history(options.history, options),
             transport=transport,
+            tool_defs=tool_defs,
+            python_tools=python_tools,
         )
 
     @classmethod
@@ -495,20 +500,31 @@ class AnthropicAPI(Backend):
         if not isinstance(prompt, str):
             raise TypeError(f"prompt must be a str, got {type(prompt).__name__}")
         session = msgspec.structs.replace(session, history=with_prompt(session.history, prompt))
-        translator = AnthropicStreamTranslator(session.session_id, session.options.model)
-        translator.sent = (session.history[-1],)
-        replay = to_anthropic(session.history)
-        translator.history_dropped = replay.dropped
-        stream = stream_turn(
-            session,
-            context,
-            translator,
-            sdk=_SDK,
-            create=lambda client: client.messages.create(
-                **_request(session, replay.wire, context.options.output)
-            ),
-            error_from_sdk=_error_from_sdk,
-        )
+        output = context.options.output
+
+        def step(history: tuple[Message, ...], sent: tuple[Message, ...]) -> Iterator[Event]:
+            translator = AnthropicStreamTranslator(session.session_id, session.options.model)
+            translator.sent = sent
+            replay = to_anthropic(history)
+            translator.history_dropped = replay.dropped
+            return stream_turn(
+                session,
+                context,
+                translator,
+                sdk=_SDK,
+                create=lambda client: client.messages.create(
+                    **_request(session, replay.wire, output)
+                ),
+                error_from_sdk=_error_from_sdk,
+            )
+
+        if not session.python_tools:
+            stream = step(session.history, (session.history[-1],))
+        else:  # the tool loop: Python tools run inside the turn (gen_agent.tools)
+            stream = run_loop(
+                sent=(session.history[-1],), history=session.history,
+                step=lambda history: step(history, ()), tools=session.python_tools,
+                context=context, provider=PROVIDER, max_steps=session.options.max_steps)
         return stream, session
 
     @classmethod
@@ -518,9 +534,11 @@ class AnthropicAPI(Backend):
         """After a successful turn: append the reply (the last of the result's `messages`)
         to the history (bounded). An empty reply is kept but not resent (see
         `gen_agent.conversation`)."""
-        messages = result_data.get("messages") or ()
-        reply = messages[-1] if messages and messages[-1].role == "assistant" else None
-        kept = after_reply(session.history, reply, session.options)
+        messages = tuple(result_data.get("messages") or ())
+        added = messages[1:] if messages and messages[0].role == "user" else messages
+        if not any(m.role == "assistant" for m in added):
+            added = ()
+        kept = after_loop(session.history, added, session.options)
         return msgspec.structs.replace(session, history=kept, turns=session.turns + 1)
 
     @classmethod
@@ -570,8 +588,9 @@ def _request(
         body["system"] = o.system
     if o.temperature is not None:
         body["temperature"] = o.temperature
-    if o.tools:
-        body["tools"] = [dict(tool) for tool in o.tools]
+    tools = [*session.tool_defs, *(tool.spec() for tool in session.python_tools)]
+    if tools:
+        body["tools"] = tools
     if output is not None:
         # Structured outputs: the schema as `output_config.format` (gen_agent.output).
         config = dict(body.get("output_config") or {})

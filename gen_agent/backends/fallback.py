@@ -107,6 +107,17 @@ class FallbackSession(msgspec.Struct, frozen=True, kw_only=True):
     pending: Any = None
 
 
+def _with_prompt(session: Any, prompt: str) -> Any:
+    """`session` with `prompt` as its conversation's new user message (an SDK session keeps
+    its conversation in `history`), as its own `prompt` would have left it."""
+    from gen_agent.backends._sdk import with_prompt
+
+    history = getattr(session, "history", None)
+    if history is None:
+        return session
+    return msgspec.structs.replace(session, history=with_prompt(history, prompt))
+
+
 def _provider(backend: Any) -> str:
     name = getattr(backend, "PROVIDER", None)
     return name if isinstance(name, str) else getattr(backend, "__name__", type(backend).__name__)
@@ -126,8 +137,10 @@ class Fallback(Backend):
         hops: a sequence of `(backend, options)` pairs, primary first (at least two).
 
     Errors: at start, `SessionStartError` with `("invalid_option", "hops", value)` for a bad
-    `hops`, `("cli_backend_cannot_be_a_hop", name)` for a CLI backend, or the failing hop's
-    own start reason wrapped as `("hop_start_failed", index, reason)`.
+    `hops`, `("cli_backend_cannot_be_a_hop", name)` for a CLI backend,
+    `("hop_needs_local_history", index)` for a hop whose conversation lives on the provider
+    (`OpenAIResponses` with `store=True`: give it `store=False`), or the failing hop's own
+    start reason wrapped as `("hop_start_failed", index, reason)`.
 
     Mirrors: nothing in the contract (see the module docstring).
     """
@@ -157,6 +170,10 @@ class Fallback(Backend):
                 except SessionStartError as exc:
                     raise SessionStartError(("hop_start_failed", index, exc.reason)) from exc
                 started.append(_Hop(backend, session))
+                if getattr(getattr(session, "options", None), "store", False) is True:
+                    # its conversation lives on the provider: another hop's answer cannot
+                    # join it, so the next turn on it would miss that exchange
+                    raise SessionStartError(("hop_needs_local_history", index))
         except BaseException:
             for hop in started:
                 hop.backend.terminate_session(hop.session)
@@ -189,11 +206,8 @@ class Fallback(Backend):
         hops = list(session.hops)
         for index, hop in enumerate(hops):
             prompted = pending.prompted.get(index)
-            if prompted is None:  # never tried this turn: give it the prompt without sending
-                events, prompted = hop.backend.prompt(hop.session, session.prompt or "", None)
-                close = getattr(events, "close", None)
-                if close is not None:
-                    close()
+            if prompted is None:  # never tried this turn: its history gets the prompt too
+                prompted = _with_prompt(hop.session, session.prompt or "")
             update = getattr(hop.backend, "update_session", None)
             hops[index] = _Hop(hop.backend, prompted if update is None
                                else update(prompted, result_data))

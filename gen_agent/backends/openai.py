@@ -64,16 +64,18 @@ from gen_agent.backends._sdk import (
     SDKOptions,
     SDKSession,
     StreamTranslator,
-    after_reply,
+    after_loop,
     connection_error,
     export_history,
     restored,
     seed_history,
+    split_tools,
     status_error,
     stream_turn,
     with_prompt,
 )
-from gen_agent.conversation import Dropped, Message, from_openai, to_openai
+from gen_agent.backends._tool_loop import run_loop
+from gen_agent.conversation import Dropped, Message, ToolResultPart, from_openai, to_openai
 from gen_agent.event import Event
 from gen_agent.output import schema_name, schema_of
 
@@ -570,6 +572,7 @@ class OpenAIResponses(Backend):
         Mirrors: `start_session/1` (contract §7.1, §7.6; docs: the backend guide).
         """
         options = validate_options(opts, OpenAIOptions, _CHECKS, backend=cls.__name__)
+        tool_defs, python_tools = split_tools(options.tools)
         transport, session_id = _SDK.open(options)
         history = seed_history(options.history, options)
         previous = options.previous_response_id
@@ -583,6 +586,8 @@ class OpenAIResponses(Backend):
             previous_response_id=previous,
             history=history,
             transport=transport,
+            tool_defs=tool_defs,
+            python_tools=python_tools,
         )
 
     @classmethod
@@ -606,24 +611,42 @@ class OpenAIResponses(Backend):
         if not isinstance(prompt, str):
             raise TypeError(f"prompt must be a str, got {type(prompt).__name__}")
         messages = with_prompt(session.history, prompt)
-        translator = OpenAIStreamTranslator(session.session_id, session.options.model)
-        translator.sent = (messages[-1],)
-        replay = to_openai(messages) if session.history or not session.options.store else None
-        if not session.options.store:
+        stateless = not session.options.store
+        replay = to_openai(messages) if session.history or stateless else None
+        if stateless:
             session = msgspec.structs.replace(session, history=messages)
-        if replay is not None:
-            translator.history_dropped = replay.dropped
-        wire = None if replay is None else replay.wire
-        stream = stream_turn(
-            session,
-            context,
-            translator,
-            sdk=_SDK,
-            create=lambda client: client.responses.create(
-                **_request(session, prompt, wire, context.options.output)
-            ),
-            error_from_sdk=_error_from_sdk,
-        )
+        output = context.options.output
+        turn_session = session
+
+        def request(wire: Any, previous: str | None, sent: tuple[Message, ...],
+                    dropped: Any = ()) -> Iterator[Event]:
+            translator = OpenAIStreamTranslator(turn_session.session_id,
+                                                turn_session.options.model)
+            translator.sent = sent
+            translator.history_dropped = dropped
+            step_session = msgspec.structs.replace(turn_session, previous_response_id=previous)
+            return stream_turn(
+                step_session,
+                context,
+                translator,
+                sdk=_SDK,
+                create=lambda client: client.responses.create(
+                    **_request(step_session, prompt, wire, output)
+                ),
+                error_from_sdk=_error_from_sdk,
+            )
+
+        first_wire = None if replay is None else replay.wire
+        first_dropped = () if replay is None else replay.dropped
+        if not session.python_tools:
+            stream = request(first_wire, session.previous_response_id, (messages[-1],),
+                             first_dropped)
+        else:  # the tool loop: Python tools run inside the turn (gen_agent.tools)
+            stream = run_loop(sent=(messages[-1],), history=messages,
+                              step=_loop_step(request, first_wire, first_dropped, stateless,
+                                              session.previous_response_id),
+                              tools=session.python_tools, context=context, provider=PROVIDER,
+                              max_steps=session.options.max_steps)
         return stream, session
 
     @classmethod
@@ -640,9 +663,11 @@ class OpenAIResponses(Backend):
             return msgspec.structs.replace(
                 session, previous_response_id=response_id, history=(), turns=turns
             )
-        messages = result_data.get("messages") or ()
-        reply = messages[-1] if messages and messages[-1].role == "assistant" else None
-        kept = after_reply(session.history, reply, session.options)
+        messages = tuple(result_data.get("messages") or ())
+        added = messages[1:] if messages and messages[0].role == "user" else messages
+        if not any(m.role == "assistant" for m in added):
+            added = ()
+        kept = after_loop(session.history, added, session.options)
         return msgspec.structs.replace(session, history=kept, turns=turns)
 
     @classmethod
@@ -683,6 +708,42 @@ class OpenAIResponses(Backend):
         session.transport.close()
 
 
+def _function_tool(tool: Any) -> dict[str, Any]:
+    # A Python tool as a Responses API function tool (not strict: msgspec schemas may leave
+    # properties optional).
+    return {"type": "function", "name": tool.name, "description": tool.description,
+            "parameters": tool.input_schema, "strict": False}
+
+
+def _loop_step(request: Any, first_wire: Any, first_dropped: Any, stateless: bool,
+               previous: str | None) -> Any:
+    """The tool loop's `step` for OpenAI: stateless, each step sends the whole conversation;
+    with server-side state, the first step is the turn's usual request and each later one
+    continues the step before it (`previous_response_id`) with the tool results only."""
+    last: list[str | None] = [previous]
+    steps = [0]
+
+    def step(history: tuple[Message, ...]) -> Iterator[Event]:
+        steps[0] += 1
+        if steps[0] == 1:
+            events = request(first_wire, last[0], (), first_dropped)
+        elif stateless:
+            replay = to_openai(history)
+            events = request(replay.wire, None, (), replay.dropped)
+        else:
+            results = [part for part in history[-1].content if isinstance(part, ToolResultPart)]
+            wire = tuple({"type": "function_call_output", "call_id": part.tool_call_id,
+                          "output": part.content if isinstance(part.content, str)
+                          else msgspec.json.encode(part.content).decode()} for part in results)
+            events = request(wire, last[0], ())
+        for event in events:
+            if event.kind == "result" and is_text(event.data.get("response_id")):
+                last[0] = event.data["response_id"]
+            yield event
+
+    return step
+
+
 def _request(
     session: OpenAISession,
     prompt: str,
@@ -698,16 +759,20 @@ def _request(
         if session.previous_response_id is not None:
             request["previous_response_id"] = session.previous_response_id
     else:
-        # Stateless, or the first stored turn of a seeded history from elsewhere.
+        # Stateless, the first stored turn of a seeded history from elsewhere, or a tool
+        # loop's next step continuing its stored response with the tool results.
         request["input"] = list(wire)
+        if session.previous_response_id is not None:
+            request["previous_response_id"] = session.previous_response_id
     if o.instructions is not None:
         request["instructions"] = o.instructions
     if o.max_output_tokens is not None:
         request["max_output_tokens"] = o.max_output_tokens
     if o.reasoning is not None:
         request["reasoning"] = dict(o.reasoning)
-    if o.tools:
-        request["tools"] = [dict(tool) for tool in o.tools]
+    tools = [*session.tool_defs, *(_function_tool(tool) for tool in session.python_tools)]
+    if tools:
+        request["tools"] = tools
     if output is not None:
         # Structured outputs: the schema as `text.format` (gen_agent.output); not strict,
         # since msgspec schemas may leave properties optional.
