@@ -67,6 +67,16 @@ def test_tools_with_a_permission_policy_and_an_agent_tool(capsys) -> None:
         "agent calls: [('reviewer', 'ok')]"]
 
 
+def test_the_tools_recipe_on_anthropic_with_an_openai_fallback(capsys) -> None:
+    assert load_example("guide/tools_fallback").main() == [
+        "Faster turns. / published 'v2.0'",
+        "fallback: anthropic:error -> openai:ok",
+        "tools: read_file, publish",
+        "permissions: allow, allow",
+        "messages: user, assistant, user, assistant",
+    ]
+
+
 def test_streaming_threaded_then_async(capsys) -> None:
     load_example("guide/streaming").main()
     assert capsys.readouterr().out.splitlines() == [
