@@ -33,7 +33,6 @@ import contextlib
 import itertools
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any, Final
 
@@ -45,7 +44,7 @@ from gen_agent.backends._claude_mcp import McpServer
 from gen_agent.backends._claude_stream import PROVIDER, ClaudeStreamTranslator
 from gen_agent.backends._jsonl import translate_line
 from gen_agent.backends._process import ChildProcess, LineTooLong
-from gen_agent.backends.warm import LiveProcess, WarmExited, WarmOutput
+from gen_agent.backends.warm import LiveProcess, TurnQueue, WarmExited, WarmOutput
 from gen_agent.event import Event, monotonic_ms
 from gen_agent.permission import (
     DENY_FAILED,
@@ -85,28 +84,15 @@ def _line_type(raw: bytes) -> Any:
         return None
 
 
-class _TurnLines:
+class _TurnLines(TurnQueue):
     """The items routed to one turn: stdout lines, control requests, EXIT, CANCEL."""
 
-    __slots__ = ("cond", "grace_s", "items", "writing")
+    __slots__ = ("grace_s", "writing")
 
     def __init__(self, grace_s: float) -> None:
-        self.items: deque[Any] = deque()
-        self.cond = threading.Condition(threading.Lock())
+        super().__init__()
         self.writing = False
         self.grace_s = grace_s
-
-    def put(self, item: Any) -> None:
-        with self.cond:
-            self.items.append(item)
-            self.cond.notify()
-
-    def get(self, timeout: float | None = None) -> Any:
-        """The next item; None when `timeout` seconds passed first."""
-        with self.cond:
-            if not self.cond.wait_for(lambda: self.items, timeout):
-                return None
-            return self.items.popleft()
 
 
 class _ClaudeProcess:

@@ -28,7 +28,6 @@ import contextlib
 import itertools
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any, Final
 
@@ -37,7 +36,7 @@ from loguru import logger
 
 from gen_agent.backend import BackendError, DispatchError, TurnContext
 from gen_agent.backends._process import ChildProcess, LineTooLong
-from gen_agent.backends.warm import LiveProcess, WarmExited, WarmOutput
+from gen_agent.backends.warm import LiveProcess, TurnQueue, WarmExited, WarmOutput
 from gen_agent.event import Event, monotonic_ms
 from gen_agent.permission import DENY_FAILED, Allow, Deny, ToolPermissionRequest
 
@@ -56,23 +55,8 @@ _DECODE: Final = msgspec.json.Decoder()
 _REQUEST_S: Final = 60.0
 
 
-class _Lines:
+class _Lines(TurnQueue):
     """The items routed to one turn (messages, EXIT, CANCEL)."""
-
-    def __init__(self) -> None:
-        self.items: deque[Any] = deque()
-        self.cond = threading.Condition(threading.Lock())
-
-    def put(self, item: Any) -> None:
-        with self.cond:
-            self.items.append(item)
-            self.cond.notify()
-
-    def get(self, timeout: float | None = None) -> Any:
-        with self.cond:
-            if not self.cond.wait_for(lambda: self.items, timeout):
-                return None
-            return self.items.popleft()
 
 
 class _AppProcess:

@@ -41,6 +41,7 @@ __all__ = [
     "DEFAULT_INTERRUPT_GRACE_MS",
     "DEFAULT_MAX_LIVE_PROCESSES",
     "LiveProcess",
+    "TurnQueue",
     "WarmExited",
     "WarmOutput",
     "live_processes",
@@ -56,6 +57,31 @@ DEFAULT_INTERRUPT_GRACE_MS: Final = 5_000
 
 DEFAULT_MAX_LIVE_PROCESSES: Final = 32
 """Default cap on live warm CLI processes in this Python process."""
+
+
+class TurnQueue:
+    """The items a live process's reader routes to the turn that reads them (lines, control
+    requests, EXIT, CANCEL): a small blocking FIFO. Thread-safe; shared by the warm Claude
+    and the Codex app-server runners."""
+
+    __slots__ = ("cond", "items")
+
+    def __init__(self) -> None:
+        self.items: collections.deque[Any] = collections.deque()
+        self.cond = threading.Condition(threading.Lock())
+
+    def put(self, item: Any) -> None:
+        """Append `item` and wake the reader."""
+        with self.cond:
+            self.items.append(item)
+            self.cond.notify()
+
+    def get(self, timeout: float | None = None) -> Any:
+        """The next item; None when `timeout` seconds passed first."""
+        with self.cond:
+            if not self.cond.wait_for(lambda: self.items, timeout):
+                return None
+            return self.items.popleft()
 
 
 class WarmOutput(msgspec.Struct, frozen=True, kw_only=True):
