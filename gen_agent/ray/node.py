@@ -254,7 +254,9 @@ class NodeServer:
         except Exception as exc:  # noqa: BLE001 - every failure goes back to the caller
             return _error(exc)
         finally:
-            self._directory.release.remote(name, self._node)
+            # wait for the release: a caller's next lookup (whereis) must not find the name
+            with contextlib.suppress(Exception):
+                ray.get(self._directory.release.remote(name, self._node), timeout=30)
         return _ok(None)
 
     def call(self, op: str, name: Any, args: tuple[Any, ...]) -> tuple[str, Any]:
