@@ -10,6 +10,7 @@ import _thread
 import json
 import os
 import re
+import signal
 import stat
 import subprocess
 import sys
@@ -152,6 +153,16 @@ def blocking_first_turn(monkeypatch: pytest.MonkeyPatch) -> mock.Gate:
     canned = cli_support.mock_scripts
     monkeypatch.setattr(cli_support, "mock_scripts", lambda turns: [gate, *canned(turns)])
     return gate
+
+
+@pytest.fixture(autouse=True)
+def _sigint_raises_keyboard_interrupt() -> Any:
+    """The Ctrl-C tests press Ctrl-C with `_thread.interrupt_main()`, which does nothing while
+    SIGINT is ignored (as it is for a non-interactive shell's background job, e.g. a CI
+    runner): let Python handle SIGINT, as in a terminal, for the duration of each test."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
 
 
 def press_ctrl_c_when_blocked(gate: mock.Gate) -> threading.Thread:
