@@ -379,20 +379,7 @@ class Pool:
             CallTimeout: no outcome within `timeout` (the task goes on; ask again later).
             LookupError: unknown ref, or its outcome was already collected.
         """
-        with self._cond:
-            task = self._tasks.get(ref.id) if isinstance(ref, PoolRef) else None
-        if task is None:
-            raise LookupError("unknown PoolRef, or its result was already collected")
-        if not task.done.wait(timeout):
-            raise CallTimeout(timeout)
-        with self._cond:
-            if self._tasks.pop(ref.id, None) is None:
-                raise LookupError("unknown PoolRef, or its result was already collected")
-        assert task.outcome is not None
-        kind, value = task.outcome
-        if kind == "ok":
-            return value
-        raise TurnError(value)
+        return _collect_result(self._cond, self._tasks, ref, timeout)
 
     def map(self, prompts: Iterable[str], timeout: float | None = None, *,
             return_exceptions: bool = False, output: Any = None) -> list[Any]:
@@ -915,3 +902,27 @@ class Pool:
 def _check_count(name: str, value: Any, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+
+
+def _collect_result(lock: Any, tasks: dict[int, Any], ref: Any, timeout: float | None) -> Any:
+    """Wait for the task `ref` of `tasks` (guarded by `lock`), hand its outcome out once and
+    forget it: the `result` of `Pool` and of `gen_agent.ray.RemotePool`.
+
+    Raises:
+        TurnError: the task failed. CallTimeout: no outcome within `timeout` seconds.
+        LookupError: unknown ref, or its outcome was already collected.
+    """
+    with lock:
+        task = tasks.get(ref.id) if isinstance(ref, PoolRef) else None
+    if task is None:
+        raise LookupError("unknown PoolRef, or its result was already collected")
+    if not task.done.wait(timeout):
+        raise CallTimeout(timeout)
+    with lock:
+        if tasks.pop(ref.id, None) is None:
+            raise LookupError("unknown PoolRef, or its result was already collected")
+    assert task.outcome is not None
+    kind, value = task.outcome
+    if kind == "ok":
+        return value
+    raise TurnError(value)

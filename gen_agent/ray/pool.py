@@ -31,8 +31,8 @@ import ray
 from loguru import logger
 from ray.exceptions import RayActorError
 
-from gen_agent.errors import CallTimeout, RequestError, TurnError
-from gen_agent.pool import PoolRef
+from gen_agent.errors import CallTimeout, RequestError
+from gen_agent.pool import PoolRef, _collect_result
 from gen_agent.portable import from_portable
 from gen_agent.ray.client import DEFAULT_NAMESPACE, _actor
 from gen_agent.ray.directory import get_directory
@@ -194,20 +194,7 @@ class RemotePool:
                 within `timeout` seconds (the task goes on). LookupError: unknown ref, or
                 already collected.
         """
-        with self._cond:
-            task = self._tasks.get(ref.id) if isinstance(ref, PoolRef) else None
-        if task is None:
-            raise LookupError("unknown PoolRef, or its result was already collected")
-        if not task.done.wait(timeout):
-            raise CallTimeout(timeout)
-        with self._cond:
-            if self._tasks.pop(ref.id, None) is None:
-                raise LookupError("unknown PoolRef, or its result was already collected")
-        assert task.outcome is not None
-        kind, value = task.outcome
-        if kind == "ok":
-            return value
-        raise TurnError(value)
+        return _collect_result(self._cond, self._tasks, ref, timeout)
 
     def map(self, prompts: Iterable[str], timeout: float | None = None) -> list[Response]:
         """Submit every prompt, then return their responses in order (as `Pool.map`).
