@@ -11,14 +11,17 @@ provider's own mechanism:
 | `AnthropicAPI` | `output_config.format` (`{"type": "json_schema", "schema"}`) | the reply text |
 | `OpenAIResponses` | `text.format` (`json_schema`, `name`, `schema`, not strict) | the reply text |
 | `ClaudeCLI` | not sent yet (see below) | the result's `structured_output`, else its text |
-| `CodexCLI` | not sent yet (see below) | the final message text |
+| `CodexCLI` | `--output-schema FILE` / app-server `outputSchema` (strict) | the final message |
 | `MockBackend` | (the script's text is the reply) | the reply text |
 
-The CLI backends do not pass the schema yet: a warm `claude` process takes `--json-schema`
-once, at its start, and `codex exec` takes `--output-schema FILE`; wiring them per request is
-open work. Today: run `ClaudeCLI` with `mode="per_turn"` and `extra_args=["--json-schema",
-json.dumps(schema_of(T))]` (its result's `structured_output` is then what is validated), or
-describe the shape in the prompt; the runtime validates either way.
+`CodexCLI` sends `strict_schema_of(T)`, and the CLI asks the model for OpenAI's strict mode:
+`T` must have an object at the root and no mapping types (see `strict_schema_of`).
+
+`ClaudeCLI` does not pass the schema yet: a warm `claude` process takes `--json-schema`
+once, at its start; wiring it per request is open work. Today: run `ClaudeCLI` with
+`mode="per_turn"` and `extra_args=["--json-schema", json.dumps(schema_of(T))]` (its result's
+`structured_output` is then what is validated), or describe the shape in the prompt; the
+runtime validates either way.
 
 A backend reads the request's type as `context.options.output` and the schema with
 `schema_of`. After a successful turn the runtime validates (`parse_output`): the result's
@@ -43,7 +46,14 @@ import msgspec
 
 from gen_agent.response import Response
 
-__all__ = ["InvalidOutput", "check_output_type", "parse_output", "schema_name", "schema_of"]
+__all__ = [
+    "InvalidOutput",
+    "check_output_type",
+    "parse_output",
+    "schema_name",
+    "schema_of",
+    "strict_schema_of",
+]
 
 _FENCE: Final = re.compile(r"^\s*```[A-Za-z0-9_-]*\s*\n(.*?)\n?```\s*$", re.DOTALL)
 
@@ -120,6 +130,60 @@ def schema_of(output: Any) -> dict[str, Any]:
         TypeError: msgspec cannot make a schema of it.
     """
     return msgspec.json.decode(msgspec.json.encode(_schema(output)))
+
+
+# The keywords whose values are schemas (a mapping of them, a list of them, or one).
+_SCHEMA_MAPS: Final = ("properties", "$defs")
+_SCHEMA_LISTS: Final = ("anyOf", "allOf", "oneOf", "prefixItems")
+_SCHEMA_ONE: Final = ("items", "additionalProperties", "not")
+
+
+def strict_schema_of(output: Any) -> dict[str, Any]:
+    """`schema_of(output)` adapted to OpenAI's strict structured outputs (`"strict": true`),
+    which the Codex CLI always asks for (`text.format` `{"type": "json_schema", "strict":
+    true, "name": "codex_output_schema", "schema"}`, seen on the loopback server's log).
+
+    Strict mode accepts a schema only when every object lists all of its properties in
+    `required` and sets `"additionalProperties": false`; this adds both to every object
+    schema (the root, nested objects, `$defs`, array items, union members) and drops
+    `default` values (a field with a default becomes required: the model always fills it,
+    and msgspec accepts the value). What it cannot adapt, and the provider then refuses: a
+    root that is not an object (`list[...]`, a union: wrap it in a `Struct`), a mapping type
+    (`dict[str, int]`: its `additionalProperties` is a schema, not false), and keywords the
+    model does not support in strict mode. Mirrors the OpenAI Structured Outputs guide
+    ("Supported schemas").
+
+    Args:
+        output: any type msgspec can validate.
+
+    Returns:
+        A new dict (the input schema is not changed).
+
+    Raises:
+        TypeError: msgspec cannot make a schema of it.
+    """
+    return _strict(schema_of(output))
+
+
+def _strict(schema: Any) -> Any:
+    if not isinstance(schema, dict):
+        return schema
+    out = dict(schema)
+    for key in _SCHEMA_MAPS:
+        if isinstance(out.get(key), dict):
+            out[key] = {name: _strict(sub) for name, sub in out[key].items()}
+    for key in _SCHEMA_LISTS:
+        if isinstance(out.get(key), list):
+            out[key] = [_strict(sub) for sub in out[key]]
+    for key in _SCHEMA_ONE:
+        if isinstance(out.get(key), dict):
+            out[key] = _strict(out[key])
+    if out.get("type") == "object":
+        out.setdefault("additionalProperties", False)
+        if isinstance(out.get("properties"), dict):
+            out["required"] = list(out["properties"])
+    out.pop("default", None)
+    return out
 
 
 def schema_name(output: Any) -> str:

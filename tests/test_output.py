@@ -175,3 +175,39 @@ def test_schema_of_puts_the_struct_at_the_root_and_parse_output_validates() -> N
     assert (schema_name(Verdict), schema_name(list[int])) == ("Verdict", "list")
     response = Response.from_events([gen_agent.Event.new("result", {"text": '{"n": 1}'})])
     assert parse_output(Counts, response) == {"n": 1}
+
+
+class Leaf(msgspec.Struct):
+    n: int
+
+
+class Tree(msgspec.Struct):
+    name: str
+    leaf: Leaf | None = None
+    leaves: list[Leaf] = []
+    size: int = 3
+
+
+def test_strict_schema_of_pins_every_object_for_openai_strict_mode() -> None:
+    from gen_agent.output import schema_of, strict_schema_of
+
+    plain = schema_of(Tree)
+    strict = strict_schema_of(Tree)
+    assert plain["required"] == ["name"] and "additionalProperties" not in plain  # unchanged
+    assert strict["required"] == ["name", "leaf", "leaves", "size"]
+    assert strict["additionalProperties"] is False
+    assert strict["properties"] == {
+        "name": {"type": "string"},
+        "leaf": {"anyOf": [{"$ref": "#/$defs/Leaf"}, {"type": "null"}]},  # default dropped
+        "leaves": {"type": "array", "items": {"$ref": "#/$defs/Leaf"}},
+        "size": {"type": "integer"},
+    }
+    assert strict["$defs"]["Leaf"] == {"title": "Leaf", "type": "object",
+                                       "properties": {"n": {"type": "integer"}},
+                                       "required": ["n"], "additionalProperties": False}
+    # What strict mode refuses is left for the provider to say: a mapping's value schema.
+    assert strict_schema_of(dict[str, int]) == {"type": "object",
+                                                "additionalProperties": {"type": "integer"}}
+    # A value msgspec produced for the strict schema still validates as the type.
+    assert msgspec.json.decode(b'{"name": "t", "leaf": null, "leaves": [], "size": 1}',
+                               type=Tree) == Tree(name="t", size=1)

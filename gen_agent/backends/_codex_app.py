@@ -8,10 +8,16 @@ server answers `{"id", "result"}` or `{"id", "error"}`, sends notifications `{"m
 
 - start: `initialize` {clientInfo}, then `initialized`; `thread/start` {cwd, model,
   approvalPolicy, sandbox} or `thread/resume` {threadId}: the result's `thread.id`;
-- a turn: `turn/start` {threadId, input: [{type: "text", text}]} (result: `turn.id`), then
-  notifications until `turn/completed` {turn: {id, status, error}}: `item/completed` items
-  (`agentMessage` text, `commandExecution` / `fileChange` / `mcpToolCall` tools),
-  `thread/tokenUsage/updated` {tokenUsage: {last, total}} (`last` is this turn's);
+- a turn: `turn/start` {threadId, input: [{type: "text", text}], outputSchema?} (result:
+  `turn.id`; `outputSchema` is the JSON schema of a structured reply, which the CLI sends
+  as the Responses API's strict `text.format`), then notifications until `turn/completed`
+  {turn: {id, status, error}}: `item/completed` items (`agentMessage` text,
+  `commandExecution` / `fileChange` / `mcpToolCall` tools), `thread/tokenUsage/updated`
+  {tokenUsage: {last, total}} after every model request: `last` is that request's usage
+  and `total` the thread's (real CLI 0.171: a turn of two requests, 12/5 and 30/3 tokens,
+  reported last 12/5 total 12/5, then last 30/3 total 42/8). A turn's usage is therefore
+  the last `total` minus the thread's total before the turn (the first notification's
+  `total - last`), which needs no state kept across turns or processes;
 - interrupt: `turn/interrupt` {threadId, turnId}; the turn then completes with status
   `interrupted`;
 - approvals: the server requests `item/commandExecution/requestApproval` {command, cwd,
@@ -35,6 +41,7 @@ import msgspec
 from loguru import logger
 
 from gen_agent.backend import BackendError, DispatchError, TurnContext
+from gen_agent.backends._codex_stream import usage_since
 from gen_agent.backends._process import ChildProcess, LineTooLong
 from gen_agent.backends.warm import LiveProcess, TurnQueue, WarmExited, WarmOutput
 from gen_agent.event import Event, monotonic_ms
@@ -243,8 +250,11 @@ class AppSlot:
 def app_turn(slot: AppSlot, prompt: str, context: TurnContext, *,
              spawn: Callable[[], ChildProcess], thread_params: dict[str, Any],
              resume_id: str | None, model: str | None, idle_timeout_ms: int | None,
-             interrupt_grace_ms: int, permission_timeout_ms: int) -> Iterator[Event]:
+             interrupt_grace_ms: int, permission_timeout_ms: int,
+             output_schema: dict[str, Any] | None = None) -> Iterator[Event]:
     """Start (or reuse) the app-server and its thread, start the turn, return its events.
+
+    `output_schema` (a JSON schema, or None) goes in `turn/start` as `outputSchema`.
 
     Raises:
         DispatchError: a `BackendError` when the process could not start, the thread could
@@ -276,6 +286,8 @@ def app_turn(slot: AppSlot, prompt: str, context: TurnContext, *,
                               "input": [{"type": "text", "text": prompt}]}
     if model is not None:
         params["model"] = model
+    if output_schema is not None:
+        params["outputSchema"] = output_schema
     try:
         result = process.request("turn/start", params)
     except BackendError as exc:
@@ -294,6 +306,7 @@ def _events(slot: AppSlot, process: _AppProcess, lines: _Lines, context: TurnCon
             permission_timeout_ms: int) -> Iterator[Event]:
     settled = False
     usage: dict[str, Any] | None = None
+    before: dict[str, Any] | None = None  # the thread's totals before this turn
     interrupt_requested = False
     try:
         context.checkpoint(thread_id)
@@ -316,10 +329,15 @@ def _events(slot: AppSlot, process: _AppProcess, lines: _Lines, context: TurnCon
             if method == "item/completed":
                 yield from _item_events(params.get("item"))
             elif method == "thread/tokenUsage/updated":
-                token_usage = params.get("tokenUsage")
-                last = token_usage.get("last") if isinstance(token_usage, dict) else None
-                if isinstance(last, dict):
-                    usage = _usage(last)
+                token_usage = _dict(params.get("tokenUsage"))
+                last, total = _usage(_dict(token_usage.get("last"))), _usage(
+                    _dict(token_usage.get("total")))
+                if before is None and total and last:
+                    before = {key: total[key] - last.get(key, 0) for key in total}
+                if total and before is not None:
+                    usage = usage_since(total, before)
+                elif last:
+                    usage = last
             elif method == "error":
                 yield Event("codex.error", dict(params), monotonic_ms())
             elif method == "turn/completed":

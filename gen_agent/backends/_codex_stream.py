@@ -25,7 +25,7 @@ from gen_agent.backends._jsonl import (
 from gen_agent.backends._option_checks import is_arg
 from gen_agent.event import Event
 
-__all__ = ["PROVIDER", "CodexStreamTranslator", "decode_line", "translate_lines"]
+__all__ = ["PROVIDER", "CodexStreamTranslator", "decode_line", "translate_lines", "usage_since"]
 
 PROVIDER: Final = "codex"
 """The `provider` of every `BackendError` and result this backend makes."""
@@ -59,17 +59,29 @@ class CodexStreamTranslator(LineTranslator):
     `take_thread_id()` returns a thread id not yet reported, once. `end_of_stream()` gives
     the terminal event for a stream that ended without an outcome line.
 
+    `turn.completed` reports the usage of the whole thread so far, not of the turn (seen
+    with the real CLI 0.171 on a resumed thread: the loopback server answered 12/5, 30/3
+    and 50/7 input/output tokens; the three `turn.completed` lines said 12/5, 42/8 and
+    92/15; tests/backends/test_codex_turn_record_real_cli.py). The `usage` event is this
+    turn's: those totals minus `thread_usage`, the totals after the thread's previous turn
+    (per counter, never below zero); the result carries the new totals as `thread_usage`.
+
     Args:
         model: the model to report in the result (the CLI's JSONL does not name it), or None.
+        thread_usage: the thread's totals after its previous completed turn (token
+            counters by raw key), or None for a new thread (the totals are this turn's).
 
     Not thread-safe: one turn, one owner.
     """
 
     _PREFIX = PROVIDER
 
-    def __init__(self, model: str | None = None) -> None:
+    def __init__(
+        self, model: str | None = None, thread_usage: dict[str, int] | None = None
+    ) -> None:
         super().__init__()
         self.model = model
+        self.thread_usage = thread_usage
         self.thread_id: str | None = None
         self.last_notification: str | None = None
 
@@ -154,15 +166,17 @@ class CodexStreamTranslator(LineTranslator):
 
     def _turn_completed(self, line: dict[str, Any]) -> list[Event]:
         events: list[Event] = []
-        usage = _usage_data(line.get("usage"))
-        if usage:
-            events.append(Event.new("usage", usage))
-        data = {
+        totals = _usage_data(line.get("usage"))
+        if totals:
+            events.append(Event.new("usage", usage_since(totals, self.thread_usage)))
+        data: dict[str, Any] = {
             "session_id": self.thread_id,
             "model": self.model,
             "provider": PROVIDER,
             "raw": line,
         }
+        if totals:
+            data["thread_usage"] = totals
         events.append(Event.new("result", data))
         return events
 
@@ -228,6 +242,26 @@ def _usage_data(usage: Any) -> dict[str, Any]:
         for key, value in usage.items()
         if isinstance(key, str) and isinstance(value, int) and not isinstance(value, bool)
     }
+
+
+def usage_since(totals: dict[str, int], before: dict[str, int] | None) -> dict[str, int]:
+    """A turn's usage from a thread's running totals: `totals - before` per counter (a
+    counter missing from `before` counts from 0; a difference below 0, which only a totals
+    record of another thread could give, is taken as the total itself).
+
+    Args:
+        totals: the thread's totals after this turn (tokens, by raw key).
+        before: the totals before this turn, or None (a new thread).
+
+    Returns:
+        A new dict with the keys of `totals`.
+    """
+    if not before:
+        return dict(totals)
+    turn = {key: value - before.get(key, 0) for key, value in totals.items()}
+    if any(value < 0 for value in turn.values()):
+        return dict(totals)
+    return turn
 
 
 def translate_lines(lines: Iterable[bytes | str | Any], model: str | None = None) -> list[Event]:

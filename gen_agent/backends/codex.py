@@ -50,8 +50,12 @@ found with ID"): the agent then forgets the thread (see `docs/pages/errors.md`).
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
+import tempfile
+import weakref
 from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
@@ -77,6 +81,7 @@ from gen_agent.backends._option_checks import (
 from gen_agent.backends._process import ChildProcess
 from gen_agent.backends.warm import DEFAULT_IDLE_TIMEOUT_MS, DEFAULT_INTERRUPT_GRACE_MS
 from gen_agent.event import Event
+from gen_agent.output import strict_schema_of
 from gen_agent.permission import DEFAULT_PERMISSION_TIMEOUT_MS
 
 __all__ = [
@@ -229,6 +234,11 @@ class CodexSession(CLISession, frozen=True, kw_only=True):
             copies).
         app: the live `codex app-server` process and its thread (app-server mode; shared by
             copies).
+        thread_usage: exec mode: the thread's token totals after its last completed turn
+            (`turn.completed` reports the thread's totals; a turn's `usage` is the
+            difference), or None when unknown (a new thread, or one resumed from a bare id).
+        schema_file: exec mode, set only on the copy one turn runs with: the temporary JSON
+            schema file passed as `--output-schema` (structured output), else None.
 
     Thread-safety: immutable; the runner and the slot inside are thread-safe.
     """
@@ -236,6 +246,8 @@ class CodexSession(CLISession, frozen=True, kw_only=True):
     options: CodexOptions
     thread_id: str | None = None
     app: AppSlot = msgspec.field(default_factory=AppSlot)
+    thread_usage: dict[str, int] | None = None
+    schema_file: str | None = None
 
     @property
     def pid(self) -> int | None:
@@ -291,7 +303,8 @@ class CodexCLI(CLIBackend[CodexSession]):
 
         `codex exec --json [flags] -- PROMPT` for a new thread, and
         `codex exec --json [flags] resume -- THREAD_ID PROMPT` to continue one; the `--` keeps
-        a prompt that starts with `-` from being read as an option.
+        a prompt that starts with `-` from being read as an option. The flags include
+        `--output-schema FILE` when the turn asks for structured output (`schema_file`).
 
         Args:
             session: the session (its options and the thread to resume).
@@ -316,6 +329,8 @@ class CodexCLI(CLIBackend[CodexSession]):
             argv += ["--config", f"{key}={_toml(value)}"]
         for image in o.images:
             argv += ["--image", image]
+        if session.schema_file is not None:
+            argv += ["--output-schema", session.schema_file]
         argv += o.extra_args
         if session.thread_id is not None:
             return [*argv, "resume", "--", session.thread_id, prompt]
@@ -345,6 +360,13 @@ class CodexCLI(CLIBackend[CodexSession]):
         `codex app-server` process (`mode="app_server"`: started at the first turn, which
         starts or resumes the thread; kept across turns).
 
+        Structured output (`context.options.output`, see `gen_agent.output`): the type's
+        `strict_schema_of` goes to the CLI, which sends it as the Responses API's
+        `text.format` (strict): exec mode writes it to a temporary file passed as
+        `--output-schema FILE` and removes the file when the turn's stream ends (completed,
+        failed, interrupted or closed; a stream never read removes it when collected);
+        app-server mode sends it as `outputSchema` in `turn/start`.
+
         Raises:
             TypeError: `prompt` is not a str.
             DispatchError: a `BackendError`: see `CLIBackend.prompt`; in app-server mode also
@@ -354,8 +376,18 @@ class CodexCLI(CLIBackend[CodexSession]):
         Mirrors: `prompt/3` (contract §7.1, §7.6; docs: the backend guide).
         """
         o = session.options
+        output = context.options.output
         if o.mode != "app_server":
-            return super().prompt(session, prompt, context)
+            if output is None:
+                return super().prompt(session, prompt, context)
+            schema_file = _write_schema(strict_schema_of(output))
+            try:
+                events, _ = super().prompt(
+                    msgspec.structs.replace(session, schema_file=schema_file), prompt, context)
+            except BaseException:
+                _remove(schema_file)
+                raise
+            return _removing_after(events, schema_file), session
         if not isinstance(prompt, str):
             raise TypeError(f"prompt must be a str, got {type(prompt).__name__}")
 
@@ -376,7 +408,8 @@ class CodexCLI(CLIBackend[CodexSession]):
             session.app, prompt, context, spawn=spawn, thread_params=thread_params,
             resume_id=session.thread_id, model=model, idle_timeout_ms=o.idle_timeout_ms,
             interrupt_grace_ms=o.interrupt_grace_ms,
-            permission_timeout_ms=o.permission_timeout_ms)
+            permission_timeout_ms=o.permission_timeout_ms,
+            output_schema=None if output is None else strict_schema_of(output))
         return events, session
 
     @classmethod
@@ -402,7 +435,50 @@ class CodexCLI(CLIBackend[CodexSession]):
         `reset_session/1` (§2.15)."""
         session.app.close()
         reset = super().reset_session(session)
-        return msgspec.structs.replace(reset, app=AppSlot())
+        return msgspec.structs.replace(reset, app=AppSlot(), thread_usage=None)
+
+    @classmethod
+    def update_session(cls, session: CodexSession, result_data: Mapping[str, Any]) -> CodexSession:
+        """After a successful turn: remember the thread, count the turn, and keep the
+        thread's token totals the result reports (`thread_usage`, exec mode)."""
+        updated = super().update_session(session, result_data)
+        totals = result_data.get("thread_usage")
+        if isinstance(totals, dict):
+            return msgspec.structs.replace(updated, thread_usage=dict(totals))
+        return updated
+
+    @classmethod
+    def checkpoint_session(cls, session: CodexSession, session_id: str) -> CodexSession:
+        """Apply a thread id acknowledged through `TurnContext.checkpoint` (§7.3); another
+        thread than the one whose totals are kept forgets them."""
+        updated = super().checkpoint_session(session, session_id)
+        if session_id != session.thread_id:
+            return msgspec.structs.replace(updated, thread_usage=None)
+        return updated
+
+    @classmethod
+    def export_session(cls, session: CodexSession) -> dict[str, Any]:
+        """The resumable session for a session store: `{"session_id": thread id or None,
+        "thread_usage": the thread's token totals or None}` (the totals let the first turn
+        after a restore report its own usage, not the thread's)."""
+        return {"session_id": session.thread_id,
+                "thread_usage": None if session.thread_usage is None
+                else dict(session.thread_usage)}
+
+    @classmethod
+    def restore_session(cls, data: Mapping[str, Any], opts: Mapping[str, Any]) -> CodexSession:
+        """`start_session(opts)` resuming the thread of `export_session`'s `data` (with its
+        token totals; a record without them, e.g. an older one, is restored without).
+
+        Raises:
+            SessionStartError: as `start_session`. ValueError: `data` is not such a record.
+        """
+        session = super().restore_session(data, opts)
+        totals = data.get("thread_usage")
+        if session.thread_id is not None and isinstance(totals, dict) and all(
+                isinstance(k, str) and type(v) is int for k, v in totals.items()):
+            return msgspec.structs.replace(session, thread_usage=dict(totals))
+        return session
 
     @classmethod
     def _new_session(cls, options: Any, cli: str) -> CodexSession:
@@ -411,7 +487,9 @@ class CodexCLI(CLIBackend[CodexSession]):
     @classmethod
     def _translator(cls, session: CodexSession) -> CodexStreamTranslator:
         o = session.options
-        return CodexStreamTranslator(o.model if o.model is not None else _configured_model(o))
+        return CodexStreamTranslator(
+            o.model if o.model is not None else _configured_model(o),
+            thread_usage=session.thread_usage if session.thread_id is not None else None)
 
     @classmethod
     def _check_prompt(cls, prompt: str) -> None:
@@ -430,6 +508,41 @@ class CodexCLI(CLIBackend[CodexSession]):
         if options.codex_home is not None:
             env["CODEX_HOME"] = options.codex_home
         return env
+
+
+def _write_schema(schema: dict[str, Any]) -> str:
+    """Write `schema` (JSON) to a new private temporary file; return its path."""
+    fd, path = tempfile.mkstemp(prefix="gen_agent-codex-schema-", suffix=".json")
+    try:
+        with os.fdopen(fd, "wb") as file:
+            file.write(msgspec.json.encode(schema))
+    except BaseException:
+        _remove(path)
+        raise
+    return path
+
+
+def _remove(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+
+
+def _removing_after(events: Iterator[Event], path: str) -> Iterator[Event]:
+    """`events`, removing the file at `path` once they end or are closed (and, for a stream
+    never started, when it is collected)."""
+
+    def stream() -> Iterator[Event]:
+        try:
+            yield from events
+        finally:
+            close = getattr(events, "close", None)
+            if close is not None:
+                close()
+            remove()
+
+    wrapped = stream()
+    remove = weakref.finalize(wrapped, _remove, path)
+    return wrapped
 
 
 def _configured_model(options: CodexOptions) -> str | None:

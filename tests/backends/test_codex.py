@@ -3,15 +3,20 @@ process layer against a byte-exact fake CLI (tests/fakes/codex_fake.py)."""
 
 from __future__ import annotations
 
+import gc
 import json
+import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 import gen_agent
-from gen_agent.backend import BackendError, DispatchError, SessionStartError
+from gen_agent.backend import BackendError, DispatchError, SessionStartError, TurnContext
+from gen_agent.backends._cli import CLIBackend
 from gen_agent.backends._jsonl import translate_line
 from gen_agent.backends.codex import (
     INSTALL_HINT,
@@ -23,6 +28,8 @@ from gen_agent.backends.codex import (
 )
 from gen_agent.errors import CheckpointError, TurnError
 from gen_agent.event import Event
+from gen_agent.output import strict_schema_of
+from gen_agent.request import RequestOptions
 from gen_agent.response import Response, normalize_usage
 
 from .conftest import (
@@ -668,3 +675,146 @@ def test_an_agent_turn_that_fails_reports_the_backend_error(fake_codex: FakeCode
     assert isinstance(reason, BackendError)
     assert (reason.provider, reason.kind, reason.status) == ("codex", "authentication", 401)
     gen_agent.stop("codex-401")
+
+
+# -- structured output and per-turn usage (issue 18) ----------------------------------------
+
+
+def test_the_translator_reports_this_turns_usage_from_the_threads_totals() -> None:
+    totals = {"input_tokens": 42, "cached_input_tokens": 4, "output_tokens": 8}
+    line = {"type": "turn.completed", "usage": totals}
+    fresh = CodexStreamTranslator("m")
+    usage, result = fresh.translate(line)
+    assert usage.data == totals  # a new thread: the totals are this turn's
+    assert result.data["thread_usage"] == totals
+
+    before = {"input_tokens": 12, "cached_input_tokens": 0, "output_tokens": 5}
+    usage, result = CodexStreamTranslator("m", thread_usage=before).translate(line)
+    assert usage.data == {"input_tokens": 30, "cached_input_tokens": 4, "output_tokens": 3}
+    assert result.data["thread_usage"] == totals
+    assert result.data["raw"]["usage"] == totals  # what the CLI said stays visible
+    # Totals below the kept ones belong to another thread: taken as they are.
+    usage, _ = CodexStreamTranslator("m", thread_usage={"input_tokens": 99}).translate(line)
+    assert usage.data == totals
+
+
+def test_the_command_passes_the_schema_file_before_resume(fake_codex: FakeCodex) -> None:
+    session = CodexCLI.start_session(fake_codex.options(model="gpt-test"))
+    with_schema = msgspec.structs.replace(session, schema_file="/tmp/s.json")
+    head = [str(fake_codex.cli), "exec", "--json", "--skip-git-repo-check", "--model",
+            "gpt-test", "--output-schema", "/tmp/s.json"]
+    assert CodexCLI.command(with_schema, "q") == [*head, "--", "q"]
+    resumed = CodexCLI.checkpoint_session(with_schema, "thread-9")
+    assert CodexCLI.command(resumed, "q") == [*head, "resume", "--", "thread-9", "q"]
+
+
+class _Verdict(msgspec.Struct, frozen=True):
+    answer: str
+    confidence: float
+
+
+@pytest.fixture
+def schema_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    folder = tmp_path / "tmp"
+    folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    return folder
+
+
+def test_structured_turns_pass_a_schema_file_that_is_removed_and_report_per_turn_usage(
+    fake_codex: FakeCodex, schema_dir: Path
+) -> None:
+    fake_codex.script("schema_echo")
+    agent = gen_agent.start_agent(Agent, name="codex-schema", backend=CodexCLI,
+                                  backend_opts=fake_codex.options())
+    schema = strict_schema_of(_Verdict)
+
+    first = agent.ask("one", timeout=WAIT_S, output=dict[str, Any])
+    second = agent.ask("two", timeout=WAIT_S, output=dict[str, Any])
+    plain = agent.ask("three", timeout=WAIT_S)
+    with pytest.raises(TurnError) as failed:
+        agent.ask("four", timeout=WAIT_S, output=_Verdict)
+    gen_agent.stop("codex-schema")
+
+    # The CLI read the strict schema from the file it was given (the fake echoes it).
+    assert first.parsed == strict_schema_of(dict[str, Any])
+    assert second.parsed == strict_schema_of(dict[str, Any])
+    assert (plain.text, plain.parsed) == ("{}", None)
+    kind, invalid = failed.value.reason
+    assert kind == "invalid_output"
+    assert msgspec.json.decode(invalid.response.text) == schema
+    argvs = [call["argv"] for call in fake_codex.calls()]
+    assert "--output-schema" in argvs[1] and "--output-schema" not in argvs[2]
+    assert argvs[1].index("--output-schema") < argvs[1].index("resume")
+    # Every schema file is gone once its turn ended.
+    assert list(schema_dir.iterdir()) == []
+    # The fake reports the thread's totals (20/6 per turn); each Response has its turn's.
+    for response in (first, second, plain, invalid.response):
+        assert response.usage is not None
+        assert (response.usage["input_tokens"], response.usage["output_tokens"]) == (20, 6)
+    assert invalid.response.session_usage is not None
+    assert invalid.response.session_usage["input_tokens"] == 80
+
+
+def test_a_dispatch_error_removes_the_schema_file(
+    fake_codex: FakeCodex, schema_dir: Path
+) -> None:
+    session = CodexCLI.start_session(fake_codex.options())
+    fake_codex.cli.unlink()
+    context = TurnContext(agent="a", ref="r", attempt=1, cancel_event=threading.Event(),
+                          checkpoint=lambda _: None, options=RequestOptions(output=_Verdict))
+    with pytest.raises(DispatchError) as info:
+        CodexCLI.prompt(session, "x", context)
+    assert info.value.reason.kind == "cli_not_found"
+    assert list(schema_dir.iterdir()) == []
+
+
+def test_a_structured_stream_closed_early_removes_its_file(
+    fake_codex: FakeCodex, schema_dir: Path
+) -> None:
+    session = CodexCLI.start_session(fake_codex.options())
+    context = TurnContext(agent="a", ref="r", attempt=1, cancel_event=threading.Event(),
+                          checkpoint=lambda _: None, options=RequestOptions(output=_Verdict))
+    stream, _ = CodexCLI.prompt(session, "x", context)
+    (path,) = schema_dir.iterdir()
+    assert msgspec.json.decode(path.read_bytes()) == strict_schema_of(_Verdict)
+    next(stream)
+    stream.close()  # the runtime closes a stream it stops reading (§4.6)
+    assert list(schema_dir.iterdir()) == []
+
+    CodexCLI.terminate_session(session)
+
+
+def test_a_structured_stream_never_started_removes_its_file_when_collected(
+    fake_codex: FakeCodex, schema_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # (No child here: the exec runner's own stream is replaced by one that spawns nothing.)
+    def no_child(cls: Any, session: Any, prompt: str, context: Any) -> Any:
+        return iter([Event.new("result", {})]), session
+
+    monkeypatch.setattr(CLIBackend, "prompt", classmethod(no_child))
+    session = CodexCLI.start_session(fake_codex.options())
+    context = TurnContext(agent="a", ref="r", attempt=1, cancel_event=threading.Event(),
+                          checkpoint=lambda _: None, options=RequestOptions(output=_Verdict))
+    stream, _ = CodexCLI.prompt(session, "x", context)
+    assert len(list(schema_dir.iterdir())) == 1
+    del stream  # never started, so its `finally` never runs: removed when collected
+    gc.collect()
+    assert list(schema_dir.iterdir()) == []
+
+
+def test_thread_totals_follow_the_thread(fake_codex: FakeCodex) -> None:
+    session = CodexCLI.start_session(fake_codex.options())
+    totals = {"input_tokens": 42, "output_tokens": 8}
+    updated = CodexCLI.update_session(
+        CodexCLI.checkpoint_session(session, "t-1"), {"session_id": "t-1", "thread_usage": totals})
+    assert (updated.thread_id, updated.thread_usage) == ("t-1", totals)
+    assert CodexCLI.checkpoint_session(updated, "t-1").thread_usage == totals
+    assert CodexCLI.checkpoint_session(updated, "t-2").thread_usage is None
+    assert CodexCLI.reset_session(updated).thread_usage is None
+    record = CodexCLI.export_session(updated)
+    assert record == {"session_id": "t-1", "thread_usage": totals}
+    restored = CodexCLI.restore_session(record, fake_codex.options())
+    assert (restored.thread_id, restored.thread_usage) == ("t-1", totals)
+    older = CodexCLI.restore_session({"session_id": "t-1"}, fake_codex.options())
+    assert (older.thread_id, older.thread_usage) == ("t-1", None)

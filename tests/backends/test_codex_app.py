@@ -44,7 +44,8 @@ def test_the_recorded_two_turn_session_replays(tmp_path: Path) -> None:
     assert first.text == second.text == "Hello from codex loopback."
     assert first.session_id == second.session_id == "01a230b0-eb20-7c52-92d3-a93103f7102f"
     assert first.provider == "codex"
-    # tokenUsage `last` is the turn's (its `total` is the thread's running total).
+    # A turn's usage is its tokenUsage `total` (the thread's: 26, then 52 tokens) minus the
+    # thread's total before the turn (the first notification's `total - last`).
     assert first.usage == second.usage == {
         "input_tokens": 20, "output_tokens": 6, "cached_input_tokens": 0,
         "cache_write_input_tokens": 0, "reasoning_output_tokens": 0,

@@ -131,9 +131,13 @@ def test_a_text_turn_and_its_resumed_second_turn(server: ScriptedModelServer, tm
     resumed = server.model_requests()[1].body
     assert assistant_texts(resumed) == ["Hello from codex loopback."]
     assert user_texts(resumed)[-2:] == ["Say hello", "And again"]
-    # The CLI reports the usage of the whole thread when it resumes one.
+    # The CLI reports the usage of the whole thread (42/8) when it resumes one; the
+    # Response carries this turn's: the difference from the first turn's totals.
     assert second.usage is not None
-    assert (second.usage["input_tokens"], second.usage["output_tokens"]) == (42, 8)
+    assert (second.usage["input_tokens"], second.usage["output_tokens"]) == (30, 3)
+    assert second.terminal is not None
+    assert second.terminal.data["raw"]["usage"]["input_tokens"] == 42
+    assert second.terminal.data["thread_usage"]["output_tokens"] == 8
     gen_agent.stop("codex-real")
 
 

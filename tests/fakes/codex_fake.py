@@ -74,6 +74,20 @@ def echo(argv: list[str]) -> None:
     write(message(f"you said: {prompt_of(argv)}") + completed())
 
 
+def schema_echo(argv: list[str]) -> None:
+    """The reply is the content of the `--output-schema` file (or `{}` without one); the
+    usage is the thread's running totals, as the real CLI reports them: 20/6 tokens per
+    turn, the Nth invocation of this fake reporting 20*N/6*N (use it on one thread)."""
+    text = "{}"
+    if "--output-schema" in argv:
+        with open(argv[argv.index("--output-schema") + 1]) as f:
+            text = f.read()
+    with open(os.path.join(os.environ["FAKE_CODEX_DIR"], "calls.jsonl")) as f:
+        turns = sum(1 for _ in f)
+    write(started(thread_id(argv)) + message(text)
+          + completed(input_tokens=20 * turns, output_tokens=6 * turns))
+
+
 def rich_turn(argv: list[str]) -> None:
     tid = thread_id(argv)
     command = {
@@ -292,6 +306,7 @@ def malformed_lines(argv: list[str]) -> None:
 SCENARIOS = {
     "echo": echo,
     "rich_turn": rich_turn,
+    "schema_echo": schema_echo,
     "split_line": split_line,
     "utf8_split": utf8_split,
     "oversize": oversize,
