@@ -127,15 +127,23 @@ class AgentNotFound(GenAgentError, LookupError):
 
     Differs from `AgentDown`: that one means the lookup succeeded and the agent died while
     the call was in flight (the contract deliberately keeps the two apart, §2.1).
-    Mirrors `{:error, :not_found}`.
+    When the name belonged to an agent that ended recently, `.last_exit` is that agent's exit
+    reason, the message names it, and `__cause__` is the exception that stopped it (if any):
+    a by-name call after a crash says why the name is gone. Mirrors `{:error, :not_found}`.
     """
 
-    def __init__(self, name: Any = None) -> None:
+    def __init__(self, name: Any = None, *, last_exit: Any = None) -> None:
         self.name = name
+        #: The exit reason of the last agent that had this name, when the system still
+        #: remembers it (a recently stopped or crashed agent); None otherwise.
+        self.last_exit = last_exit
         shown = repr(name)
         if len(shown) > _MAX_SHOWN:
             shown = shown[:_MAX_SHOWN] + "…"
-        super().__init__("not_found", f"no agent named {shown}")
+        message = f"no agent named {shown}"
+        if last_exit is not None:
+            message += f" (the last agent of that name exited: {describe_reason(last_exit)})"
+        super().__init__("not_found", message)
 
 
 class AlreadyStarted(GenAgentError):

@@ -39,6 +39,7 @@ from loguru import logger
 from gen_agent import telemetry
 from gen_agent._runtime.context import capture_trace_context
 from gen_agent._runtime.crash import log_exception
+from gen_agent._runtime.options import warn_near_misses
 from gen_agent._runtime.timers import TIMERS
 from gen_agent.agent_ref import AgentRef
 from gen_agent.backend import BackendError
@@ -47,7 +48,7 @@ from gen_agent.request import RequestOptions, check_options
 from gen_agent.response import Response
 from gen_agent.size import term_size
 from gen_agent.status import OverloadInfo
-from gen_agent.supervisor import ChildEvent, Supervisor, child_spec
+from gen_agent.supervisor import ChildEvent, Supervisor, build_child_spec
 from gen_agent.system import AgentSystem, current_system
 
 __all__ = ["Pool", "PoolRef", "PoolStatus", "RetryPolicy", "WorkerInfo"]
@@ -277,6 +278,7 @@ class Pool:
         self.max_in_flight = max_in_flight
         self.max_queued_tasks = max_queued_tasks
         self._module, self._backend = module, backend
+        warn_near_misses(opts, "Pool")  # once here, not once per worker
         self._worker_opts = {"shutdown_ms": shutdown_ms, **opts}
         self._indices = itertools.count(0)
         self._cond = threading.Condition()
@@ -622,8 +624,10 @@ class Pool:
         opts = self._worker_opts
         if opts.get("session_key") is not None:  # one durable session per worker
             opts = {**opts, "session_key": f"{opts['session_key']}/{slot.name}"}
-        return child_spec(self._module, name=slot.name, backend=self._backend,
-                          restart="permanent", **opts)
+        return build_child_spec(self._module, name=slot.name, backend=self._backend,
+                                restart="permanent", shutdown_ms=opts.get("shutdown_ms", 5_000),
+                                resume_session=False, warn_as=None,
+                                opts={k: v for k, v in opts.items() if k != "shutdown_ms"})
 
     def _new_slot(self) -> _Slot:
         slot = _Slot(f"{self.name_prefix}-{next(self._indices)}")

@@ -42,7 +42,15 @@ from loguru import logger
 from gen_agent import telemetry
 from gen_agent._runtime.crash import log_exception
 from gen_agent._runtime.options import outside_level, validate_shutdown, warn_near_misses
-from gen_agent.errors import AgentDown, AgentStartError, CallTimeout, RequestError
+from gen_agent._runtime.server import RAISED_DURING_START
+from gen_agent.errors import (
+    AgentDown,
+    AgentStartError,
+    CallTimeout,
+    GenAgentError,
+    RequestError,
+    describe_reason,
+)
 from gen_agent.system import AgentSystem, current_system
 
 __all__ = [
@@ -211,18 +219,43 @@ def child_spec(module: type, *, name: Any, backend: Any, restart: RestartType = 
     Mirrors: `GenAgent.child_spec/2` (contract §2.3; docs: the client API reference) plus OTP's
     `restart` key.
     """
+    return build_child_spec(module, name=name, backend=backend, restart=restart,
+                            shutdown_ms=shutdown_ms, resume_session=resume_session, opts=opts,
+                            warn_as="child_spec")
+
+
+def build_child_spec(module: type, *, name: Any, backend: Any, restart: RestartType,
+                     shutdown_ms: Any, resume_session: bool, opts: dict[str, Any],
+                     warn_as: str | None) -> ChildSpec:
+    """`child_spec` for gen_agent's own builders: `warn_as` names the public function in the
+    near-miss and resume warnings, None skips them (a `Pool` warns once, not per worker)."""
     if not isinstance(resume_session, bool):
         raise TypeError(f"resume_session must be a bool, got {type(resume_session).__name__}")
-    if resume_session and getattr(backend, "resume_session", None) is None:
-        warnings.warn(f"child_spec: resume_session=True, but the backend {_name_of(backend)} "
+    if warn_as is not None and resume_session and getattr(backend, "resume_session",
+                                                          None) is None:
+        warnings.warn(f"{warn_as}: resume_session=True, but the backend {_name_of(backend)} "
                       "cannot resume a session (it has no resume_session): each restart "
                       "starts a new conversation. Use a backend with resume_session (claude, "
                       "codex) or drop resume_session=True", UserWarning,
                       stacklevel=outside_level())
-    warn_near_misses(opts, "child_spec")
+    if warn_as is not None:
+        warn_near_misses(opts, warn_as)
     return ChildSpec(id=name, module=module, backend=backend, opts=dict(opts),
                      restart=_restart_type(restart), shutdown_ms=validate_shutdown(shutdown_ms),
                      resume_session=resume_session)
+
+
+def _start_failure_message(failed: tuple[Any, ...], exc: BaseException) -> str:
+    """The message of a supervisor's `failed_to_start_child`: its reason plus the child's own
+    detail (gen_agent messages carry no payload text), pointing at the chained exceptions."""
+    message = describe_reason(failed)
+    child = str(exc) if isinstance(exc, GenAgentError) else ""
+    if child.endswith(RAISED_DURING_START):
+        return (f"{message} (raised during the child's start: the child's error is __cause__, "
+                "the exception it raised is __cause__.__cause__)")
+    if child and child != describe_reason(getattr(exc, "reason", None)):
+        return f"{message} (the child said: {child}; its error is __cause__)"
+    return f"{message} (the child's error is __cause__)"
 
 
 def _name_of(backend: Any) -> str:
@@ -606,7 +639,8 @@ class Supervisor:
             except Exception as exc:
                 reason = getattr(exc, "reason", type(exc).__name__)
                 self._shutdown(("shutdown", ("failed_to_start_child", spec.id, reason)))
-                raise AgentStartError(("failed_to_start_child", spec.id, reason)) from exc
+                failed = ("failed_to_start_child", spec.id, reason)
+                raise AgentStartError(failed, _start_failure_message(failed, exc)) from exc
             self._children.append(child)
 
     def _add_child(self, spec: ChildSpec | SupervisorSpec) -> Any:

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 import gen_agent
 from gen_agent.backend import BackendError, SessionStartError
-from gen_agent.errors import AgentNotFound, AgentStartError, TurnError, describe_reason
+from gen_agent.backends.mock import MockBackend, text_turn
+from gen_agent.errors import (
+    AgentDown,
+    AgentNotFound,
+    AgentStartError,
+    TurnError,
+    describe_reason,
+)
 from gen_agent.status import OverloadInfo
 
 
@@ -47,6 +56,38 @@ def test_agent_not_found_names_the_agent() -> None:
     with pytest.raises(AgentNotFound) as info:
         gen_agent.ask("greeter", "hi", timeout=1)
     assert str(info.value) == "no agent named 'greeter'"
+    assert info.value.last_exit is None and info.value.__cause__ is None
+
+
+class _CrashOnReply(gen_agent.GenAgent):
+    def init_agent(self, opts: dict) -> Any:
+        return {"scripts": [text_turn("hi")]}, {}
+
+    def handle_response(self, ref: Any, response: Any, state: Any) -> Any:
+        raise ValueError("the secret reply")
+
+
+def test_agent_not_found_after_a_crash_says_how_the_name_ended() -> None:
+    gen_agent.start_agent(_CrashOnReply, name="crashy", backend=MockBackend)
+    with pytest.raises(AgentDown):
+        gen_agent.ask("crashy", "hi", timeout=5)
+    with pytest.raises(AgentNotFound) as info:
+        gen_agent.ask("crashy", "again", timeout=5)
+    assert info.value.last_exit == ("callback_failed", "error", "ValueError")
+    assert str(info.value) == ("no agent named 'crashy' (the last agent of that name exited: "
+                               "callback_failed: error ValueError)")
+    assert isinstance(info.value.__cause__, ValueError)
+    assert str(info.value.__cause__) == "the secret reply"
+
+
+def test_a_stopped_name_reports_its_shutdown_and_stays_reusable() -> None:
+    gen_agent.start_agent(_CrashOnReply, name="again", backend=MockBackend)
+    gen_agent.stop("again")
+    with pytest.raises(AgentNotFound) as info:
+        gen_agent.status("again", timeout=5)
+    assert info.value.last_exit == "shutdown"
+    gen_agent.start_agent(_CrashOnReply, name="again", backend=MockBackend)
+    assert gen_agent.status("again", timeout=5).name == "again"
 
 
 def test_a_turn_error_is_chained_to_the_exception_in_its_reason() -> None:

@@ -41,6 +41,18 @@ def test_child_spec_warns_for_a_near_miss_too() -> None:
     assert caught[0].filename == __file__
 
 
+def test_a_pool_warns_once_under_its_own_name_not_once_per_worker() -> None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        pool = gen_agent.Pool(_Opts, size=3, backend=MockBackend, watchdog_msec=5)
+        pool.stop()
+    near = [w for w in caught if "did you mean" in str(w.message)]
+    assert [str(w.message) for w in near] == [
+        "Pool: option 'watchdog_msec' is not a reserved option and goes to init_agent; "
+        "did you mean 'watchdog_ms'?"]
+    assert near[0].filename == __file__
+
+
 def test_resume_session_on_a_backend_that_cannot_resume_says_so() -> None:
     with pytest.warns(UserWarning, match="MockBackend cannot resume a session") as caught:
         child_spec(_Opts, name="c", backend=MockBackend, resume_session=True)

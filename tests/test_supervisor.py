@@ -175,6 +175,30 @@ def test_a_failed_start_stops_the_started_children_and_raises():
     assert gen_agent.list_agents() == []
 
 
+class _RaisingInit(gen_agent.GenAgent):
+    def init_agent(self, opts: dict) -> Any:
+        raise ValueError("the secret config")
+
+
+def test_a_failed_start_says_where_the_childs_error_is() -> None:
+    with pytest.raises(AgentStartError) as info:
+        Supervisor([child_spec(_RaisingInit, name="w", backend=MockBackend)])
+    assert str(info.value) == (
+        "failed_to_start_child: w init_failed error ValueError (raised during the child's "
+        "start: the child's error is __cause__, the exception it raised is __cause__.__cause__)")
+    assert isinstance(info.value.__cause__, AgentStartError)
+    assert str(info.value.__cause__.__cause__) == "the secret config"
+
+
+def test_a_failed_start_repeats_the_childs_own_detail() -> None:
+    with pytest.raises(AgentStartError) as info:
+        Supervisor([child_spec(_RaisingInit, name="w", backend=MockBackend, watchdog_ms="x")])
+    assert str(info.value) == (
+        "failed_to_start_child: w init_failed error ValueError (the child said: init_failed: "
+        "watchdog_ms must be a positive int (milliseconds) or 'infinity', got 'x'; its error is "
+        "__cause__)")
+
+
 def test_stopping_with_an_active_ask_fails_it_with_agent_terminated():
     gate = mock.gate(text_turn("late"))
     sup = Supervisor([spec("a", scripts=[gate])])

@@ -140,6 +140,9 @@ class AgentHandle:
             self.exit_cause = cause
             listeners, self._listeners = list(self._listeners.values()), {}
         fail_all(self.outstanding, self.down_error())
+        remember = getattr(self.system, "_remember_exit", None)
+        if remember is not None:
+            remember(self)
         for listener in listeners:
             try:
                 listener(self, reason)

@@ -102,6 +102,9 @@ from gen_agent.response import Response
 from gen_agent.size import term_size
 from gen_agent.telemetry import attached
 
+#: The detail of an `("init_failed", "error", T)` start error (the exception is chained).
+RAISED_DURING_START = "(raised during start; the original exception is __cause__)"
+
 _GRACEFUL = ("normal", "shutdown")
 
 
@@ -401,8 +404,7 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
         except Exception as exc:  # noqa: BLE001 - reported as ("init_failed", kind, type)
             log_exception(self.log, "ERROR", "gen_agent initialization failed", exc)
             reason = ("init_failed", "error", type_name(exc))
-            error = AgentStartError(reason, f"{describe_reason(reason)} (raised during start; "
-                                    "the original exception is __cause__)")
+            error = AgentStartError(reason, f"{describe_reason(reason)} {RAISED_DURING_START}")
             error.__cause__ = exc
             self._fail_start(error)
             return
@@ -1352,7 +1354,7 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
             self.stop()  # on_stop, run next in this thread, marks the handle exited
 
 
-__all__ = ["AgentActor", "TurnError", "deliver_to"]
+__all__ = ["RAISED_DURING_START", "AgentActor", "TurnError", "deliver_to"]
 
 
 def _tokens_spent(usage: Any) -> int:
