@@ -39,7 +39,6 @@ from loguru import logger
 from gen_agent import telemetry
 from gen_agent._runtime.context import capture_trace_context
 from gen_agent._runtime.crash import log_exception
-from gen_agent._runtime.options import warn_near_misses
 from gen_agent._runtime.timers import TIMERS
 from gen_agent.agent_ref import AgentRef
 from gen_agent.backend import BackendError
@@ -278,7 +277,6 @@ class Pool:
         self.max_in_flight = max_in_flight
         self.max_queued_tasks = max_queued_tasks
         self._module, self._backend = module, backend
-        warn_near_misses(opts, "Pool")  # once here, not once per worker
         self._worker_opts = {"shutdown_ms": shutdown_ms, **opts}
         self._indices = itertools.count(0)
         self._cond = threading.Condition()
@@ -291,7 +289,9 @@ class Pool:
         self._stopped = threading.Event()
         self._down_reason: Any = None
         self._inbox: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
-        specs = [self._spec(self._new_slot()) for _ in range(size)]
+        # The first spec warns (as "Pool") for the options, the others do not repeat it.
+        specs = [self._spec(self._new_slot(), warn_as="Pool" if i == 0 else None)
+                 for i in range(size)]
         self._system = system if system is not None else current_system()
         self._supervisor = Supervisor(
             specs, strategy="one_for_one", max_restarts=max_restarts, max_seconds=max_seconds,
@@ -620,14 +620,14 @@ class Pool:
         return self._stopped.wait(timeout)
 
     # ------------------------------------------------------------------ bookkeeping
-    def _spec(self, slot: _Slot) -> Any:
-        opts = self._worker_opts
+    def _spec(self, slot: _Slot, warn_as: str | None = None) -> Any:
+        opts = dict(self._worker_opts)
         if opts.get("session_key") is not None:  # one durable session per worker
-            opts = {**opts, "session_key": f"{opts['session_key']}/{slot.name}"}
+            opts["session_key"] = f"{opts['session_key']}/{slot.name}"
         return build_child_spec(self._module, name=slot.name, backend=self._backend,
-                                restart="permanent", shutdown_ms=opts.get("shutdown_ms", 5_000),
-                                resume_session=False, warn_as=None,
-                                opts={k: v for k, v in opts.items() if k != "shutdown_ms"})
+                                restart="permanent", shutdown_ms=opts.pop("shutdown_ms"),
+                                resume_session=opts.pop("resume_session", False),
+                                opts=opts, warn_as=warn_as)
 
     def _new_slot(self) -> _Slot:
         slot = _Slot(f"{self.name_prefix}-{next(self._indices)}")
