@@ -10,18 +10,21 @@ provider's own mechanism:
 |---|---|---|
 | `AnthropicAPI` | `output_config.format` (`{"type": "json_schema", "schema"}`) | the reply text |
 | `OpenAIResponses` | `text.format` (`json_schema`, `name`, `schema`, not strict) | the reply text |
-| `ClaudeCLI` | not sent yet (see below) | the result's `structured_output`, else its text |
+| `ClaudeCLI` | `--json-schema` (see below) | the result's `structured_output`, else its text |
 | `CodexCLI` | `--output-schema FILE` / app-server `outputSchema` (strict) | the final message |
 | `MockBackend` | (the script's text is the reply) | the reply text |
 
 `CodexCLI` sends `strict_schema_of(T)`, and the CLI asks the model for OpenAI's strict mode:
 `T` must have an object at the root and no mapping types (see `strict_schema_of`).
 
-`ClaudeCLI` does not pass the schema yet: a warm `claude` process takes `--json-schema`
-once, at its start; wiring it per request is open work. Today: run `ClaudeCLI` with
-`mode="per_turn"` and `extra_args=["--json-schema", json.dumps(schema_of(T))]` (its result's
-`structured_output` is then what is validated), or describe the shape in the prompt; the
-runtime validates either way.
+`ClaudeCLI` passes the schema in both modes. The CLI sets its output schema only when a
+process starts (`--json-schema`; its stream-json `initialize` request takes a `jsonSchema`
+too, but only the first `initialize` counts; no per-message setting, checked on 2.1.197), so
+a warm process runs with one schema: a turn asking for another type (or for none while the
+process has one) closes it and starts one resuming the same session. With one type per agent
+(the `output` start option) that never happens; each change costs one process start
+(measured: ~0.1 s to close plus a cold start, 3.5-5 s on a loaded 2-core machine, against
+~0.2 s for a turn on the live process).
 
 A backend reads the request's type as `context.options.output` and the schema with
 `schema_of`. After a successful turn the runtime validates (`parse_output`): the result's

@@ -99,10 +99,12 @@ class _ClaudeProcess:
     """A live `claude` process plus the routing of its lines (reader thread side)."""
 
     def __init__(self, slot: WarmSlot, child: ChildProcess, idle_timeout_ms: int | None,
-                 info: Callable[[Any], None] | None, mcp: McpServer | None = None) -> None:
+                 info: Callable[[Any], None] | None, mcp: McpServer | None = None,
+                 json_schema: str | None = None) -> None:
         self.slot = slot
         self.info = info
         self.mcp = mcp
+        self.json_schema = json_schema  # the `--json-schema` it was started with, or None
         self.turn: _TurnLines | None = None
         self.cost_seen = 0.0  # the running total_cost_usd of this process
         self._ids = itertools.count(1)
@@ -230,7 +232,8 @@ class WarmSlot:
 
     Holds the live process (or None), whether a turn owns it, and the session's totals:
     `cost_usd` (US dollars, summed over processes) and `usage` (token counts summed over
-    turns).
+    turns). `processes_started` counts processes; `schema_restarts` counts the live
+    processes closed because a turn asked for another `--json-schema` (or none).
     """
 
     def __init__(self) -> None:
@@ -240,6 +243,7 @@ class WarmSlot:
         self.usage: dict[str, int] = {}
         self.overrides: dict[str, str] = {}
         self.processes_started = 0
+        self.schema_restarts = 0
         self._turn: _TurnLines | None = None
         self._closed = False
 
@@ -262,11 +266,19 @@ class WarmSlot:
             self._cond.notify_all()
 
     def acquire(self, spawn: Callable[[], ChildProcess], *, info: Any, idle_timeout_ms: Any,
-                settle_s: float, mcp: McpServer | None = None
+                settle_s: float, mcp: McpServer | None = None, json_schema: str | None = None,
                 ) -> tuple[_ClaudeProcess, _TurnLines]:
         """Wait for the previous turn to settle (killing its process past `settle_s`), start
         a process when none is live (serving `mcp`, the agent's Python tools, if given), and make
-        a new turn its owner. Turn task thread."""
+        a new turn its owner. Turn task thread.
+
+        `json_schema`: the `--json-schema` the turn needs (`spawn` must pass it). A live
+        process started with another one (or with one while the turn needs none) is closed
+        first (stdin EOF, waited for up to `settle_s`, so its transcript is complete) and
+        replaced; `spawn` resumes the session, so the conversation continues. The CLI sets
+        its output schema only at start (`--json-schema`, or `initialize`'s `jsonSchema`,
+        which a second `initialize` ignores; checked on 2.1.197), so a change costs one
+        process start."""
         deadline = time.monotonic() + settle_s
         with self._cond:
             while self._turn is not None:
@@ -280,10 +292,20 @@ class WarmSlot:
             logger.warning("gen_agent claude: the previous turn did not settle; killing it")
             process.live.kill()
             process.live.wait_exited(settle_s)
+        elif (process is not None and process.json_schema != json_schema
+                and process.live.alive):
+            logger.debug("gen_agent claude: another output schema; restarting the process")
+            process.live.close()
+            if not process.live.wait_exited(settle_s):
+                process.live.kill()
+                process.live.wait_exited(settle_s)
+            with self._cond:
+                self.schema_restarts += 1
         with self._cond:
             process = self.process
             if process is None or not process.live.alive:
-                process = _ClaudeProcess(self, spawn(), idle_timeout_ms, info, mcp)
+                process = _ClaudeProcess(self, spawn(), idle_timeout_ms, info, mcp,
+                                         json_schema)
                 self.process = process
                 self.processes_started += 1
             lines = _TurnLines(settle_s)
@@ -374,11 +396,14 @@ def warm_turn(
     interrupt_grace_ms: int,
     permission_timeout_ms: int,
     mcp: McpServer | None = None,
+    json_schema: str | None = None,
 ) -> Iterator[Event]:
     """Start (or reuse) the process, send `prompt`, and return the turn's event stream.
 
     `mcp`: the agent's Python tools, served to a process this turn starts (the command line
-    `spawn` runs must declare it).
+    `spawn` runs must declare it). `json_schema`: the turn's `--json-schema` (encoded JSON
+    schema, or None; `spawn` must pass it): a live process started with another one is
+    replaced first (see `WarmSlot.acquire`).
 
     Raises:
         DispatchError: the process could not be started, or died before it took the prompt
@@ -389,7 +414,7 @@ def warm_turn(
         try:
             process, lines = slot.acquire(spawn, info=context.info_sink,
                                           idle_timeout_ms=idle_timeout_ms, settle_s=settle_s,
-                                          mcp=mcp)
+                                          mcp=mcp, json_schema=json_schema)
         except BackendError as exc:
             raise DispatchError(exc, exc.message) from None
         lines.writing = True

@@ -69,6 +69,7 @@ from gen_agent.backends._option_checks import (
 from gen_agent.backends._process import ChildProcess
 from gen_agent.backends.warm import DEFAULT_IDLE_TIMEOUT_MS, DEFAULT_INTERRUPT_GRACE_MS
 from gen_agent.event import Event
+from gen_agent.output import schema_of
 from gen_agent.permission import DEFAULT_PERMISSION_TIMEOUT_MS
 
 __all__ = [
@@ -206,6 +207,9 @@ class ClaudeSession(CLISession, frozen=True, kw_only=True):
         runner: the holder of the current turn's child process (per-turn mode; shared by
             copies).
         warm: the warm process and the session's totals (warm mode; shared by copies).
+        json_schema: the JSON schema (encoded) a command line passes as `--json-schema`, or
+            None. Set only on the copy `prompt` builds a turn's command from (the turn's
+            `RequestOptions.output`, gen_agent.output); the agent's session keeps None.
 
     Thread-safety: immutable; the runner and the warm slot inside are thread-safe.
     """
@@ -213,6 +217,7 @@ class ClaudeSession(CLISession, frozen=True, kw_only=True):
     options: ClaudeOptions
     session_id: str | None = None
     warm: WarmSlot = msgspec.field(default_factory=WarmSlot)
+    json_schema: str | None = None
 
     @property
     def pid(self) -> int | None:
@@ -333,6 +338,8 @@ class ClaudeCLI(CLIBackend[ClaudeSession]):
                 argv += [flag, value]
         if o.dangerously_skip_permissions:
             argv.append("--dangerously-skip-permissions")
+        if session.json_schema is not None:
+            argv += ["--json-schema", session.json_schema]
         return [*argv, *o.extra_args, "--", prompt]
 
     @classmethod
@@ -387,8 +394,14 @@ class ClaudeCLI(CLIBackend[ClaudeSession]):
         Mirrors: `prompt/3` (contract §7.1, §7.6; docs: the backend guide).
         """
         o = session.options
+        schema = _json_schema(context)
+        # The command is built from a copy carrying the turn's schema; the agent keeps
+        # `session` (a later turn without `output` must not inherit it).
+        turn_session = (session if schema is None
+                        else msgspec.structs.replace(session, json_schema=schema))
         if o.mode == "per_turn":
-            return super().prompt(session, prompt, context)
+            events, _ = super().prompt(turn_session, prompt, context)
+            return events, session
         if not isinstance(prompt, str):
             raise TypeError(f"prompt must be a str, got {type(prompt).__name__}")
         permission_prompt = context.handles_permissions
@@ -406,7 +419,7 @@ class ClaudeCLI(CLIBackend[ClaudeSession]):
                 # own timeout_s (and the permission wait) do.
                 env.setdefault("MCP_TOOL_TIMEOUT", str(_mcp_timeout_ms(o)))
             return ChildProcess.spawn(
-                cls.warm_command(session, permission_prompt=permission_prompt),
+                cls.warm_command(turn_session, permission_prompt=permission_prompt),
                 provider=PROVIDER,
                 env=env,
                 cwd=o.cwd,
@@ -421,7 +434,7 @@ class ClaudeCLI(CLIBackend[ClaudeSession]):
         events = warm_turn(
             session.warm, prompt, context, spawn=spawn, idle_timeout_ms=o.idle_timeout_ms,
             interrupt_grace_ms=o.interrupt_grace_ms,
-            permission_timeout_ms=o.permission_timeout_ms, mcp=mcp)
+            permission_timeout_ms=o.permission_timeout_ms, mcp=mcp, json_schema=schema)
         return events, session
 
     @classmethod
@@ -515,6 +528,15 @@ class ClaudeCLI(CLIBackend[ClaudeSession]):
     @classmethod
     def _translator(cls, session: ClaudeSession) -> ClaudeStreamTranslator:
         return ClaudeStreamTranslator()
+
+
+def _json_schema(context: TurnContext) -> str | None:
+    """The turn's `--json-schema` value: `schema_of(output)` as compact JSON, or None when the
+    turn asks for no structured output (gen_agent.output)."""
+    output = context.options.output
+    if output is None:
+        return None
+    return msgspec.json.encode(schema_of(output)).decode()
 
 
 def _is_tool(value: Any) -> bool:

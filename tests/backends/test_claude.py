@@ -640,6 +640,14 @@ def test_command_line_puts_the_prompt_after_the_option_terminator(fake_claude: F
         assert part in joined
 
 
+def test_a_turn_s_json_schema_goes_before_the_extra_args(fake_claude: FakeClaude):
+    session = ClaudeCLI.start_session(fake_claude.options(extra_args=["--debug-file", "/x"]))
+    assert "--json-schema" not in ClaudeCLI.command(session, "hi")
+    typed = msgspec.structs.replace(session, json_schema='{"type":"integer"}')
+    assert ClaudeCLI.command(typed, "hi")[-6:] == [
+        "--json-schema", '{"type":"integer"}', "--debug-file", "/x", "--", "hi"]
+
+
 # -- the process layer, pure parts ------------------------------------------------------
 
 

@@ -19,7 +19,6 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import pytest
 
 import gen_agent
@@ -27,7 +26,6 @@ from gen_agent import TurnError
 from gen_agent.backend import BackendError
 from gen_agent.backends.claude import ClaudeCLI, ClaudeSession
 from gen_agent.event import Event
-from gen_agent.output import schema_of
 from gen_agent.response import Response
 from gen_agent.testing.model_server import Reply, ScriptedModelServer
 
@@ -355,46 +353,3 @@ def test_agent_401_without_retries_is_a_backend_error(server: ScriptedModelServe
     assert isinstance(reason, BackendError)
     assert (reason.kind, reason.status) == ("authentication", 401)
     gen_agent.stop("denied-agent")
-
-
-# -- the record of a turn (issue 18) --------------------------------------------------------
-
-
-class _Answer(msgspec.Struct, frozen=True):
-    answer: str
-
-
-def test_structured_output_through_json_schema_and_a_reply_that_fails_validation(
-        server: ScriptedModelServer, cli_options) -> None:
-    # The CLI offers the model a StructuredOutput tool; a call that breaks the schema is sent
-    # back to the model, which then answers with text only: that reply does not validate.
-    server.enqueue(
-        Reply.tool_use("StructuredOutput", {"answer": "yes"}, id="toolu_so1",
-                       input_tokens=12, output_tokens=7),
-        Reply.tool_use("StructuredOutput", {"answer": 5}, id="toolu_so2"),
-        Reply.text("Sorry."), Reply.text("Sorry again."),
-    )
-    schema = msgspec.json.encode(schema_of(_Answer)).decode()
-    agent = gen_agent.start_agent(CliAgent, name="typed-claude", backend=ClaudeCLI,
-                                  backend_opts=cli_options(mode="per_turn",
-                                                           extra_args=["--json-schema", schema]))
-    first = agent.ask("judge", timeout=TURN_TIMEOUT_S, output=_Answer)
-    with pytest.raises(TurnError) as failed:
-        agent.ask("judge again", timeout=TURN_TIMEOUT_S, output=_Answer)
-    gen_agent.stop("typed-claude")
-
-    assert first.parsed == _Answer(answer="yes")
-    assert (first.finish_reason, first.stop_reason) == ("stop", "tool_use")
-    assert (first.provider, first.provider_model) == ("claude", MODEL)
-    assert (first.usage["input_tokens"], first.usage["output_tokens"]) == (12, 7)
-    assert first.cost_usd == pytest.approx(sonnet_cost(12, 7))
-    assert first.session_cost_usd == pytest.approx(first.cost_usd)
-    assert first.messages[0].text == "judge"
-    call = first.messages[1].content[0]
-    assert (call.name, call.input) == ("StructuredOutput", {"answer": "yes"})
-    kind, invalid = failed.value.reason
-    assert kind == "invalid_output" and invalid.message.startswith("JSON is malformed")
-    assert invalid.response.text == "Sorry again."
-    assert invalid.response.cost_usd is not None and invalid.response.cost_usd > 0
-    assert invalid.response.session_cost_usd == pytest.approx(
-        first.cost_usd + invalid.response.cost_usd)

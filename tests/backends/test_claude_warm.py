@@ -296,6 +296,40 @@ def test_set_model_applies_to_a_process_started_later(fake: FakeWarm):
     gen_agent.stop("w")
 
 
+def test_the_output_schema_is_a_start_flag_and_another_one_restarts_resuming(fake: FakeWarm):
+    # The fake answers text, so every typed turn fails validation; what matters here is the
+    # command line each process was started with.
+    start(fake)
+
+    def typed(output: Any) -> None:
+        with pytest.raises(TurnError) as failed:
+            gen_agent.ask("w", "hello", timeout=WAIT_S, output=output)
+        assert failed.value.reason[0] == "invalid_output"
+
+    typed(list[int])
+    typed(list[int])
+    first_session = session().session_id
+    typed(dict[str, int])
+    ask("plain")
+    ask("plain again")
+    calls = [call["argv"] for call in fake.calls()]
+    restarts = session().warm.schema_restarts
+    gen_agent.stop("w")
+
+    def schema(argv: list[str]) -> Any:
+        return json.loads(argv[argv.index("--json-schema") + 1]) if "--json-schema" in argv \
+            else None
+
+    assert [schema(argv) for argv in calls] == [
+        {"type": "array", "items": {"type": "integer"}},
+        {"type": "object", "additionalProperties": {"type": "integer"}},
+        None,
+    ]
+    assert "--resume" not in calls[0]
+    assert [argv[argv.index("--resume") + 1] for argv in calls[1:]] == [first_session] * 2
+    assert restarts == 2
+
+
 def test_reset_session_replaces_the_process(fake: FakeWarm):
     start(fake)
     ask("hello one")
