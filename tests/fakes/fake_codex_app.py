@@ -1,8 +1,8 @@
 """A fake `codex app-server` that replays a recorded session (`$FAKE_CODEX_REPLAY`, e.g.
 tests/fixtures/codex-cli/app_server/two_turns.jsonl): it prints each recorded stdout line and,
 at each recorded stdin line, reads one line and appends `{"expected", "got"}` (method and id)
-to `$FAKE_CODEX_DIR/replay.jsonl`. At the end of the recording it waits for EOF. Only the
-standard library."""
+and the `params` it got to `$FAKE_CODEX_DIR/replay.jsonl`. At the end of the recording it
+waits for EOF. Only the standard library."""
 
 from __future__ import annotations
 
@@ -28,8 +28,9 @@ def main() -> None:
         if not raw:
             return
         with open(os.path.join(directory, "replay.jsonl"), "a") as log:
-            log.write(json.dumps({"expected": shape(record["line"]),
-                                  "got": shape(json.loads(raw))}) + "\n")
+            got = json.loads(raw)
+            log.write(json.dumps({"expected": shape(record["line"]), "got": shape(got),
+                                  "params": got.get("params")}) + "\n")
     while sys.stdin.readline():
         pass
 
