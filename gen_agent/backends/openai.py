@@ -25,7 +25,9 @@ Normalization (stream events, as dicts, to `Event`s; `OpenAIStreamTranslator`):
 - refusal deltas are collected, never shown as text;
 - `response.completed` → `usage` {input_tokens, output_tokens, total_tokens,
   reasoning_tokens, cached_tokens} then the terminal `result` {text, session_id,
-  response_id, model, stop_reason, provider}; or, when the reply was a refusal, the terminal
+  response_id, model, provider_model, stop_reason, finish_reason, service_tier, served_by
+  (a router's top-level `provider` field of the response, e.g. OpenRouter's upstream host;
+  None without one), provider, messages}; or, when the reply was a refusal, the terminal
   `error` with a `BackendError` of kind `"refusal"`;
 - `response.failed` → `usage` then terminal `error`, kind `"response_failed"`;
   `response.incomplete` → `usage` then kind `"response_incomplete"` (contract §7.6; docs: the
@@ -189,6 +191,7 @@ class OpenAIStreamTranslator(StreamTranslator):
         self._items: list[Any] = []  # output items in arrival order (dicts or _Pending)
         self._served: str | None = None
         self.service_tier: str | None = None
+        self.served_by: str | None = None  # a router's top-level `provider` (OpenRouter)
         self.sent: tuple[Message, ...] = ()
         self.history_dropped: tuple[Dropped, ...] = ()
 
@@ -338,6 +341,7 @@ class OpenAIStreamTranslator(StreamTranslator):
             "stop_reason": status,
             "finish_reason": finish,
             "service_tier": self.service_tier,
+            "served_by": self.served_by,
             "provider": PROVIDER,
             "messages": (*self.sent, reply),
         }
@@ -396,6 +400,10 @@ class OpenAIStreamTranslator(StreamTranslator):
             self._served = response["model"]
         if is_text(response.get("service_tier")):
             self.service_tier = response["service_tier"]
+        if is_text(response.get("provider")):
+            # A router's name for the upstream host that served it (OpenRouter's top-level
+            # `provider`, e.g. "DeepInfra"); the provider itself sends no such field.
+            self.served_by = response["provider"]
 
     def _usage_events(self, response: Mapping[str, Any]) -> list[Event]:
         usage = _usage_data(response.get("usage"))

@@ -69,6 +69,7 @@ class AnthropicMessagesProtocol(_Protocol):
             "stop_reason": reply.stop_reason,
             "stop_sequence": None,
             "usage": _usage(reply, reply.output_tokens),
+            **reply.response_fields,
         }
 
     def _stream(self, reply: Reply, model: str, out: _Writer) -> None:

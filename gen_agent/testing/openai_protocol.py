@@ -23,7 +23,8 @@ Every streamed event carries `type` and a `sequence_number` counting from 0. A r
 without `"stream": true` gets the final `Response` object as JSON (HTTP 500 for a failed one).
 
 Response ids are `"resp_..."`; each streamed response echoes the request's `model` (unless the
-reply names one), `instructions`, `previous_response_id` and `store`.
+reply names one), `instructions`, `previous_response_id` and `store`, and carries the reply's
+`response_fields` at its top level (e.g. a router's `provider`).
 
 `ScriptedModelServer` lists this protocol in its `_PROTOCOLS`; this module does not import the
 server back.
@@ -242,6 +243,7 @@ class _Render:
             "incomplete_details": None,
             "usage": None,
             **fields,
+            **self.reply.response_fields,
         }
 
     def usage(self) -> dict[str, Any]:

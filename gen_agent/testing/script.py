@@ -109,6 +109,9 @@ class Reply(msgspec.Struct, frozen=True, kw_only=True):
         headers: extra response headers as `(name, value)` pairs.
         delay: seconds to wait before answering at all (ends early when the server closes).
         chunk_delay: seconds to wait between two stream events (ends early on close).
+        response_fields: extra top-level fields of the reply's message / response object, as
+            a router or aggregator adds them (e.g. `{"provider": "DeepInfra"}`, OpenRouter's
+            field naming the upstream host); they override a generated field of that name.
 
     Thread-safety: immutable; safe to share.
     """
@@ -126,6 +129,7 @@ class Reply(msgspec.Struct, frozen=True, kw_only=True):
     headers: tuple[tuple[str, str], ...] = ()
     delay: float = 0.0
     chunk_delay: float = 0.0
+    response_fields: dict[str, Any] = msgspec.field(default_factory=dict)
 
     @classmethod
     def text(cls, text: str | Iterable[str], **fields: Any) -> Reply:

@@ -125,3 +125,31 @@ def test_openai_reports_tool_calls_as_the_finish_reason_and_in_the_delta() -> No
     assert (type(call).__name__, call.id, call.name, call.input) == (
         "ToolCallPart", "call_1", "lookup", {"q": "x"})
     assert call.raw["type"] == "function_call"
+
+
+def test_served_by_is_a_router_s_top_level_provider_field_when_there_is_one() -> None:
+    # OpenRouter names the upstream host in a top-level `provider` field of the response.
+    replies = [Reply.text("routed", response_fields={"provider": "DeepInfra"}),
+               Reply.text("direct")]
+    with ScriptedModelServer(replies) as server:
+        agent = _start(OpenAIResponses, server, "routed")
+        routed = agent.ask("one", timeout=WAIT_S)
+        direct = agent.ask("two", timeout=WAIT_S)
+        gen_agent.stop("routed")
+
+    assert (routed.text, routed.served_by) == ("routed", "DeepInfra")
+    assert (direct.text, direct.served_by) == ("direct", None)
+    assert "served_by" not in routed.extra and "provider" not in routed.extra
+
+
+def test_anthropic_reads_no_router_field_none_is_documented() -> None:
+    # The Messages API documents no field or header naming an upstream host; a `provider`
+    # field a router might add is not taken for one.
+    replies = [Reply.text("routed", response_fields={"provider": "SomeHost"})]
+    with ScriptedModelServer(replies) as server:
+        agent = _start(AnthropicAPI, server, "anthropic-routed")
+        response = agent.ask("one", timeout=WAIT_S)
+        gen_agent.stop("anthropic-routed")
+
+    assert (response.text, response.served_by, response.provider) == (
+        "routed", None, "anthropic")

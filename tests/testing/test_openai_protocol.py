@@ -186,6 +186,21 @@ def test_one_script_drives_both_protocols() -> None:
         assert server.remaining == 0
 
 
+def test_response_fields_go_on_the_top_level_of_both_protocols_bodies() -> None:
+    routed = Reply.text("routed", response_fields={"provider": "DeepInfra"})
+    stream = list(render_stream(routed, {"model": "gpt-x"}))
+    assert {data["response"]["provider"] for name, data in stream if "response" in data} == {
+        "DeepInfra"}  # created, in_progress, completed
+    assert render_response(routed, {"model": "gpt-x"})["provider"] == "DeepInfra"
+    assert "provider" not in render_response(Reply.text("direct"), {"model": "gpt-x"})
+    with ScriptedModelServer([routed, routed]) as server:
+        body = {"model": "claude-x", "max_tokens": 5, "messages": []}
+        plain = post(server, body, "/v1/messages").json()
+        streamed = sse_events(post(server, {**body, "stream": True}, "/v1/messages").body)
+    assert (plain["provider"], plain["content"][0]["text"]) == ("DeepInfra", "routed")
+    assert streamed[0][1]["message"]["provider"] == "DeepInfra"  # message_start
+
+
 def test_plain_json_http_errors_and_the_empty_script() -> None:
     script = [Reply.text("plain"), Reply.http_error(401, "bad key"), ResponsesReply.failed()]
     with ScriptedModelServer(script) as server:
