@@ -7,7 +7,6 @@ so that however the agent ends every waiting caller is answered (`close`).
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import threading
 from typing import Any
@@ -71,12 +70,11 @@ class AgentHandle:
     def send(self, message: Any) -> bool:
         """Put `message` in the actor's mailbox; False if the agent no longer accepts."""
         with self._lock:
-            if self.closed or self.actor_ref is None:
+            ref = self.actor_ref
+            if self.closed or ref is None or ref.actor_stopped.is_set():
                 return False
-            try:
-                self.actor_ref.tell(message)
-            except pykka.ActorDeadError:
-                return False
+            # Bare, without pykka's Envelope: the agent's loop takes both (issue 20).
+            ref.actor_inbox.put(message)
             return True
 
     def call(self, make: Any, timeout: float | None) -> Any:
@@ -152,7 +150,6 @@ class AgentHandle:
     def tell_unchecked(self, message: Any) -> None:
         """Send without the lock (turn tasks and timers; losing it after death is fine)."""
         ref = self.actor_ref
-        if ref is not None and not self.closed:
-            # the agent may die meanwhile; its turn messages then no longer matter
-            with contextlib.suppress(pykka.ActorDeadError):
-                ref.tell(message)
+        # the agent may die meanwhile; its turn messages then no longer matter
+        if ref is not None and not self.closed and not ref.actor_stopped.is_set():
+            ref.actor_inbox.put(message)

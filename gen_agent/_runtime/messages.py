@@ -148,7 +148,7 @@ class PermissionMsg(Msg, frozen=True):
 
 # --- timers ----------------------------------------------------------------------------------
 class WatchdogMsg(Msg, frozen=True):
-    task_id: int
+    armed: int  # which arming of the agent's watchdog timer fired (stale ones are ignored)
 
 
 class RetryGeneratedMsg(Msg, frozen=True):

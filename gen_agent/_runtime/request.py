@@ -105,7 +105,7 @@ class Turn:
 
     __slots__ = (
         "attempt", "cancel_event", "capture", "channel", "checkpoint_error", "checkpoint_id",
-        "prompt", "request", "started_at", "task_id", "thread_id", "watchdog",
+        "deadline", "prompt", "request", "started_at", "task_id", "thread_id",
     )
 
     def __init__(self, request: Request, attempt: int, task_id: int, prompt: str,
@@ -122,7 +122,7 @@ class Turn:
         self.checkpoint_id: str | None = None
         self.checkpoint_error: Any = None
         self.thread_id: int | None = None
-        self.watchdog: Any = None
+        self.deadline: float | None = None  # the watchdog's (time.monotonic seconds)
 
 
 def deliver_to(recipient: Any, message: Any) -> None:

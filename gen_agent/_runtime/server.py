@@ -18,7 +18,9 @@ from typing import Any
 
 import msgspec
 import pykka
+import pykka.messages
 from loguru import logger
+from pykka._envelope import Envelope
 
 from gen_agent import telemetry
 from gen_agent._runtime.cancel import CancelSignal
@@ -205,6 +207,8 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
         self.results = ResultCache(options.max_tell_results, options.max_tell_result_bytes)
         self._task_ids = itertools.count(1)
         self._retry_timer: Any = None
+        self._watchdog: Any = None  # the agent's watchdog timer (see `_arm_watchdog`)
+        self._watchdog_armed = 0
         self._replies: list[tuple[Any, Any]] = []
         self._terminated = False
         self.log = logger.bind(gen_agent=self.name, gen_agent_module=module.__name__)
@@ -291,16 +295,17 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
             if not inbox.hibernated:
                 return False
             inbox.hibernated = False  # claimed: the put below wakes nobody
-        try:
-            self.actor_ref.tell(message)
-        except pykka.ActorDeadError:
+        if self.actor_stopped.is_set():
             return False
+        inbox.put(message)
         self._inline(self._run_loop)
         return True
 
     def _run_loop(self) -> None:
         if self._hibernate_s is None:
-            super()._actor_loop_running()
+            inbox, stopped, receive = self.actor_inbox, self.actor_stopped, self._receive
+            while not stopped.is_set():
+                receive(inbox.get())
         elif self._loop_until_hibernated():
             return  # hibernated: this thread ends, the agent lives on
         self._actor_loop_teardown()
@@ -317,18 +322,25 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
                 if self._hibernate():
                     return True
                 envelope = inbox.get()  # busy (a turn runs): wait for its next message
-            self._receive_envelope(envelope)
+            self._receive(envelope)
         return False
 
-    def _receive_envelope(self, envelope: Any) -> None:
-        # As pykka's `_actor_loop_running` handles one envelope.
+    def _receive(self, item: Any) -> None:
+        # As pykka's `_actor_loop_running` handles one envelope, but the runtime's own
+        # messages come bare (`AgentHandle.send`): no `Envelope` to build, no dispatch on
+        # pykka's message types (issue 20). pykka's own (stop, a user's `ActorRef.tell`) still
+        # come enveloped.
+        reply_to = item.reply_to if type(item) is Envelope else None
         try:
-            response = self._handle_receive(envelope.message)
-            if envelope.reply_to is not None:
-                envelope.reply_to.set(response)
+            if type(item) is not Envelope:
+                self.on_receive(item)
+            else:
+                response = self._handle_receive(item.message)
+                if reply_to is not None:
+                    reply_to.set(response)
         except Exception:  # noqa: BLE001 - as pykka: to the asker, else logged
-            if envelope.reply_to is not None:
-                envelope.reply_to.set_exception()
+            if reply_to is not None:
+                reply_to.set_exception()
             else:
                 self._handle_failure(*sys.exc_info())
                 try:
@@ -339,9 +351,25 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
             self._stop()
             pykka.ActorRegistry.stop_all()
 
+    def _actor_loop_teardown(self) -> None:
+        # pykka's teardown reads `reply_to` of every envelope left; bare messages carry
+        # `Reply`s, which `AgentHandle.close` has already failed (the handle closes first).
+        inbox = self.actor_inbox
+        while not inbox.empty():
+            item = inbox.get()
+            if type(item) is Envelope and item.reply_to is not None:
+                if isinstance(item.message, pykka.messages._ActorStop):  # noqa: SLF001
+                    item.reply_to.set(None)
+                else:
+                    item.reply_to.set_exception(exc_info=(
+                        pykka.ActorDeadError,
+                        pykka.ActorDeadError(f"{self.actor_ref} stopped before handling the "
+                                             "message"), None))
+
     def _hibernate(self) -> bool:
         if self.turn is not None or self._retry_timer is not None or self._terminated:
             return False
+        self._disarm_watchdog()  # before the flag: once it is set, a wake may arm it anew
         inbox, lock = self._hibernating_inbox, self._wake_lock
         assert inbox is not None and lock is not None
         with lock:
@@ -491,6 +519,7 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
         # Reached through pykka's own stop (ActorRef.stop): stop gracefully.
         if not self._terminated:
             self._terminate("shutdown", stop_actor=False)
+        self._disarm_watchdog()
         self.handle.exited.set()
 
     def _killed(self) -> None:
@@ -541,10 +570,15 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
             case PermissionMsg():
                 self._on_permission(msg)
             case WatchdogMsg():
-                turn = self.turn
-                if turn is not None and turn.task_id == msg.task_id:
-                    self._cancel_task(turn)
-                    self._finish_error("timeout", self.state, self.session, turn)
+                if msg.armed == self._watchdog_armed:
+                    self._watchdog = None
+                    turn = self.turn
+                    if turn is not None and turn.deadline is not None:
+                        if time.monotonic() < turn.deadline:
+                            self._arm_watchdog(turn.deadline)  # armed for an earlier turn
+                        else:
+                            self._cancel_task(turn)
+                            self._finish_error("timeout", self.state, self.session, turn)
             case RetryDueMsg():
                 retry: Retry = msg.retry
                 if self.self_chain is retry:
@@ -803,15 +837,15 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
                               trace_carrier=carrier,
                               permission=self._permission_fn(turn), info=self._info_fn())
         self._set_phase("processing")
+        if self.opts.watchdog_ms is not None:
+            turn.deadline = time.monotonic() + self.opts.watchdog_ms / 1000
+            if self._watchdog is None:
+                self._arm_watchdog(turn.deadline)
         thread = start_turn(TurnSpec(
             handle=self.handle, task_id=task_id, backend=self.backend, session=self.session,
             prompt=final_prompt, context=context, stream_cb=self._stream_cb, state=self.state,
             budget=budget, cancel_event=turn.cancel_event, channel=turn.channel))
         turn.thread_id = thread.ident
-        if self.opts.watchdog_ms is not None:
-            turn.watchdog = TIMERS.schedule(
-                self.opts.watchdog_ms / 1000,
-                lambda: self.handle.tell_unchecked(WatchdogMsg(task_id)))
         return "started"
 
     def _fresh_session(self) -> Any:
@@ -1030,9 +1064,24 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
     def _elapsed(self, turn: Turn) -> int:
         return max(0, monotonic_ms() - turn.started_at)
 
+    def _arm_watchdog(self, deadline: float) -> None:
+        # One timer per agent, not one per turn (issue 20): it is left running when a turn
+        # ends; when it fires, the agent checks the turn running then, against that turn's
+        # own deadline, and arms it again for that deadline if it is not due yet. So a busy
+        # agent schedules about one timer per `watchdog_ms`, and a watchdog still fires
+        # exactly `watchdog_ms` after its turn started. Cancelled when the agent hibernates
+        # or stops.
+        armed = self._watchdog_armed = self._watchdog_armed + 1
+        tell = self.handle.tell_unchecked
+        self._watchdog = TIMERS.schedule(deadline - time.monotonic(),
+                                         lambda: tell(WatchdogMsg(armed)))
+
+    def _disarm_watchdog(self) -> None:
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
+
     def _retire(self, turn: Turn) -> None:
-        if turn.watchdog is not None:
-            turn.watchdog.cancel()
         self.turn = None
         if self._permit:
             self._permit = False

@@ -155,6 +155,7 @@ class TurnWorkers:
         self.idle_s = idle_s
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
+        self._watchers = 0  # threads in wait_parked: only they need `_changed` notified
         self._idle: list[_Worker] = []
 
     def submit(self, spec: TurnSpec) -> threading.Thread:
@@ -182,7 +183,11 @@ class TurnWorkers:
             return not thread.is_alive() or any(w.thread is thread for w in self._idle)
 
         with self._changed:
-            return self._changed.wait_for(settled, timeout)
+            self._watchers += 1
+            try:
+                return self._changed.wait_for(settled, timeout)
+            finally:
+                self._watchers -= 1
 
     def _loop(self, worker: _Worker, spec: TurnSpec) -> None:
         while True:
@@ -195,14 +200,16 @@ class TurnWorkers:
             set_current(None, None)
             with self._lock:
                 self._idle.append(worker)
-                self._changed.notify_all()
+                if self._watchers:
+                    self._changed.notify_all()
             try:
                 spec = worker.inbox.get(timeout=self.idle_s)
             except queue.Empty:
                 with self._lock:
                     if worker in self._idle:
                         self._idle.remove(worker)
-                        self._changed.notify_all()
+                        if self._watchers:
+                            self._changed.notify_all()
                         return
                 spec = worker.inbox.get()  # claimed just as the wait timed out: it is coming
 
