@@ -10,15 +10,19 @@ from __future__ import annotations
 import threading
 
 
+_LOCK = threading.Lock()
+"""Shared by every signal: `set` and `event` are rare (a cancellation, a backend that waits),
+so one lock serves them all and a turn allocates none (issue 20)."""
+
+
 class CancelSignal:
     """Set-once flag with an on-demand `threading.Event`. Thread-safe."""
 
-    __slots__ = ("_event", "_flag", "_lock")
+    __slots__ = ("_event", "_flag")
 
     def __init__(self) -> None:
         self._flag = False
         self._event: threading.Event | None = None
-        self._lock = threading.Lock()
 
     def is_set(self) -> bool:
         """True once `set()` was called."""
@@ -26,7 +30,7 @@ class CancelSignal:
 
     def set(self) -> None:
         """Raise the flag and wake anyone waiting on the event (idempotent)."""
-        with self._lock:
+        with _LOCK:
             self._flag = True
             if self._event is not None:
                 self._event.set()
@@ -34,7 +38,7 @@ class CancelSignal:
     @property
     def event(self) -> threading.Event:
         """A `threading.Event` that is set when (or if) this signal is."""
-        with self._lock:
+        with _LOCK:
             if self._event is None:
                 self._event = threading.Event()
                 if self._flag:

@@ -207,6 +207,9 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
         self.results = ResultCache(options.max_tell_results, options.max_tell_result_bytes)
         self._task_ids = itertools.count(1)
         self._retry_timer: Any = None
+        self._pre_turn_cb: Any = None  # set by on_start (see there)
+        self._post_turn_cb: Any = None
+        self._send_info: Any = None
         self._watchdog: Any = None  # the agent's watchdog timer (see `_arm_watchdog`)
         self._watchdog_armed = 0
         self._replies: list[tuple[Any, Any]] = []
@@ -441,6 +444,10 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
                 type(self.impl), "handle_stream_event", None) is BASE_STREAM_EVENT:
             self._stream_cb = None  # the default returns state unchanged; skip it per event
         self._handle_info_cb = self._optional("handle_info")
+        # The base class's pre_turn/post_turn change nothing: a turn skips calling them.
+        self._pre_turn_cb = self._overridden("pre_turn", GenAgent.pre_turn)
+        self._post_turn_cb = self._overridden("post_turn", GenAgent.post_turn)
+        self._send_info = self._info_fn()
         self._set_phase("idle")
         self._init_reply.resolve(self.handle)
         self._run_pre_run()
@@ -489,6 +496,11 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
 
     def _optional(self, name: str) -> Any:
         return getattr(self.impl, name, None)
+
+    def _overridden(self, name: str, base: Any) -> Any:
+        """The agent's callback `name`, or None when it has none or it is `base` itself."""
+        fn = self._optional(name)
+        return None if fn is None or getattr(fn, "__func__", None) is base else fn
 
     # ------------------------------------------------------------------ message loop
     def on_receive(self, message: Any) -> Any:
@@ -835,7 +847,7 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
                               cancel_event=turn.cancel_event,
                               checkpoint=self._checkpoint_fn(turn), options=options,
                               trace_carrier=carrier,
-                              permission=self._permission_fn(turn), info=self._info_fn())
+                              permission=self._permission_fn(turn), info=self._send_info)
         self._set_phase("processing")
         if self.opts.watchdog_ms is not None:
             turn.deadline = time.monotonic() + self.opts.watchdog_ms / 1000
@@ -870,7 +882,7 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
 
     def _pre_turn(self, request: Request, prompt: str, attempt: int) -> tuple[str, Any] | str:
         """Apply pre_turn (§3.5): `(prompt, state)` when accepted, else the rejection kind."""
-        fn = self._optional("pre_turn")
+        fn = self._pre_turn_cb
         if fn is None:
             return prompt, self.state
         set_request(_info(request, prompt, attempt))
@@ -1229,7 +1241,7 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
         self._process_next()
 
     def _post_turn(self, outcome: tuple[str, Any], ref: RequestRef, state: Any) -> Any:
-        fn = self._optional("post_turn")
+        fn = self._post_turn_cb
         if fn is None:
             return state
         try:

@@ -20,6 +20,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from loguru import logger
+
 from gen_agent._runtime.cancel import CancelSignal
 from gen_agent._runtime.capture import LosslessBudget
 from gen_agent._runtime.context import set_current, trace_carrier_activation
@@ -27,6 +29,8 @@ from gen_agent._runtime.messages import TurnDoneMsg, TurnWakeMsg
 from gen_agent.backend import DispatchError, TurnContext
 from gen_agent.event import TERMINAL_KINDS, Event, monotonic_ms
 from gen_agent.size import term_size
+
+_IN_MEMORY = (type(iter([])), type(iter(())))
 
 
 class TurnChannel:
@@ -69,11 +73,12 @@ class TurnChannel:
         self.cond: threading.Condition | None = None  # made when the producer first waits
         self.cancel_event = cancel_event
 
-    def push(self, item: Any, size: int = 0) -> None:
+    def push(self, item: Any, size: int = 0, wake: bool = True) -> None:
         """Queue `item` ((event, size) or a TurnDoneMsg) and wake the agent if needed; wait
-        while more than `max_bytes` are queued."""
+        while more than `max_bytes` are queued. `wake=False` leaves the wake-up to a later
+        push (the producer knows it will push again without blocking in between)."""
         self.items.append(item)
-        if not self.scheduled:
+        if wake and not self.scheduled:
             self.scheduled = True
             self.handle.tell_unchecked(TurnWakeMsg(self.task_id))
         if size:
@@ -82,6 +87,9 @@ class TurnChannel:
                 self._wait_for_room()
 
     def _wait_for_room(self) -> None:
+        if not self.scheduled:  # a quiet push (wake=False) may have left the agent asleep
+            self.scheduled = True
+            self.handle.tell_unchecked(TurnWakeMsg(self.task_id))
         if self.cond is None:
             self.cond = threading.Condition(threading.Lock())
         with self.cond:
@@ -193,15 +201,22 @@ class TurnWorkers:
         while True:
             activate = trace_carrier_activation() if spec.context.trace_carrier else None
             if activate is None:
-                _run(spec)
+                outcome = _run(spec)
             else:
                 with activate(spec.context):  # the turn's span is current here
-                    _run(spec)
+                    outcome = _run(spec)
             set_current(None, None)
             with self._lock:
                 self._idle.append(worker)
                 if self._watchers:
                     self._changed.notify_all()
+            if outcome is not None:
+                # Last, just before this thread waits: the agent it wakes finds the GIL free
+                # instead of waiting for this thread's bookkeeping (issue 20).
+                try:
+                    spec.channel.push(outcome)
+                except Exception as exc:  # noqa: BLE001 - a parked worker must survive
+                    logger.warning("gen_agent turn outcome lost ({})", type(exc).__name__)
             try:
                 spec = worker.inbox.get(timeout=self.idle_s)
             except queue.Empty:
@@ -228,7 +243,9 @@ def _terminal_reason(event: Event) -> Any:
     return "unknown" if reason is None or reason is False else reason
 
 
-def _run(spec: TurnSpec) -> None:
+def _run(spec: TurnSpec) -> TurnDoneMsg | None:
+    """Run one turn; return its outcome for the channel (None once cancelled), which the
+    worker pushes after parking (see `TurnWorkers._loop`)."""
     handle = spec.handle
     set_current(handle.name, handle)
     push = spec.channel.push
@@ -237,23 +254,28 @@ def _run(spec: TurnSpec) -> None:
     state = spec.state
     started = monotonic_ms()
 
-    def done(kind: str, reason: Any, session: Any) -> None:
-        if not cancel.is_set():
-            push(TurnDoneMsg(task_id, kind, reason, session, state, monotonic_ms() - started))
+    def done(kind: str, reason: Any, session: Any) -> TurnDoneMsg | None:
+        if cancel.is_set():
+            return None
+        return TurnDoneMsg(task_id, kind, reason, session, state, monotonic_ms() - started)
 
     try:
         try:
             stream, session = spec.backend.prompt(spec.session, spec.prompt, spec.context)
         except DispatchError as exc:
-            done("dispatch_error", exc.reason, spec.session)
-            return
+            return done("dispatch_error", exc.reason, spec.session)
         terminal, overflow = None, None
         stream_cb, budget = spec.stream_cb, spec.budget
         iterator = iter(stream)
+        # A stream already in memory (a list or tuple: the mock, tests) never blocks, and
+        # without handle_stream_event nothing but this loop runs between two events: its
+        # events wake the agent once, with the outcome, not at the first event (one
+        # wake-up either way, but the agent then never waits for this thread's GIL).
+        wake = stream_cb is not None or type(iterator) not in _IN_MEMORY
         try:
             for event in iterator:
                 if cancel.is_set():
-                    return
+                    return None
                 if type(event) is not Event:
                     raise TypeError(f"backend stream yielded {type(event).__name__}, not Event")
                 size = term_size(event)
@@ -263,7 +285,7 @@ def _run(spec: TurnSpec) -> None:
                         break
                 if stream_cb is not None:
                     state = stream_cb(event, state)
-                push((event, size), size)
+                push((event, size), size, wake)
                 if event.kind in TERMINAL_KINDS:
                     terminal = event
                     break
@@ -272,16 +294,15 @@ def _run(spec: TurnSpec) -> None:
             if close is not None:
                 close()  # stop early: run the generator's cleanup (§4.6)
         if overflow is not None:
-            done("stream_error", ("event_capture_overflow", overflow), session)
-        elif terminal is None:
-            done("stream_error", "no_terminal_event", session)
-        elif terminal.kind == "error":
-            done("stream_error", _terminal_reason(terminal), session)
-        else:
-            update = getattr(spec.backend, "update_session", None)
-            if update is not None:
-                session = update(session, terminal.data)
-            done("result", None, session)
+            return done("stream_error", ("event_capture_overflow", overflow), session)
+        if terminal is None:
+            return done("stream_error", "no_terminal_event", session)
+        if terminal.kind == "error":
+            return done("stream_error", _terminal_reason(terminal), session)
+        update = getattr(spec.backend, "update_session", None)
+        if update is not None:
+            session = update(session, terminal.data)
+        return done("result", None, session)
     except BaseException as exc:  # noqa: BLE001 - any failure of the task is delivered as a crash
         state = spec.state  # a crash discards the threaded state (§3.6)
-        done("crashed", ("task_crashed", exc), spec.session)
+        return done("crashed", ("task_crashed", exc), spec.session)
