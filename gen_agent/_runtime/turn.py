@@ -30,8 +30,6 @@ from gen_agent.backend import DispatchError, TurnContext
 from gen_agent.event import TERMINAL_KINDS, Event, monotonic_ms
 from gen_agent.size import term_size
 
-_IN_MEMORY = (type(iter([])), type(iter(())))
-
 
 class TurnChannel:
     """Single-producer (turn task) / single-consumer (agent) FIFO with coalesced wake-ups
@@ -73,12 +71,11 @@ class TurnChannel:
         self.cond: threading.Condition | None = None  # made when the producer first waits
         self.cancel_event = cancel_event
 
-    def push(self, item: Any, size: int = 0, wake: bool = True) -> None:
+    def push(self, item: Any, size: int = 0) -> None:
         """Queue `item` ((event, size) or a TurnDoneMsg) and wake the agent if needed; wait
-        while more than `max_bytes` are queued. `wake=False` leaves the wake-up to a later
-        push (the producer knows it will push again without blocking in between)."""
+        while more than `max_bytes` are queued."""
         self.items.append(item)
-        if wake and not self.scheduled:
+        if not self.scheduled:
             self.scheduled = True
             self.handle.tell_unchecked(TurnWakeMsg(self.task_id))
         if size:
@@ -87,9 +84,6 @@ class TurnChannel:
                 self._wait_for_room()
 
     def _wait_for_room(self) -> None:
-        if not self.scheduled:  # a quiet push (wake=False) may have left the agent asleep
-            self.scheduled = True
-            self.handle.tell_unchecked(TurnWakeMsg(self.task_id))
         if self.cond is None:
             self.cond = threading.Condition(threading.Lock())
         with self.cond:
@@ -211,8 +205,9 @@ class TurnWorkers:
                 if self._watchers:
                     self._changed.notify_all()
             if outcome is not None:
-                # Last, just before this thread waits: the agent it wakes finds the GIL free
-                # instead of waiting for this thread's bookkeeping (issue 20).
+                # Pushed once parked: the agent, which may dispatch its next turn as soon as
+                # it has this outcome, then finds this worker idle instead of starting a
+                # new thread (issue 20).
                 try:
                     spec.channel.push(outcome)
                 except Exception as exc:  # noqa: BLE001 - a parked worker must survive
@@ -267,11 +262,6 @@ def _run(spec: TurnSpec) -> TurnDoneMsg | None:
         terminal, overflow = None, None
         stream_cb, budget = spec.stream_cb, spec.budget
         iterator = iter(stream)
-        # A stream already in memory (a list or tuple: the mock, tests) never blocks, and
-        # without handle_stream_event nothing but this loop runs between two events: its
-        # events wake the agent once, with the outcome, not at the first event (one
-        # wake-up either way, but the agent then never waits for this thread's GIL).
-        wake = stream_cb is not None or type(iterator) not in _IN_MEMORY
         try:
             for event in iterator:
                 if cancel.is_set():
@@ -285,7 +275,7 @@ def _run(spec: TurnSpec) -> TurnDoneMsg | None:
                         break
                 if stream_cb is not None:
                     state = stream_cb(event, state)
-                push((event, size), size, wake)
+                push((event, size), size)
                 if event.kind in TERMINAL_KINDS:
                     terminal = event
                     break
