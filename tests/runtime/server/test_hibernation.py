@@ -161,3 +161,18 @@ def test_an_agent_that_hibernates_at_once_starts_and_stops_without_a_thread() ->
     assert not ref.is_alive() and ref.wait_stopped(WAIT_S)
     assert gen_agent.current_name() is None
     assert _agent_threads() == []
+
+
+def test_a_hibernated_agent_is_not_woken_by_its_watchdog_timer() -> None:
+    # The agent's watchdog timer outlives its turns (issue 20); hibernating cancels it, so a
+    # hibernated agent stays without a thread after the window has passed.
+    ref = start(Counter, scripts=[mock.text_turn("one")], hibernate_after_ms=0, watchdog_ms=50)
+    assert ref.ask("a", timeout=WAIT_S).text == "one"
+    wait_hibernated(ref)
+    actor = ref._handle.actor_ref.actor_inbox.actor
+    hibernations = actor.hibernations
+
+    threading.Event().wait(0.2)  # four watchdog windows
+
+    assert ref._handle.hibernated and actor.hibernations == hibernations
+    assert actor._watchdog is None

@@ -565,6 +565,23 @@ def test_the_watchdog_applies_to_each_attempt_separately() -> None:
     assert MockBackend.history("a") == ["stuck", "retry"]
 
 
+def test_a_watchdog_timer_left_by_an_earlier_turn_gives_a_later_turn_its_full_window() -> None:
+    # The agent keeps one watchdog timer, not one per turn (issue 20): the timer of a turn
+    # that ended in time fires during the next turn, which must still get all of watchdog_ms.
+    g = mock.gate(mock.text_turn("never"))
+    ref = start(scripts=[mock.text_turn("quick"), g], watchdog_ms=300)
+    assert ref.ask("quick", timeout=WAIT_S).text == "quick"
+    threading.Event().wait(0.1)  # the next turn starts inside the first turn's window
+    with TelemetryRecorder([TURN_ERROR]) as rec:
+        with pytest.raises(TurnError) as info:
+            ref.ask("stuck", timeout=WAIT_S)
+        errors = rec.named(TURN_ERROR)
+
+    assert info.value.reason == "timeout"
+    assert [r.measurements["duration_ms"] >= 300 for r in errors] == [True]
+    assert g.cancelled
+
+
 # --- interrupt (§2.10, §4.13) ----------------------------------------------------------------
 
 
