@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import threading
 
-
 _LOCK = threading.Lock()
 """Shared by every signal: `set` and `event` are rare (a cancellation, a backend that waits),
 so one lock serves them all and a turn allocates none (issue 20)."""

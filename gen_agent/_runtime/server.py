@@ -361,7 +361,7 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
         while not inbox.empty():
             item = inbox.get()
             if type(item) is Envelope and item.reply_to is not None:
-                if isinstance(item.message, pykka.messages._ActorStop):  # noqa: SLF001
+                if isinstance(item.message, pykka.messages._ActorStop):
                     item.reply_to.set(None)
                 else:
                     item.reply_to.set_exception(exc_info=(
