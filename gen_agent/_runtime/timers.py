@@ -2,9 +2,10 @@
 
 A per-turn `threading.Timer` would cost a thread per turn; a heap served by one daemon thread
 costs a push and, only when the new deadline is the earliest, a wake-up. Cancelled entries are
-dropped lazily (and the heap is compacted once they dominate it), so cancelling a watchdog at
-the end of every turn never wakes the thread. The thread exits after `idle_s` seconds with
-nothing scheduled and is started again on demand.
+dropped lazily (and the heap is compacted once they dominate it), so cancelling never wakes
+the thread. (An agent keeps one watchdog timer across its turns, see
+`AgentActor._arm_watchdog`.) The thread exits after `idle_s` seconds with nothing scheduled and
+is started again on demand.
 """
 
 from __future__ import annotations
