@@ -44,7 +44,7 @@ from gen_agent.backends._claude_mcp import McpServer
 from gen_agent.backends._claude_stream import PROVIDER, ClaudeStreamTranslator
 from gen_agent.backends._jsonl import translate_line
 from gen_agent.backends._process import ChildProcess, LineTooLong
-from gen_agent.backends.warm import LiveProcess, TurnQueue, WarmExited, WarmOutput
+from gen_agent.backends.warm import LiveProcess, Slot, TurnQueue, WarmExited, WarmOutput
 from gen_agent.event import Event, monotonic_ms
 from gen_agent.permission import (
     DENY_FAILED,
@@ -227,43 +227,31 @@ class _ClaudeProcess:
                 "subtype": "error", "request_id": request_id, "error": message}})
 
 
-class WarmSlot:
+class WarmSlot(Slot[_ClaudeProcess, _TurnLines]):
     """The mutable part of a warm `ClaudeSession` (shared by its copies). Thread-safe.
 
-    Holds the live process (or None), whether a turn owns it, and the session's totals:
-    `cost_usd` (US dollars, summed over processes) and `usage` (token counts summed over
-    turns). `processes_started` counts processes; `schema_restarts` counts the live
-    processes closed because a turn asked for another `--json-schema` (or none).
+    Holds the live process (or None), whether a turn owns it (the `Slot` bookkeeping), and
+    the session's totals: `cost_usd` (US dollars, summed over processes) and `usage` (token
+    counts summed over turns). `processes_started` counts processes; `schema_restarts`
+    counts the live processes closed because a turn asked for another `--json-schema` (or
+    none).
     """
 
+    provider = PROVIDER
+
     def __init__(self) -> None:
-        self._cond = threading.Condition(threading.Lock())
-        self.process: _ClaudeProcess | None = None
+        super().__init__()
         self.cost_usd = 0.0
         self.usage: dict[str, int] = {}
         self.overrides: dict[str, str] = {}
         self.processes_started = 0
         self.schema_restarts = 0
-        self._turn: _TurnLines | None = None
-        self._closed = False
-
-    @property
-    def pid(self) -> int | None:
-        """The live process's id, or None."""
-        process = self.process
-        return None if process is None else process.live.pid
 
     @property
     def live(self) -> LiveProcess | None:
         """The live process, or None."""
         process = self.process
         return None if process is None else process.live
-
-    def _process_gone(self, process: _ClaudeProcess) -> None:
-        with self._cond:
-            if self.process is process:
-                self.process = None
-            self._cond.notify_all()
 
     def acquire(self, spawn: Callable[[], ChildProcess], *, info: Any, idle_timeout_ms: Any,
                 settle_s: float, mcp: McpServer | None = None, json_schema: str | None = None,
@@ -279,21 +267,8 @@ class WarmSlot:
         its output schema only at start (`--json-schema`, or `initialize`'s `jsonSchema`,
         which a second `initialize` ignores; checked on 2.1.197), so a change costs one
         process start."""
-        deadline = time.monotonic() + settle_s
-        with self._cond:
-            while self._turn is not None:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                self._cond.wait(remaining)
-            stuck = self._turn is not None
-            process = self.process
-        if stuck and process is not None:
-            logger.warning("gen_agent claude: the previous turn did not settle; killing it")
-            process.live.kill()
-            process.live.wait_exited(settle_s)
-        elif (process is not None and process.json_schema != json_schema
-                and process.live.alive):
+        process = self._settle_previous(settle_s)
+        if process is not None and process.json_schema != json_schema:
             logger.debug("gen_agent claude: another output schema; restarting the process")
             process.live.close()
             if not process.live.wait_exited(settle_s):
@@ -306,23 +281,10 @@ class WarmSlot:
             if process is None or not process.live.alive:
                 process = _ClaudeProcess(self, spawn(), idle_timeout_ms, info, mcp,
                                          json_schema)
-                self.process = process
                 self.processes_started += 1
             lines = _TurnLines(settle_s)
-            self._turn = lines
-            process.turn = lines
-            process.live.mark_busy(True)
+            self._own_locked(process, lines)
         return process, lines
-
-    def release(self, process: _ClaudeProcess, lines: _TurnLines) -> None:
-        """The turn `lines` settled: the process is free for the next one."""
-        with self._cond:
-            if process.turn is lines:
-                process.turn = None
-            if self._turn is lines:
-                self._turn = None
-            self._cond.notify_all()
-        process.live.mark_busy(False)
 
     def cancel(self) -> None:
         """Interrupt the running turn (agent thread; quick): its task sends the `interrupt`
@@ -339,22 +301,6 @@ class WarmSlot:
             live = process.live
             TIMERS.schedule(lines.grace_s, lambda: live.kill() if lines.writing else None)
         lines.put(_CANCEL)
-
-    def close(self, *, kill: bool = False, wait_s: float | None = None) -> None:
-        """End the live process: stdin EOF (SIGKILL past its exit grace), or SIGKILL now when
-        `kill` or a turn still runs. With `wait_s`, wait that long (seconds) until it was
-        reaped. Idempotent."""
-        with self._cond:
-            process = self.process
-            busy = self._turn is not None
-        if process is None:
-            return
-        if kill or busy:
-            process.live.kill()
-        else:
-            process.live.close()
-        if wait_s is not None:
-            process.live.wait_exited(wait_s)
 
     def account(self, process: _ClaudeProcess, data: dict[str, Any]) -> None:
         """Turn the result's cumulative `cost_usd` into this turn's delta (never negative),

@@ -43,7 +43,7 @@ from loguru import logger
 from gen_agent.backend import BackendError, DispatchError, TurnContext
 from gen_agent.backends._codex_stream import usage_since
 from gen_agent.backends._process import ChildProcess, LineTooLong
-from gen_agent.backends.warm import LiveProcess, TurnQueue, WarmExited, WarmOutput
+from gen_agent.backends.warm import LiveProcess, Slot, TurnQueue, WarmExited, WarmOutput
 from gen_agent.event import Event, monotonic_ms
 from gen_agent.permission import DENY_FAILED, Allow, Deny, ToolPermissionRequest
 
@@ -122,7 +122,7 @@ class _AppProcess:
             tail = live.child.stderr_tail().decode("utf-8", errors="replace")
             self.info(WarmExited(backend=PROVIDER, pid=live.pid,
                                  exit_code=live.child.returncode, stderr_tail=tail))
-        self.slot._gone(self)
+        self.slot._process_gone(self)
 
     def request(self, method: str, params: dict[str, Any], wait_s: float = _REQUEST_S) -> Any:
         """Send a request and wait for its result. Raises BackendError (kind
@@ -166,42 +166,23 @@ def _exited_error(method: str) -> BackendError:
                             message=f"codex app-server exited before answering {method}")
 
 
-class AppSlot:
-    """The mutable part of a `CodexSession` in app-server mode. Thread-safe."""
+class AppSlot(Slot[_AppProcess, _Lines]):
+    """The mutable part of a `CodexSession` in app-server mode (the `Slot` bookkeeping of its
+    live process). Thread-safe."""
 
-    def __init__(self) -> None:
-        self._cond = threading.Condition(threading.Lock())
-        self.process: _AppProcess | None = None
-        self._turn: _Lines | None = None
-
-    @property
-    def pid(self) -> int | None:
-        """The live `codex app-server` process id, or None."""
-        process = self.process
-        return None if process is None else process.live.pid
-
-    def _gone(self, process: _AppProcess) -> None:
-        with self._cond:
-            if self.process is process:
-                self.process = None
-            self._cond.notify_all()
+    provider = PROVIDER
 
     def acquire(self, spawn: Callable[[], ChildProcess], start_thread: Callable[[Any], str],
                 *, info: Any, idle_timeout_ms: int | None,
                 settle_s: float) -> tuple[_AppProcess, _Lines]:
-        deadline = time.monotonic() + settle_s
-        with self._cond:
-            while self._turn is not None and deadline > time.monotonic():
-                self._cond.wait(deadline - time.monotonic())
-            stuck, process = self._turn is not None, self.process
-        if stuck and process is not None:
-            logger.warning("gen_agent codex: the previous turn did not settle; killing it")
-            process.live.kill()
-            process.live.wait_exited(settle_s)
-        with self._cond:
-            process = self.process
-            if process is not None and not process.live.alive:
-                process = None
+        """Wait for the previous turn to settle (killing its process past `settle_s`); start
+        a process and its thread (`start_thread`) when none is live; make a new turn its
+        owner. Turn task thread.
+
+        Raises:
+            BackendError: `start_thread` failed (the new process is killed).
+        """
+        process = self._settle_previous(settle_s)
         lines = _Lines()
         if process is None:
             process = _AppProcess(self, spawn(), idle_timeout_ms, info)
@@ -211,40 +192,16 @@ class AppSlot:
             except BackendError:
                 process.live.kill()
                 raise
-            with self._cond:
-                self.process = process
         with self._cond:
-            self._turn = lines
-            process.turn = lines
-        process.live.mark_busy(True)
+            self._own_locked(process, lines)
         return process, lines
 
-    def release(self, process: _AppProcess, lines: _Lines) -> None:
-        with self._cond:
-            if process.turn is lines:
-                process.turn = None
-            if self._turn is lines:
-                self._turn = None
-            self._cond.notify_all()
-        process.live.mark_busy(False)
-
     def cancel(self) -> None:
+        """Interrupt the running turn (agent thread; quick): its task ends it."""
         with self._cond:
             lines = self._turn
         if lines is not None:
             lines.put(_CANCEL)
-
-    def close(self, *, wait_s: float | None = None) -> None:
-        with self._cond:
-            process, busy = self.process, self._turn is not None
-        if process is None:
-            return
-        if busy:
-            process.live.kill()
-        else:
-            process.live.close()
-        if wait_s is not None:
-            process.live.wait_exited(wait_s)
 
 
 def app_turn(slot: AppSlot, prompt: str, context: TurnContext, *,

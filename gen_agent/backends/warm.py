@@ -6,6 +6,8 @@ share:
 
 - the records a warm process hands to the agent's `handle_info` (`WarmOutput`, `WarmExited`),
   for output that arrives while no turn of the agent is running; never part of a turn;
+- `Slot`: the acquire/release bookkeeping of a session's one live process (which turn owns
+  it, waiting for the previous turn to settle, closing);
 - `LiveProcess`: one CLI child with a stdin pipe and a reader thread that routes every stdout
   line (the protocol layer decides where a line goes), and whose end is bounded (stdin EOF,
   then SIGTERM, then SIGKILL of the process group);
@@ -29,7 +31,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, ClassVar, Final, Generic, Protocol, TypeVar
 
 import msgspec
 from loguru import logger
@@ -41,6 +43,8 @@ __all__ = [
     "DEFAULT_INTERRUPT_GRACE_MS",
     "DEFAULT_MAX_LIVE_PROCESSES",
     "LiveProcess",
+    "Slot",
+    "SlotProcess",
     "TurnQueue",
     "WarmExited",
     "WarmOutput",
@@ -82,6 +86,103 @@ class TurnQueue:
             if not self.cond.wait_for(lambda: self.items, timeout):
                 return None
             return self.items.popleft()
+
+
+class SlotProcess(Protocol):
+    """What `Slot` needs of a runner's process: its `LiveProcess` and the turn it routes to."""
+
+    live: LiveProcess
+    turn: Any
+
+
+ProcessT = TypeVar("ProcessT", bound=SlotProcess)
+LinesT = TypeVar("LinesT", bound=TurnQueue)
+
+
+class Slot(Generic[ProcessT, LinesT]):
+    """The acquire/release bookkeeping of a warm session's one live process, shared by the
+    warm Claude runner (`_claude_warm.WarmSlot`) and the Codex app-server runner
+    (`_codex_app.AppSlot`). Thread-safe; the mutable part of a session, shared by its copies.
+
+    Holds the live process (or None) and the turn (`LinesT`, the `TurnQueue` its lines go to)
+    that owns it. A subclass's `acquire` calls `_settle_previous`, starts a process when
+    none is live, and hands it to the new turn (`_own_locked`); the turn calls `release`
+    when it settled. `provider` names the CLI in log messages.
+    """
+
+    provider: ClassVar[str] = "cli"
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self.process: ProcessT | None = None
+        self._turn: LinesT | None = None
+
+    @property
+    def pid(self) -> int | None:
+        """The live process's id, or None."""
+        process = self.process
+        return None if process is None else process.live.pid
+
+    def _process_gone(self, process: ProcessT) -> None:
+        """The reader saw `process` end (reader thread): forget it, wake waiters."""
+        with self._cond:
+            if self.process is process:
+                self.process = None
+            self._cond.notify_all()
+
+    def _settle_previous(self, settle_s: float) -> ProcessT | None:
+        """Wait up to `settle_s` seconds for the previous turn to release the process; kill a
+        process whose turn did not settle by then. Returns the process that is still alive,
+        or None. Turn task thread."""
+        deadline = time.monotonic() + settle_s
+        with self._cond:
+            while self._turn is not None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._cond.wait(remaining)
+            stuck, process = self._turn is not None, self.process
+        if stuck and process is not None:
+            logger.warning("gen_agent {}: the previous turn did not settle; killing it",
+                           self.provider)
+            process.live.kill()
+            process.live.wait_exited(settle_s)
+        with self._cond:
+            process = self.process
+            return process if process is not None and process.live.alive else None
+
+    def _own_locked(self, process: ProcessT, lines: LinesT) -> None:
+        """Make `process` the slot's live process, owned by the turn reading `lines`; the
+        caller holds `self._cond` (so a concurrent `close` sees the new process)."""
+        self.process = process
+        self._turn = lines
+        process.turn = lines
+        process.live.mark_busy(True)
+
+    def release(self, process: ProcessT, lines: LinesT) -> None:
+        """The turn `lines` settled: the process is free for the next one."""
+        with self._cond:
+            if process.turn is lines:
+                process.turn = None
+            if self._turn is lines:
+                self._turn = None
+            self._cond.notify_all()
+        process.live.mark_busy(False)
+
+    def close(self, *, kill: bool = False, wait_s: float | None = None) -> None:
+        """End the live process: stdin EOF (SIGKILL past its exit grace), or SIGKILL now when
+        `kill` or a turn still runs. With `wait_s`, wait that long (seconds) until it was
+        reaped. Idempotent."""
+        with self._cond:
+            process, busy = self.process, self._turn is not None
+        if process is None:
+            return
+        if kill or busy:
+            process.live.kill()
+        else:
+            process.live.close()
+        if wait_s is not None:
+            process.live.wait_exited(wait_s)
 
 
 class WarmOutput(msgspec.Struct, frozen=True, kw_only=True):
