@@ -16,6 +16,7 @@ starts its children again with their last provider session ids (children whose s
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import os
 import pickle
@@ -23,6 +24,7 @@ import queue
 import signal
 import threading
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -32,21 +34,24 @@ import ray.cloudpickle as cloudpickle
 from loguru import logger
 
 import gen_agent
-from gen_agent.errors import AlreadyStarted, GenAgentError
-from gen_agent.pool import Pool
+from gen_agent.agent_ref import _tell_message
+from gen_agent.errors import AgentDown, AlreadyStarted, GenAgentError
 from gen_agent.portable import to_portable
 from gen_agent.ray.directory import INTENSITY_REASON, get_directory
-from gen_agent.supervisor import ChildEvent, ChildSpec, Supervisor, should_restart
+from gen_agent.request import RequestOptions
+from gen_agent.response import Response
+from gen_agent.supervisor import ChildEvent, ChildSpec, Supervisor, child_spec, should_restart
 from gen_agent.system import AgentSystem
 
-__all__ = ["NODE_ENV", "NodeServer", "node_actor_name", "pack", "reap_orphans", "unpack"]
+__all__ = ["NODE_ENV", "NodeServer", "node_actor_name", "pack", "pack_outcomes", "reap_orphans",
+           "unpack", "unpack_outcomes"]
 
 NODE_ENV = "GEN_AGENT_RAY_NODE"
 # How often the node pushes changed session ids of idle agents to the directory (seconds);
 # asks and streams push theirs before answering.
 _SESSION_SCAN_S = 0.5
-# A pool collect that has outcomes waits at most this long for the rest of its tasks (s).
-_LINGER_S = 0.002
+# A pool collect that has outcomes waits at most this long for a full batch (seconds).
+_LINGER_S = 0.005
 
 
 def node_actor_name(node: Any) -> str:
@@ -70,20 +75,218 @@ class _Stream:
         self.ref: Any = None
 
 
-class _NodePool:
-    """A local `Pool` on this node serving one `RemotePool`, with an outbox of outcomes."""
+class _Slot:
+    __slots__ = ("handle", "in_flight", "name")
 
-    def __init__(self, pool: Pool) -> None:
-        self.pool = pool
+    def __init__(self, name: Any) -> None:
+        self.name = name
+        self.handle: Any = None  # the AgentHandle of the incarnation reported started
+        self.in_flight: set[int] = set()  # task ids handed to (or reserved for) it
+
+
+class _NodeWorkers:
+    """The workers of one `RemotePool` on this node, without a dispatcher thread.
+
+    `size` permanent workers under their own one_for_one `Supervisor` (its intensity is the
+    pool's `max_restarts` / `max_seconds`). The Ray call that brings tasks hands them straight
+    to the least loaded workers (`tell_with_completion`, at most `max_in_flight` each; all the
+    tells of a batch are sent before any answer is awaited), and each worker's completion
+    lands in the outbox from the worker's own thread; the next exchange takes the outbox.
+    A task that finds no worker with room (one is restarting) waits here until one is started.
+    Outcomes are those of a local `Pool`: the turn's own, `("worker_down", exit_reason)` for
+    the tasks of a worker that ended, `("pool_down", reason)` once the supervisor gave up,
+    `("agent_terminated", "shutdown")` once closed.
+    """
+
+    def __init__(self, system: AgentSystem, module: type, size: int, backend: Any,
+                 max_in_flight: int, max_restarts: int, max_seconds: float, name_prefix: str,
+                 opts: dict[str, Any]) -> None:
         self.cond = threading.Condition()
-        self.outbox: list[tuple[int, Any]] = []
-        self.pending = 0  # submitted and not yet handed back
+        self.outbox: list[tuple[int, tuple[str, Any]]] = []
+        self.pending = 0  # tasks taken and not handed back yet
+        self.queue: deque[tuple[int, str]] = deque()  # taken, waiting for a worker with room
+        self.max_in_flight = max_in_flight
+        self.down: Any = None  # the supervisor's exit reason once it gave up
+        self.closing = False
+        self.slots = [_Slot(f"{name_prefix}-{i}") for i in range(size)]
+        # A reply goes back once this many outcomes are ready (or all that are pending, or
+        # after `_LINGER_S`): the whole room. The caller keeps two exchanges in flight, so
+        # while one reply travels the other is already waiting here.
+        self.batch = size * max_in_flight
+        self._by_name = {slot.name: slot for slot in self.slots}
+        self._options = RequestOptions(fresh_session=True)
+        worker_opts = {"shutdown_ms": 5_000, **opts}
+        specs = []
+        for slot in self.slots:
+            slot_opts = worker_opts
+            if slot_opts.get("session_key") is not None:  # one durable session per worker
+                slot_opts = {**slot_opts,
+                             "session_key": f"{slot_opts['session_key']}/{slot.name}"}
+            specs.append(child_spec(module, name=slot.name, backend=backend,
+                                    restart="permanent", **slot_opts))
+        self.supervisor = Supervisor(
+            specs, strategy="one_for_one", max_restarts=max_restarts, max_seconds=max_seconds,
+            name=f"{name_prefix}-supervisor", listener=self._on_child, system=system)
+        self.supervisor.on_exit(self._on_supervisor_exit)
 
-    def done(self, task_id: int, ref: Any) -> None:
-        # A pool thread with the pool's lock held: post only.
+    def workers(self) -> list[Any]:
+        return [slot.name for slot in self.slots]
+
+    # -- called by the supervisor and the workers (post only, never block) --
+    def _post(self, task_id: int, outcome: tuple[str, Any]) -> None:
+        # Caller holds the lock and has just taken `task_id` out of a slot or the queue.
+        self.outbox.append((task_id, outcome))
+        count = len(self.outbox)
+        if count == 1 or count >= min(self.pending, self.batch):
+            self.cond.notify_all()  # the first outcome, or enough for a reply to go back
+
+    def _on_child(self, event: ChildEvent) -> None:
         with self.cond:
-            self.outbox.append((task_id, ref))
+            slot = self._by_name.get(event.id)
+            if slot is None:
+                return
+            if event.kind == "started":
+                slot.handle = event.ref._handle
+                self.cond.notify_all()  # a waiting exchange hands it the queued tasks
+                return
+            slot.handle = None
+            # Exited is reported before the next incarnation starts, and tasks go only to an
+            # incarnation reported started: every task in flight here was the one that ended.
+            reason = (("agent_terminated", "shutdown") if self.closing
+                      else ("worker_down", event.reason))
+            for task_id in slot.in_flight:
+                self._post(task_id, ("error", reason))
+            slot.in_flight = set()
+
+    def _on_supervisor_exit(self, _supervisor: Any, reason: Any) -> None:
+        with self.cond:
+            self.down = reason
+            failure = (("agent_terminated", "shutdown") if self.closing
+                       else ("pool_down", reason))
+            for slot in self.slots:
+                for task_id in slot.in_flight:
+                    self._post(task_id, ("error", failure))
+                slot.in_flight = set()
+                slot.handle = None
+            while self.queue:
+                self._post(self.queue.popleft()[0], ("error", failure))
             self.cond.notify_all()
+
+    def _completed(self, slot: _Slot, task_id: int, message: Any) -> None:
+        # A worker's thread: post only.
+        with self.cond:
+            if task_id in slot.in_flight:
+                slot.in_flight.discard(task_id)
+                self._post(task_id, message.outcome)
+
+    # -- called by the node's Ray call threads --
+    def offer(self, tasks: list[tuple[int, str]]) -> None:
+        """Take `tasks` (`(task_id, prompt)` pairs) and hand out what fits."""
+        with self.cond:
+            self.pending += len(tasks)
+            if self.down is not None or self.closing:
+                failure = (("agent_terminated", "shutdown") if self.closing
+                           else ("pool_down", self.down))
+                for task_id, _prompt in tasks:
+                    self._post(task_id, ("error", failure))
+                return
+            self.queue.extend(tasks)
+        self.dispatch()
+
+    def _assign(self) -> list[tuple[_Slot, Any, int, str]]:
+        # Caller holds the lock.
+        picks = []
+        limit = self.max_in_flight
+        while self.queue:
+            best = None
+            for slot in self.slots:
+                if slot.handle is not None and len(slot.in_flight) < limit and (
+                        best is None or len(slot.in_flight) < len(best.in_flight)):
+                    best = slot
+            if best is None:
+                break
+            task_id, prompt = self.queue.popleft()
+            best.in_flight.add(task_id)
+            picks.append((best, best.handle, task_id, prompt))
+        return picks
+
+    def dispatch(self) -> None:
+        """Hand queued tasks to workers with room: every tell is sent, then every answer read."""
+        with self.cond:
+            picks = self._assign()
+        if not picks:
+            return
+        sent = []
+        for slot, handle, task_id, prompt in picks:
+            recipient = functools.partial(self._completed, slot, task_id)
+            make, _watch = _tell_message(handle, prompt, None, recipient=recipient,
+                                         completion=True, on_halt="fail",
+                                         options=self._options)
+            sent.append((slot, handle, task_id, prompt, handle.request(make)))
+        for slot, handle, task_id, prompt, reply in sent:
+            try:
+                outcome = reply.wait(None)
+            except AgentDown:
+                outcome = None  # that incarnation ended before taking it
+            if outcome is not None and outcome[0] == "ok":
+                continue
+            with self.cond:
+                if task_id not in slot.in_flight:
+                    continue  # already failed by its worker's exit
+                slot.in_flight.discard(task_id)
+                if outcome is None:
+                    if slot.handle is handle:
+                        slot.handle = None  # known dead; its exited event follows
+                    self.queue.appendleft((task_id, prompt))
+                else:
+                    self._post(task_id, ("error", outcome[1]))
+
+    def collect(self, wait_s: float) -> list[tuple[int, tuple[str, Any]]]:
+        """The outcomes settled since the last collect, waiting up to `wait_s` seconds for
+        the first (handing queued tasks to a restarted worker meanwhile), then lingering
+        up to `_LINGER_S` until `batch` outcomes (or all pending) are ready: one Ray call
+        costs ~0.5 ms of CPU on each side, so a reply should carry many outcomes, while the
+        caller's refill arrives as the other half still runs."""
+        deadline = time.monotonic() + wait_s
+        while wait_s > 0:
+            with self.cond:
+                runnable = bool(self.queue) and any(
+                    slot.handle is not None and len(slot.in_flight) < self.max_in_flight
+                    for slot in self.slots)
+                if not runnable:
+                    if self.outbox or self.down is not None or self.closing:
+                        break
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        break
+                    self.cond.wait(remaining)
+                    continue
+            self.dispatch()
+        with self.cond:
+            if self.outbox and wait_s > 0:
+                linger = time.monotonic() + _LINGER_S
+                while len(self.outbox) < min(self.pending, self.batch) and self.down is None:
+                    remaining = linger - time.monotonic()
+                    if remaining <= 0:
+                        break
+                    self.cond.wait(remaining)
+            ready, self.outbox = self.outbox, []
+            self.pending -= len(ready)
+        return ready
+
+    def close(self, timeout: float) -> list[tuple[int, tuple[str, Any]]]:
+        """Stop the workers (their tasks fail with `("agent_terminated", "shutdown")`) and
+        return every outcome not collected yet."""
+        with self.cond:
+            self.closing = True
+        self.supervisor.stop(timeout)
+        with self.cond:
+            while self.queue:
+                self._post(self.queue.popleft()[0], ("error", ("agent_terminated", "shutdown")))
+            ready, self.outbox = self.outbox, []
+            self.pending -= len(ready)
+            self.cond.notify_all()
+        return ready
 
 
 class NodeServer:
@@ -111,7 +314,7 @@ class NodeServer:
         self._start_error: Any = None
         self._streams: dict[int, _Stream] = {}
         self._stream_ids = itertools.count(1)
-        self._pools: dict[Any, _NodePool] = {}
+        self._pools: dict[Any, _NodeWorkers] = {}
         self._lock = threading.Lock()
         self._pushed: dict[Any, str] = {}
         self._stopping = threading.Event()
@@ -171,7 +374,7 @@ class NodeServer:
         self._stopping.set()
         for entry in list(self._pools.values()):
             with contextlib.suppress(Exception):
-                entry.pool.stop(30)
+                entry.close(30)
         if self._supervisor is not None:
             with contextlib.suppress(Exception):
                 self._supervisor.stop(60)
@@ -356,104 +559,100 @@ class NodeServer:
     def pool_open(self, pool_id: Any, module: type, size: int, backend: Any,
                   max_in_flight: int, max_restarts: int, max_seconds: float,
                   name_prefix: str, opts: dict[str, Any]) -> tuple[str, Any]:
-        """Start (or find) the local `Pool` serving `pool_id`; returns its worker names."""
+        """Start (or find) the workers serving `pool_id`; returns their names."""
         with self._lock:
             entry = self._pools.get(pool_id)
         if entry is None:
             try:
-                pool = Pool(module, size=size, backend=backend, name_prefix=name_prefix,
-                            max_in_flight=max_in_flight, max_restarts=max_restarts,
-                            max_seconds=max_seconds, system=self._system, **opts)
+                entry = _NodeWorkers(self._system, module, size, backend, max_in_flight,
+                                     max_restarts, max_seconds, name_prefix, opts)
             except Exception as exc:  # noqa: BLE001 - every failure goes back to the caller
                 return _error(exc)
-            entry = _NodePool(pool)
             with self._lock:
                 self._pools[pool_id] = entry
-        return _ok(entry.pool.workers())
-
-    def pool_submit(self, pool_id: Any, tasks: list[tuple[int, str]]) -> tuple[str, Any]:
-        """Submit `(task_id, prompt)` pairs to the local pool. `("error", "unknown_pool")`
-        when this incarnation does not run the pool (none of the tasks was taken)."""
-        entry = self._pools.get(pool_id)
-        if entry is not None and entry.pool.wait_stopped(0):
-            # Its supervisor gave up (restart intensity): drop it; the caller reopens one.
-            with self._lock:
-                self._pools.pop(pool_id, None)
-            entry = None
-        if entry is None:
-            return ("error", "unknown_pool")
-        rejected = []
-        for task_id, prompt in tasks:
-            with entry.cond:
-                entry.pending += 1
-            try:
-                entry.pool.submit(prompt, on_done=lambda ref, tid=task_id: entry.done(tid, ref))
-            except Exception as exc:  # noqa: BLE001 - every failure goes back to the caller
-                with entry.cond:
-                    entry.pending -= 1
-                rejected.append((task_id, ("error", to_portable(getattr(exc, "reason", exc)))))
-        return _ok(rejected)
-
-    def pool_collect(self, pool_id: Any, wait_s: float) -> tuple[str, Any]:
-        """Outcomes settled since the last collect, `[(task_id, ("ok", response) |
-        ("error", reason))]`, waiting up to `wait_s` for the first one."""
-        entry = self._pools.get(pool_id)
-        if entry is None:
-            return ("error", "unknown_pool")
-        with entry.cond:
-            if not entry.outbox:
-                entry.cond.wait(wait_s)
-            if entry.outbox:
-                # Linger briefly so that one reply carries the outcomes settling together,
-                # but return once half of what is pending is done: the caller's refill then
-                # arrives while the other half still runs, so the workers never drain.
-                deadline = time.monotonic() + _LINGER_S
-                while 2 * len(entry.outbox) < entry.pending:
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        break
-                    entry.cond.wait(remaining)
-        return _ok(_take_outcomes(entry))
-
-    def pool_exchange(self, pool_id: Any, tasks: list[tuple[int, str]],
-                      wait_s: float) -> tuple[str, Any]:
-        """`pool_submit` then `pool_collect` in one call: `("ok", (rejected, outcomes))`."""
-        submitted = self.pool_submit(pool_id, tasks)
-        if submitted[0] != "ok":
-            return submitted
-        collected = self.pool_collect(pool_id, wait_s)
-        if collected[0] != "ok":
-            return collected
-        return _ok((submitted[1], collected[1]))
+        return _ok(entry.workers())
 
     def pool_exchange_packed(self, request: bytes) -> bytes:
-        """`pool_exchange` with `(pool_id, tasks, wait_s)` and the outcome as pickled bytes."""
-        return pack(self.pool_exchange(*unpack(request)))
+        """One exchange of a `RemotePool` with its workers here, packed (see `pack`).
 
-    def pool_close(self, pool_id: Any) -> list[tuple[int, Any]]:
-        """Stop the local pool of `pool_id` (its unfinished tasks fail as `Pool.stop` says)
-        and return the outcomes not collected yet."""
+        The request is `(pool_id, tasks, wait_s)`: `tasks` are `(task_id, prompt)` pairs to
+        start (the caller sends no more than its workers have room for); then the outcomes
+        settled since the previous exchange are collected, waiting up to `wait_s` seconds
+        for the first (`wait_s` 0: no wait, a submit). The reply (`pack_outcomes`) carries
+        `("ok", outcomes)`, or `("gone", outcomes)` when this incarnation does not run the
+        pool (a restarted node) or its supervisor gave up: the offered tasks were not taken,
+        and `outcomes` are the last ones.
+        """
+        pool_id, tasks, wait_s = unpack(request)
+        entry = self._pools.get(pool_id)
+        if entry is None:
+            return pack_outcomes("gone", [])
+        if entry.down is not None:
+            # Its supervisor gave up (restart intensity): hand back the last outcomes and
+            # drop it; the caller opens a new one.
+            with self._lock:
+                self._pools.pop(pool_id, None)
+            return pack_outcomes("gone", entry.collect(0))
+        if tasks:
+            entry.offer(tasks)
+        return pack_outcomes("ok", entry.collect(wait_s))
+
+    def pool_close(self, pool_id: Any) -> bytes:
+        """Stop the workers of `pool_id` (their unfinished tasks fail with
+        `("agent_terminated", "shutdown")`) and return the outcomes not collected yet
+        (packed as `pool_exchange_packed` replies)."""
         with self._lock:
             entry = self._pools.pop(pool_id, None)
         if entry is None:
-            return []
-        entry.pool.stop(30)
-        with entry.cond:
-            entry.cond.notify_all()
-        return _take_outcomes(entry)
+            return pack_outcomes("ok", [])
+        return pack_outcomes("ok", entry.close(30))
 
 
-def _take_outcomes(entry: _NodePool) -> list[tuple[int, Any]]:
-    with entry.cond:
-        ready, entry.outbox = entry.outbox, []
-        entry.pending -= len(ready)
-    outcomes = []
-    for task_id, ref in ready:
+_RESPONSES = msgspec.msgpack.Encoder()
+_RESPONSE_LIST = msgspec.msgpack.Decoder(list[Response])
+
+
+def pack_outcomes(kind: str, outcomes: list[tuple[int, tuple[str, Any]]]) -> bytes:
+    """Pack `(task_id, ("ok", Response) | ("error", reason))` pairs for the caller.
+
+    Responses cross as one MessagePack array (msgspec: several times cheaper than pickling
+    each struct) when that array decodes back equal to them; otherwise (a `parsed` value, a
+    tuple or a set in event data...) each is pickled. Reasons cross in portable form.
+    Read it with `unpack_outcomes`.
+    """
+    ok_ids: list[int] = []
+    responses: list[Any] = []
+    others: list[tuple[int, tuple[str, Any]]] = []
+    for task_id, outcome in outcomes:
+        if outcome[0] == "ok":
+            ok_ids.append(task_id)
+            responses.append(outcome[1])
+        else:
+            others.append((task_id, ("error", to_portable(outcome[1]))))
+    blob = b""
+    if responses:
         try:
-            outcomes.append((task_id, ("ok", entry.pool.result(ref, 0))))
-        except GenAgentError as exc:
-            outcomes.append((task_id, ("error", to_portable(exc.reason))))
-    return outcomes
+            blob = _RESPONSES.encode(responses)
+            exact = _RESPONSE_LIST.decode(blob) == responses
+        except (TypeError, ValueError, msgspec.MsgspecError):
+            exact = False
+        if not exact:
+            blob = b""
+            others.extend((task_id, ("ok", response))
+                          for task_id, response in zip(ok_ids, responses, strict=True))
+            ok_ids = []
+    return pack((kind, ok_ids, blob, others))
+
+
+def unpack_outcomes(data: bytes) -> tuple[str, list[tuple[int, tuple[str, Any]]]]:
+    """`(kind, [(task_id, ("ok", Response) | ("error", portable reason))])` from
+    `pack_outcomes`."""
+    kind, ok_ids, blob, others = unpack(data)
+    if not ok_ids:
+        return kind, others
+    responses = _RESPONSE_LIST.decode(blob)
+    return kind, [*((task_id, ("ok", response))
+                    for task_id, response in zip(ok_ids, responses, strict=True)), *others]
 
 
 def pack(value: Any) -> bytes:

@@ -1,21 +1,24 @@
 """`RemotePool`: the `Pool` API over workers on several nodes.
 
-Each node runs a local `gen_agent.Pool` of `size` supervised workers (so a worker crash is
-restarted inside its node). Tasks stay on the caller's side: a node is handed a task only
-while it has a free slot (`size * max_in_flight` per node), so the bound in flight per worker
-holds and work not yet handed out survives any node's death. Per node, two collector
-threads each keep one *exchange* call in flight (it hands the node the tasks that fit and
-returns every outcome settled since the previous call, after a short linger), so while one
-reply travels back the next call already waits at the node; a sender thread hands out tasks
-that arrive while both wait. Ray's per-call cost is paid per batch, not per task.
+Each node runs `size` supervised workers under their own supervisor (so a worker crash is
+restarted inside its node), fed straight from the Ray calls that bring tasks, without a
+dispatcher thread. Tasks stay on the caller's side: a node is handed a task only while it
+has a free slot (`size * max_in_flight` per node), so the bound in flight per worker holds
+and work not yet handed out survives any node's death. Per node, two collector threads
+each keep one *exchange* call in flight: it hands the node the tasks that fit and returns
+the outcomes settled since the previous call, once the node's whole room is done or after
+a short linger, so while one reply travels back the next call already waits at the node; a
+sender thread hands out tasks that arrive while both wait. A Ray call costs about 0.5 ms of
+CPU on each side here, so it is paid per batch of up to `size * max_in_flight` tasks, not
+per task; the tasks go as one pickled bytes argument and the responses come back as one
+MessagePack array (`gen_agent.ray.node.pack_outcomes`).
 
 A task in flight on a node that dies fails with `("worker_down", ("node_down", node))`; a
 worker crash inside a node gives `("worker_down", exit_reason)` as in a local `Pool`. Tasks
 still queued move on to the other nodes, and to the failed node again once Ray has restarted
-it (its local pool is then started afresh). A node that stays down (past its restart
+it (its workers are then started afresh). A node that stays down (past its restart
 intensity) is dropped; when no node is left, queued tasks fail with `("pool_down",
-"no_nodes")`.
-"""
+"no_nodes")"""
 
 from __future__ import annotations
 
@@ -36,7 +39,7 @@ from gen_agent.pool import PoolRef, _collect_result
 from gen_agent.portable import from_portable
 from gen_agent.ray.client import DEFAULT_NAMESPACE, _actor
 from gen_agent.ray.directory import get_directory
-from gen_agent.ray.node import pack, unpack
+from gen_agent.ray.node import pack, unpack_outcomes
 from gen_agent.response import Response
 
 __all__ = ["RemotePool"]
@@ -51,6 +54,34 @@ _COLLECTORS = 2
 _RETRY_S = 0.2
 
 
+class _Done:
+    """A one-shot event on one lock (a `threading.Event` builds a Condition per task):
+    `set` once (with the pool's lock held), `wait` from any number of threads."""
+
+    __slots__ = ("_lock", "_set")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lock.acquire()  # released by set()
+        self._set = False
+
+    def set(self) -> None:
+        if not self._set:
+            self._set = True
+            self._lock.release()
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if self._set:
+            return True
+        if self._lock.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
+            self._lock.release()  # wake the next waiter, if any
+            return True
+        return self._set
+
+
 class _Task:
     __slots__ = ("done", "node", "outcome", "prompt", "ref")
 
@@ -58,13 +89,13 @@ class _Task:
         self.ref = ref
         self.prompt = prompt
         self.node: Any = None
-        self.done = threading.Event()
+        self.done = _Done()
         self.outcome: tuple[str, Any] | None = None
 
 
 class _NodeLane:
     __slots__ = ("actor", "capacity", "collectors", "dead", "epoch", "in_flight", "name",
-                 "open", "sender", "workers")
+                 "open", "polling", "sender", "workers")
 
     def __init__(self, name: Any, actor: Any, capacity: int) -> None:
         self.name = name
@@ -74,6 +105,7 @@ class _NodeLane:
         self.open = False
         self.dead = False
         self.epoch = 0  # bumped on every loss of the node's pool (death, restart)
+        self.polling = 0  # collectors waiting in an exchange call now
         self.workers: list[Any] = []
         self.sender: threading.Thread | None = None
         self.collectors: list[threading.Thread] = []
@@ -88,9 +120,9 @@ class RemotePool:
         size: workers per node (>= 1).
         backend: the workers' backend.
         max_in_flight: tasks handed to one worker at a time (>= 1, default 1).
-        max_restarts: each node's local pool restart intensity (count within
-            `max_seconds`, default 3); past it that node's local pool stops and its tasks in
-            flight fail.
+        max_restarts: the restart intensity of each node's workers (count within
+            `max_seconds`, default 3); past it that node's workers stop, their tasks in
+            flight fail with `("pool_down", reason)`, and the node gets new workers.
         max_seconds: that window in seconds (default 5).
         name_prefix: workers are named `f"{name_prefix}@{node}-{i}"`; default a unique one.
         namespace: the cluster's namespace.
@@ -131,6 +163,7 @@ class RemotePool:
         self._directory = get_directory(namespace)
         self._lanes = [_NodeLane(node, _actor(namespace, node), size * max_in_flight)
                        for node in nodes]
+        self._live = len(self._lanes)  # lanes not dead
         opened = [(lane, self._open_ref(lane)) for lane in self._lanes]
         try:
             for lane, ref in opened:
@@ -176,13 +209,16 @@ class RemotePool:
         with self._cond:
             if self._stopping:
                 raise RequestError("pool_stopped")
-            if all(lane.dead for lane in self._lanes):
+            if not self._live:
                 self._tasks[task.ref.id] = task
                 self._settle(task, ("error", ("pool_down", "no_nodes")))
                 return task.ref
             self._tasks[task.ref.id] = task
             self._queue.append(task)
-            self._cond.notify_all()
+            for lane in self._lanes:
+                if self._sender_due(lane):
+                    self._cond.notify_all()
+                    break
         return task.ref
 
     def result(self, ref: PoolRef, timeout: float | None = None) -> Response:
@@ -226,7 +262,7 @@ class RemotePool:
 
     def stop(self, timeout: float | None = 60.0) -> None:
         """Stop the pool: queued tasks fail with `("agent_terminated", "shutdown")`, each
-        node's local pool stops (its tasks in flight fail the same way and are collected),
+        node's workers stop (its tasks in flight fail the same way and are collected),
         then the threads end. Idempotent.
 
         Raises:
@@ -280,19 +316,23 @@ class RemotePool:
                 for lane in self._lanes if not lane.dead]
         for lane, ref in refs:
             try:
-                outcomes = ray.get(ref, timeout=60)
+                _kind, outcomes = unpack_outcomes(ray.get(ref, timeout=60))
             except Exception as exc:  # noqa: BLE001 - a dead node has nothing to close
                 logger.debug("gen_agent remote pool close: {}", type(exc).__name__)
                 continue
             self._apply(lane, outcomes)
 
     def _apply(self, lane: _NodeLane, outcomes: list[tuple[int, Any]]) -> None:
+        if not outcomes:
+            return
         with self._cond:
+            pop = lane.in_flight.pop
             for task_id, result in outcomes:
-                task = lane.in_flight.pop(task_id, None)
-                if task is not None:
-                    self._settle(task, result if result[0] == "ok"
-                                 else ("error", from_portable(result[1])))
+                task = pop(task_id, None)
+                if task is not None and task.outcome is None:
+                    task.outcome = result if result[0] == "ok" else (
+                        "error", from_portable(result[1]))
+                    task.done.set()
             self._cond.notify_all()
 
     def _settle(self, task: _Task, outcome: tuple[str, Any]) -> None:
@@ -314,16 +354,9 @@ class RemotePool:
             task.node = lane.name
         return batch
 
-    def _refused(self, lane: _NodeLane, rejected: list[tuple[int, Any]]) -> None:
-        with self._cond:
-            for task_id, failure in rejected:
-                refused = lane.in_flight.pop(task_id, None)
-                if refused is not None:
-                    self._settle(refused, ("error", from_portable(failure[1])))
-
     def _not_taken(self, lane: _NodeLane, batch: list[_Task], epoch: int) -> None:
-        # "unknown_pool": a restarted node that has not got our pool took none of them;
-        # they go back to the front of the queue.
+        # "gone": a restarted node that has not got our pool (or whose workers' supervisor
+        # gave up) took none of them; they go back to the front of the queue.
         with self._cond:
             if lane.epoch == epoch:
                 for task in reversed(batch):
@@ -331,29 +364,33 @@ class RemotePool:
                         self._queue.appendleft(task)
             self._cond.notify_all()
 
+    def _sender_due(self, lane: _NodeLane) -> bool:
+        # Caller holds the lock. Only while every collector waits at the node: a collector
+        # about to call hands out the queued tasks itself (one Ray call fewer).
+        return (lane.open and bool(self._queue) and len(lane.in_flight) < lane.capacity
+                and lane.polling == _COLLECTORS)
+
     def _send_loop(self, lane: _NodeLane) -> None:
-        # Starts work while the collector waits in a long poll (the collector also hands
-        # out tasks with each poll: one Ray call both submits and collects).
+        # Starts work while both collectors wait in a long poll (a collector also hands out
+        # tasks with each poll: one Ray call both submits and collects).
         while True:
             with self._cond:
-                while not self._stopping and not lane.dead and not (
-                        lane.open and self._queue and len(lane.in_flight) < lane.capacity):
+                while not self._stopping and not lane.dead and not self._sender_due(lane):
                     self._cond.wait()
                 if self._stopping or lane.dead:
                     return
                 batch = self._take_batch(lane)
                 epoch = lane.epoch
             try:
-                outcome = ray.get(lane.actor.pool_submit.remote(
-                    self.pool_id, [(task.ref.id, task.prompt) for task in batch]))
+                kind, outcomes = unpack_outcomes(ray.get(lane.actor.pool_exchange_packed.remote(
+                    pack((self.pool_id, [(task.ref.id, task.prompt) for task in batch], 0)))))
             except RayActorError:
                 # The node died with the batch: it may have run some of it, so those tasks
                 # count as in flight (never retried); the collector sees the death too.
                 self._lost(lane, ("node_down", lane.name))
                 continue
-            if outcome[0] == "ok":
-                self._refused(lane, outcome[1])
-            else:
+            self._apply(lane, outcomes)
+            if kind != "ok":
                 self._not_taken(lane, batch, epoch)
                 with self._cond:
                     if lane.epoch == epoch:
@@ -367,27 +404,33 @@ class RemotePool:
                 is_open = lane.open
                 batch = [] if self._stopping else self._take_batch(lane)
                 epoch = lane.epoch
+                if is_open:
+                    lane.polling += 1
+                    if self._sender_due(lane):
+                        self._cond.notify_all()
             if not is_open:
                 if not self._reopen(lane):
                     return
                 continue
             try:
-                outcome = unpack(ray.get(lane.actor.pool_exchange_packed.remote(pack((
-                    self.pool_id, [(task.ref.id, task.prompt) for task in batch],
-                    _COLLECT_WAIT_S)))))
+                kind, outcomes = unpack_outcomes(ray.get(lane.actor.pool_exchange_packed.remote(
+                    pack((self.pool_id, [(task.ref.id, task.prompt) for task in batch],
+                          _COLLECT_WAIT_S)))))
             except RayActorError:
                 self._lost(lane, ("node_down", lane.name))
                 continue
-            if outcome[0] != "ok":  # "unknown_pool": closed by stop(), or a restarted node
+            finally:
+                with self._cond:
+                    lane.polling -= 1
+            self._apply(lane, outcomes)
+            if kind != "ok":  # "gone": closed by stop(), a restarted node, or its workers'
+                # supervisor gave up
                 self._not_taken(lane, batch, epoch)
                 with self._cond:
                     stopping = self._stopping
                 self._lost(lane, ("agent_terminated", "shutdown") if stopping
                            else ("node_down", lane.name), worker_down=not stopping)
                 continue
-            rejected, outcomes = outcome[1]
-            self._refused(lane, rejected)
-            self._apply(lane, outcomes)
 
     def _lost(self, lane: _NodeLane, reason: Any, *, worker_down: bool = True) -> None:
         with self._cond:
@@ -408,8 +451,10 @@ class RemotePool:
             state = ray.get(self._directory.node_status.remote(lane.name))
             if state is None or state[0] == "down":
                 with self._cond:
-                    lane.dead = True
-                    if all(other.dead for other in self._lanes):
+                    if not lane.dead:
+                        lane.dead = True
+                        self._live -= 1
+                    if not self._live:
                         while self._queue:
                             self._settle(self._queue.popleft(),
                                          ("error", ("pool_down", "no_nodes")))

@@ -55,3 +55,20 @@ def test_a_pool_over_two_nodes_answers_every_task_once_when_a_node_dies(cluster)
         pool.submit("late")
     assert node_a.info()["agents"] == 0  # the pool's workers are gone from the nodes
     assert pid_gone(node_b.pid, 10)
+
+
+def test_a_worker_crash_inside_a_node_fails_its_task_with_worker_down(cluster) -> None:
+    cluster.start_node("a")
+    pool = gray.RemotePool(agents.Echo, nodes=["a"], size=1, backend=agents.MockBackend,
+                           namespace=cluster.namespace, prefix="done:")
+    try:
+        with pytest.raises(TurnError) as crashed:
+            pool.map(["crash"], timeout=30)
+        kind, reason = crashed.value.reason
+        assert kind == "worker_down" and reason[:2] == ("callback_failed", "error"), reason
+        # Its supervisor restarted the worker on the node: the next tasks are served.
+        assert [r.text for r in pool.map(["a", "b", "c"], timeout=30)] == [
+            "done:a", "done:b", "done:c"]
+        assert pool.status()["nodes"] == {"a": "up"}
+    finally:
+        pool.stop(30)
