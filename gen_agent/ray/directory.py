@@ -94,6 +94,12 @@ class DirectoryServer:
         record = self._nodes.get(node)
         return None if record is None else (record["status"], record["reason"])
 
+    def node_restarts(self, node: Any) -> int:
+        """How many process restarts of `node` its node-level intensity counts now (those
+        within its window at its last start); 0 when unknown."""
+        record = self._nodes.get(node)
+        return 0 if record is None else len(record["restarts"])
+
     def nodes(self) -> dict[Any, str]:
         """Every known node and its status."""
         return {node: record["status"] for node, record in self._nodes.items()}

@@ -11,9 +11,10 @@ import pytest
 
 import gen_agent
 from gen_agent.errors import AgentDown, AgentNotFound, AlreadyStarted, CallTimeout, TurnError
+from gen_agent.ray.directory import INTENSITY_REASON
 
 from . import agents
-from .conftest import gray, pid_gone, ray
+from .conftest import DIRECTORY_NAME, gray, pid_gone, ray
 
 gray_remote = ray.remote
 
@@ -147,6 +148,48 @@ def test_a_killed_node_is_restored_with_its_sessions_until_its_intensity_is_spen
     assert gray.ask("keeper", "five", timeout=10, namespace=ns).text == "five"
     # The incarnation that found the intensity spent reaped the second one's child first.
     assert pid_gone(second["child_pid"], 10)
+
+
+def test_an_in_node_supervisor_giving_up_restarts_the_node_until_the_node_intensity_is_spent(
+        cluster) -> None:
+    # Two layers: the node supervisor allows no restart (max_restarts=0), so one callback
+    # crash spends it; it gives up, the node process exits (escalation), Ray restarts it,
+    # and the directory counts that restart against node_max_restarts=1.
+    ns = cluster.namespace
+    node = cluster.start_node("esc", [gen_agent.child_spec(
+        agents.Echo, name="brittle", backend=agents.MockBackend, restart="permanent")],
+        max_restarts=0, max_seconds=60, node_max_restarts=1, node_max_seconds=60)
+    directory = ray.get_actor(DIRECTORY_NAME, namespace=ns)
+    first_pid = node.pid
+    assert gray.ask("brittle", "one", timeout=10, namespace=ns).text == "one"
+    assert ray.get(directory.node_restarts.remote("esc")) == 0
+    with pytest.raises(AgentDown) as down:
+        gray.ask("brittle", "crash", timeout=30, namespace=ns)
+    # The crash's own reason, or node_down when the process exited before its reply left.
+    assert (down.value.reason[:2] == ("callback_failed", "error")
+            or down.value.reason == ("node_down", "esc")), down.value.reason
+    assert pid_gone(first_pid, 30)  # the escalation ended the node process
+    second_pid = node.wait_ready(60)
+    assert second_pid != first_pid
+    assert ray.get(directory.node_restarts.remote("esc")) == 1
+    assert ray.get(directory.node_status.remote("esc")) == ("up", None)
+    # The restarted node started its child again.
+    assert gray.ask("brittle", "two", timeout=30, namespace=ns).text == "two"
+    status = gray.status("brittle", timeout=10, namespace=ns)
+    assert status.agent_state == {"turns": 1, "node_pid": second_pid}
+    # The second escalation within node_max_seconds exceeds node_max_restarts=1: the node
+    # stays down and its callers get node_down.
+    with pytest.raises(AgentDown):
+        gray.ask("brittle", "crash", timeout=30, namespace=ns)
+    assert pid_gone(second_pid, 30)
+    with pytest.raises(AgentDown) as gone:
+        node.wait_ready(60)
+    assert gone.value.reason == ("node_down", "esc")
+    assert ray.get(directory.node_status.remote("esc")) == ("down", INTENSITY_REASON)
+    assert ray.get(directory.node_restarts.remote("esc")) == 2
+    with pytest.raises(AgentDown) as after:
+        gray.ask("brittle", "three", timeout=30, namespace=ns)
+    assert after.value.reason == ("node_down", "esc")
 
 
 def test_an_ask_in_flight_on_a_killed_node_fails_with_node_down(cluster) -> None:
