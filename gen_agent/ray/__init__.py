@@ -9,8 +9,9 @@ process death is restarted by Ray and the node restores its children with their 
 ids, with restart intensity counted as OTP does (restarts within a window). `RemotePool` is
 the `Pool` API over workers on several nodes. See `docs/pages/scale-out.md`.
 
-`init_local()` starts a local Ray bound to 127.0.0.1 (tests, benchmarks, demos); on a real
-cluster call `ray.init(address=...)` as usual.
+`init_local()` starts a local Ray bound to 127.0.0.1 (tests, benchmarks, demos) and
+`shutdown_local()` stops it and removes its session folder; on a real cluster call
+`ray.init(address=...)` as usual.
 """
 
 # Submodules load on first use (PEP 562), so that `gen_agent.ray.local` can set Ray's
@@ -23,7 +24,7 @@ _LAZY = {
     "poll": "client", "resume": "client", "start_agent": "client", "start_node": "client",
     "status": "client", "stop": "client", "stop_node": "client", "stream": "client",
     "tell": "client", "whereis": "client", "init_local": "local",
-    "prepare_loopback_env": "local", "RemotePool": "pool",
+    "prepare_loopback_env": "local", "shutdown_local": "local", "RemotePool": "pool",
 }
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "poll",
     "prepare_loopback_env",
     "resume",
+    "shutdown_local",
     "start_agent",
     "start_node",
     "status",

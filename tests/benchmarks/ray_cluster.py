@@ -107,7 +107,7 @@ def setup(params: dict[str, Any]) -> Iterator[dict[str, Any]]:
         for node in nodes:
             node.stop()
         if started_ray:
-            ray.shutdown()
+            cluster.shutdown_local()
 
 
 @figure(unit="us", label="bare Ray actor call")

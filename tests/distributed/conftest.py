@@ -60,7 +60,7 @@ def ray_session() -> Iterator[None]:
     ray.cloudpickle.register_pickle_by_value(agents)
     gray.init_local(num_cpus=2)
     yield
-    ray.shutdown()
+    gray.shutdown_local()  # Ray stops and its /tmp/ga_ray_* session folder is removed
 
 
 class Cluster:

@@ -21,7 +21,7 @@ import gen_agent
 from gen_agent import GenAgent, NoReply
 from gen_agent.backends import mock
 from gen_agent.backends.mock import MockBackend
-from gen_agent.ray.local import init_local
+from gen_agent.ray.local import init_local, shutdown_local
 
 
 # --8<-- [start:worker]
@@ -78,13 +78,11 @@ def run(namespace: str = "ray_pool_recipe", kill_one: bool = True) -> dict[str, 
 
 
 def main() -> None:
-    import ray
-
     init_local(num_cpus=2)
     try:
         counts = run()
     finally:
-        ray.shutdown()
+        shutdown_local()  # Ray stops; its session folder is removed
     print(f"{counts['ok']} answered, {counts['worker_down']} lost with the killed node "
           f"(of 40, each exactly once)")
 
