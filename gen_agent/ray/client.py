@@ -31,7 +31,7 @@ from ray.exceptions import (
 from gen_agent.errors import AgentDown, AgentNotFound, CallTimeout, RequestError, TurnError
 from gen_agent.portable import from_portable, to_exception
 from gen_agent.ray.directory import get_directory
-from gen_agent.ray.node import NodeServer, node_actor_name, pack, unpack
+from gen_agent.ray.node import NodeServer, node_actor_name, pack, unpack_reply
 from gen_agent.response import Response
 from gen_agent.supervisor import ChildSpec, SupervisorSpec, child_spec
 
@@ -193,7 +193,7 @@ def _remote(node: Any, object_ref: Any, timeout: float | None) -> Any:
     try:
         outcome = ray.get(object_ref, timeout=None if timeout is None else timeout + _GRACE_S)
         if type(outcome) is bytes:
-            outcome = unpack(outcome)
+            outcome = unpack_reply(outcome)
     except GetTimeoutError:
         raise CallTimeout(timeout) from None
     except RayActorError:

@@ -44,7 +44,7 @@ from gen_agent.supervisor import ChildEvent, ChildSpec, Supervisor, child_spec, 
 from gen_agent.system import AgentSystem
 
 __all__ = ["NODE_ENV", "NodeServer", "node_actor_name", "pack", "pack_outcomes", "reap_orphans",
-           "unpack", "unpack_outcomes"]
+           "unpack", "unpack_outcomes", "unpack_reply"]
 
 NODE_ENV = "GEN_AGENT_RAY_NODE"
 # How often the node pushes changed session ids of idle agents to the directory (seconds);
@@ -110,8 +110,7 @@ class _NodeWorkers:
         self.closing = False
         self.slots = [_Slot(f"{name_prefix}-{i}") for i in range(size)]
         # A reply goes back once this many outcomes are ready (or all that are pending, or
-        # after `_LINGER_S`): the whole room. The caller keeps two exchanges in flight, so
-        # while one reply travels the other is already waiting here.
+        # after `_LINGER_S`): the whole room, so each Ray call carries as many as it can.
         self.batch = size * max_in_flight
         self._by_name = {slot.name: slot for slot in self.slots}
         self._options = RequestOptions(fresh_session=True)
@@ -484,10 +483,16 @@ class NodeServer:
             return _error(exc)
 
     def call_packed(self, request: bytes) -> bytes:
-        """`call` with the request `(op, name, args)` and the outcome as pickled bytes: one
-        bytes argument and a bytes result are Ray's cheapest call (see `pack`)."""
+        """`call` with the request `(op, name, args)` and the outcome as bytes: one bytes
+        argument and a bytes result are Ray's cheapest call (see `pack`); read the result
+        with `unpack_reply` (an ask's `Response` crosses as MessagePack when it can)."""
         op, name, args = unpack(request)
-        return pack(self.call(op, name, args))
+        outcome = self.call(op, name, args)
+        if op == "ask" and outcome[0] == "ok":
+            blob = _exact_responses([outcome[1]])
+            if blob is not None:
+                return _RESPONSE_TAG + blob
+        return pack(outcome)
 
     def list_local(self) -> list[Any]:
         """The agents registered on this node."""
@@ -610,6 +615,8 @@ class NodeServer:
 
 _RESPONSES = msgspec.msgpack.Encoder()
 _RESPONSE_LIST = msgspec.msgpack.Decoder(list[Response])
+# Marks a reply that is an ask's Response as MessagePack (pickles start with 0x80).
+_RESPONSE_TAG = b"M"
 
 
 def pack_outcomes(kind: str, outcomes: list[tuple[int, tuple[str, Any]]]) -> bytes:
@@ -631,17 +638,32 @@ def pack_outcomes(kind: str, outcomes: list[tuple[int, tuple[str, Any]]]) -> byt
             others.append((task_id, ("error", to_portable(outcome[1]))))
     blob = b""
     if responses:
-        try:
-            blob = _RESPONSES.encode(responses)
-            exact = _RESPONSE_LIST.decode(blob) == responses
-        except (TypeError, ValueError, msgspec.MsgspecError):
-            exact = False
-        if not exact:
-            blob = b""
+        exact = _exact_responses(responses)
+        if exact is None:
             others.extend((task_id, ("ok", response))
                           for task_id, response in zip(ok_ids, responses, strict=True))
             ok_ids = []
+        else:
+            blob = exact
     return pack((kind, ok_ids, blob, others))
+
+
+def _exact_responses(responses: list[Any]) -> bytes | None:
+    """`responses` as one MessagePack array if it decodes back equal to them, else None."""
+    try:
+        blob = _RESPONSES.encode(responses)
+        if _RESPONSE_LIST.decode(blob) == responses:
+            return blob
+    except (TypeError, ValueError, msgspec.MsgspecError):
+        pass
+    return None
+
+
+def unpack_reply(data: bytes) -> Any:
+    """The outcome `NodeServer.call_packed` (or any packed node method) returned."""
+    if data[:1] == _RESPONSE_TAG:
+        return ("ok", _RESPONSE_LIST.decode(memoryview(data)[1:])[0])
+    return pickle.loads(data)
 
 
 def unpack_outcomes(data: bytes) -> tuple[str, list[tuple[int, tuple[str, Any]]]]:
