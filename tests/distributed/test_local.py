@@ -14,7 +14,7 @@ import time
 _SCRIPT = """
 import os
 from gen_agent.ray.local import init_local
-context = init_local(num_cpus=1)
+context = init_local(num_cpus=0)  # no worker process is needed
 import ray
 folder = os.path.dirname(context.address_info["session_dir"])
 assert os.path.isdir(folder) and ray.is_initialized()

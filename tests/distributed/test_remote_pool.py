@@ -1,4 +1,5 @@
-"""RemotePool: the Pool API over workers on two nodes, one of them killed mid-way."""
+"""RemotePool: the Pool API over workers on two nodes, a worker crashing, a node killed
+mid-way."""
 
 from __future__ import annotations
 
@@ -22,8 +23,15 @@ def test_a_pool_over_two_nodes_answers_every_task_once_when_a_node_dies(cluster)
                            namespace=ns, prefix="done:", delay_s=0.05)
     try:
         assert len(pool.workers()) == 4
+        # A worker crash inside a node fails its task with worker_down; the node's
+        # supervisor restarts the worker.
+        with pytest.raises(TurnError) as crashed:
+            pool.map(["crash"], timeout=30)
+        kind, reason = crashed.value.reason
+        assert kind == "worker_down" and reason[:2] == ("callback_failed", "error"), reason
         warm = pool.map([f"w{i}" for i in range(8)], timeout=30)
         assert [r.text for r in warm] == [f"done:w{i}" for i in range(8)]
+        assert pool.status()["nodes"] == {"a": "up", "b": "up"}
         refs = [pool.submit(f"t{i}") for i in range(60)]
         # Kill node b once its first tasks are running there.
         first = pool.result(refs[0], timeout=30)
@@ -56,19 +64,3 @@ def test_a_pool_over_two_nodes_answers_every_task_once_when_a_node_dies(cluster)
     assert node_a.info()["agents"] == 0  # the pool's workers are gone from the nodes
     assert pid_gone(node_b.pid, 10)
 
-
-def test_a_worker_crash_inside_a_node_fails_its_task_with_worker_down(cluster) -> None:
-    cluster.start_node("a")
-    pool = gray.RemotePool(agents.Echo, nodes=["a"], size=1, backend=agents.MockBackend,
-                           namespace=cluster.namespace, prefix="done:")
-    try:
-        with pytest.raises(TurnError) as crashed:
-            pool.map(["crash"], timeout=30)
-        kind, reason = crashed.value.reason
-        assert kind == "worker_down" and reason[:2] == ("callback_failed", "error"), reason
-        # Its supervisor restarted the worker on the node: the next tasks are served.
-        assert [r.text for r in pool.map(["a", "b", "c"], timeout=30)] == [
-            "done:a", "done:b", "done:c"]
-        assert pool.status()["nodes"] == {"a": "up"}
-    finally:
-        pool.stop(30)
