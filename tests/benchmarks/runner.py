@@ -334,7 +334,7 @@ def _parser() -> argparse.ArgumentParser:
                         help="where to write the results (default: benchmarks.json at the root)")
     parser.add_argument("--compare", nargs=2, type=Path, metavar=("OLD", "NEW"),
                         help="print the ratios of two benchmarks.json files and those that "
-                             f"moved more than {MOVED:.0%}; run nothing")
+                             f"moved more than {MOVED:.0%}%; run nothing")
     parser.add_argument("--markdown", type=Path, metavar="JSON",
                         help="print the README performance table of a benchmarks.json; run "
                              "nothing")
