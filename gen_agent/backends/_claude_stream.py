@@ -11,7 +11,7 @@ Structs holding only the fields the normalization reads (msgspec skips the other
 building them), much faster than generic dicts. Every other line (`result` keeps the whole line
 as `raw`), every line that does not fit those schemas and every line that is not valid UTF-8
 is decoded generically and goes through `translate`. Both paths share the normalization
-helpers and give the same events. Events are built as `Event(kind, data, monotonic_ms())`:
+helpers and give the same events. Events are built as `Event(kind, data, monotonic_ns() // 1_000_000)`:
 `Event.new` without its extra call layers.
 
 Mirrors: the stream normalization of `GenAgentClaude` (contract §7.6, first bullet).
@@ -20,6 +20,7 @@ Mirrors: the stream normalization of `GenAgentClaude` (contract §7.6, first bul
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from time import monotonic_ns
 from typing import Any, Final
 
 import msgspec
@@ -34,7 +35,7 @@ from gen_agent.backends._jsonl import (
     without_type,
 )
 from gen_agent.backends._option_checks import is_arg
-from gen_agent.event import Event, monotonic_ms
+from gen_agent.event import Event
 
 __all__ = ["PROVIDER", "ClaudeStreamTranslator", "decode_line", "translate_lines"]
 
@@ -68,7 +69,9 @@ class ClaudeStreamTranslator(LineTranslator):
         self._streamed: dict[str, str] = {}
         self._stream_message: str | None = None
         self._block_starts = False
-        self._message_usage: dict[str, dict[str, Any]] = {}
+        # (message id, usage as the line has it: a dict, a `_Usage` or anything else) per
+        # assistant line, resolved by `summed_usage` only when a result names no usage.
+        self._message_usage: list[tuple[str, Any]] = []
 
     def end_of_stream(self, exit_code: int | None = None, stderr_tail: str = "") -> Event | None:
         """The terminal event for stdout ending before a `result` line.
@@ -93,7 +96,9 @@ class ClaudeStreamTranslator(LineTranslator):
         return self.session_id
 
     def _error_event(self, reason: BackendError) -> Event:
-        return Event("error", {"reason": reason, "session_id": self.session_id}, monotonic_ms())
+        return Event(
+            "error", {"reason": reason, "session_id": self.session_id}, monotonic_ns() // 1_000_000
+        )
 
     def translate_raw(self, raw: bytes) -> list[Event]:
         """Decode and translate one raw stream-json line (the fast path of `translate_line`).
@@ -115,14 +120,35 @@ class ClaudeStreamTranslator(LineTranslator):
         # does): a line that is not valid UTF-8 takes the generic path, which rejects it.
         if self.finished or not (raw.isascii() or _is_utf8(raw)):
             return self.translate(_GENERIC_DECODER.decode(raw))
+        if not raw.startswith(b'{"type":"'):
+            # The CLI writes `type` first on every line but (in some versions) `result`: the
+            # typed union would scan the line twice (for its tag, then its fields).
+            return self._whole_line(raw)
         try:
             line = _LINE_DECODER.decode(raw)
         except msgspec.DecodeError:
-            # Another type (`result` lines too: cheaper than skipping them typed, as the
-            # result keeps the whole line), another shape, or not JSON: the generic path
-            # decides.
+            # Another type, another shape, or not JSON: the generic path decides.
             return self.translate(_GENERIC_DECODER.decode(raw))
         return _TYPED_HANDLERS[line.__class__](self, line, raw)
+
+    def _whole_line(self, raw: bytes) -> list[Event]:
+        # The generic path of a line not yet finished (`translate` of the generic decode),
+        # straight to the handler for a `result` line (whose event keeps the whole line as
+        # `raw`) and a `system` line other than `init` (whose event keeps every field).
+        line = _GENERIC_DECODER.decode(raw)
+        kind = line.get("type") if line.__class__ is dict else None
+        if kind == "result":
+            self._note(line)
+            self.finished = True  # a result line always ends the turn
+            return self._result(line)
+        if kind == "system":
+            subtype = line.get("subtype")
+            if subtype != "init":
+                self._note(line)
+                del line["type"]  # `without_type`, in place: this dict is ours
+                name = subtype if isinstance(subtype, str) and subtype else "system"
+                return [Event(f"claude.{name}", line, monotonic_ns() // 1_000_000)]
+        return self.translate(line)
 
     # -- per typed line (see translate_raw) ------------------------------------------------
     # Each mirrors the dict handler of its type: a typed field holds exactly what
@@ -140,7 +166,17 @@ class ClaudeStreamTranslator(LineTranslator):
         if kind == "content_block_delta":
             delta = frame.delta
             if delta is not None and delta.type == "text_delta":
-                return self._text_delta(delta.text)
+                text = delta.text  # `_text_delta`, inlined: the most frequent line
+                if not isinstance(text, str) or not text:
+                    return []
+                key = self._stream_message or ""
+                streamed = self._streamed
+                streamed[key] = streamed.get(key, "") + text
+                if self._block_starts:
+                    self._block_starts = False
+                    data = {"text": text, "message_boundary": True}
+                    return [Event("text", data, monotonic_ns() // 1_000_000)]
+                return [Event("text", {"text": text}, monotonic_ns() // 1_000_000)]
         elif kind == "message_start":
             message = frame.message
             self._start_message(None if message is None else message.id)
@@ -154,9 +190,11 @@ class ClaudeStreamTranslator(LineTranslator):
         if isinstance(session_id, str) and session_id:
             self.session_id = session_id
         message = line.message
-        self._note_usage(message.id, message.usage)
+        message_id = message.id
+        if isinstance(message_id, str) and message_id:
+            self._message_usage.append((message_id, message.usage))  # see `_note_usage`
         return self._message_events(
-            message.model, message.id, message.content, line.parent_tool_use_id
+            message.model, message_id, message.content, line.parent_tool_use_id
         )
 
     def _typed_user(self, line: _UserLine, raw: bytes) -> list[Event]:
@@ -167,9 +205,12 @@ class ClaudeStreamTranslator(LineTranslator):
         content = None if message is None else message.content
         return self._tool_results(content, line.parent_tool_use_id)
 
+    def _typed_result(self, line: _ResultLine, raw: bytes) -> list[Event]:
+        return self._whole_line(raw)  # its event keeps the whole line as `raw`
+
     def _typed_system(self, line: _SystemLine, raw: bytes) -> list[Event]:
         if line.subtype != "init":
-            return self.translate(_GENERIC_DECODER.decode(raw))  # its event carries every field
+            return self._whole_line(raw)  # its event carries every field
         session_id = line.session_id
         if isinstance(session_id, str) and session_id:
             self.session_id = session_id
@@ -182,7 +223,7 @@ class ClaudeStreamTranslator(LineTranslator):
                 data[key] = value
         if line.permissionMode is not UNSET:
             data["permission_mode"] = line.permissionMode
-        return [Event("session", data, monotonic_ms())]
+        return [Event("session", data, monotonic_ns() // 1_000_000)]
 
     # -- per line type ----------------------------------------------------------------
 
@@ -196,17 +237,17 @@ class ClaudeStreamTranslator(LineTranslator):
         if subtype == "init":
             return self._system_init(line)
         name = subtype if isinstance(subtype, str) and subtype else "system"
-        return [Event(f"claude.{name}", without_type(line), monotonic_ms())]
+        return [Event(f"claude.{name}", without_type(line), monotonic_ns() // 1_000_000)]
 
     def _system_init(self, line: dict[str, Any]) -> list[Event]:
         if isinstance(line.get("model"), str):
             self.model = line["model"]
-        return [Event("session", _session_data(line), monotonic_ms())]
+        return [Event("session", _session_data(line), monotonic_ns() // 1_000_000)]
 
     def _assistant(self, line: dict[str, Any]) -> list[Event]:
         message = line.get("message")
         if not isinstance(message, dict):
-            return [Event("claude.assistant", without_type(line), monotonic_ms())]
+            return [Event("claude.assistant", without_type(line), monotonic_ns() // 1_000_000)]
         self._note_usage(message.get("id"), message.get("usage"))
         return self._message_events(
             message.get("model"),
@@ -218,16 +259,22 @@ class ClaudeStreamTranslator(LineTranslator):
     def _note_usage(self, message_id: Any, usage: Any) -> None:
         # One API message is written as several lines (one per content block) that repeat
         # its usage, the output count growing: the latest line of each message id counts.
+        # Kept as the line has it, read by `summed_usage` (only a result without usage
+        # needs it).
         if isinstance(message_id, str) and message_id:
-            counts = _usage_data(usage)
-            if counts:
-                self._message_usage[message_id] = counts
+            self._message_usage.append((message_id, usage))
 
     def summed_usage(self) -> dict[str, int]:
         """The usage of the assistant messages seen so far: each provider message id
-        counted once (its latest line), summed over the messages (tokens)."""
+        counted once (its latest line naming token counts), summed over the messages
+        (tokens)."""
+        latest: dict[str, dict[str, Any]] = {}
+        for message_id, usage in self._message_usage:
+            counts = _typed_usage_data(usage) if usage.__class__ is _Usage else _usage_data(usage)
+            if counts:
+                latest[message_id] = counts
         total: dict[str, int] = {}
-        for counts in self._message_usage.values():
+        for counts in latest.values():
             for key, value in counts.items():
                 total[key] = total.get(key, 0) + value
         return total
@@ -266,23 +313,27 @@ class ClaudeStreamTranslator(LineTranslator):
             return
         if subagent is not None:
             data = {"text": text, "parent_tool_use_id": subagent}
-            events.append(Event("claude.subagent_text", data, monotonic_ms()))
+            events.append(Event("claude.subagent_text", data, monotonic_ns() // 1_000_000))
             return
         streamed = self._streamed.get(message_id or "", "")
         if streamed.startswith(text):
             self._streamed[message_id or ""] = streamed[len(text) :]
         elif streamed and text.startswith(streamed):
             self._streamed[message_id or ""] = ""
-            events.append(Event("text", {"text": text[len(streamed) :]}, monotonic_ms()))
+            events.append(
+                Event("text", {"text": text[len(streamed) :]}, monotonic_ns() // 1_000_000)
+            )
         else:
-            events.append(Event("text", {"text": text, "message_boundary": True}, monotonic_ms()))
+            events.append(
+                Event("text", {"text": text, "message_boundary": True}, monotonic_ns() // 1_000_000)
+            )
 
     def _block_event(self, block: dict[str, Any], subagent: Any) -> list[Event]:
         block_type = block.get("type")
         if block_type == "tool_use":
             return self._tool_use(block, subagent)
         name = block_type if isinstance(block_type, str) and block_type else "content_block"
-        return [Event(f"claude.{name}", dict(block), monotonic_ms())]
+        return [Event(f"claude.{name}", dict(block), monotonic_ns() // 1_000_000)]
 
     def _tool_use(self, block: dict[str, Any], subagent: Any) -> list[Event]:
         tool_id = block.get("id")
@@ -293,7 +344,7 @@ class ClaudeStreamTranslator(LineTranslator):
         data = dict(block)
         if subagent is not None:
             data["parent_tool_use_id"] = subagent
-        return [Event("tool_use", data, monotonic_ms())]
+        return [Event("tool_use", data, monotonic_ns() // 1_000_000)]
 
     def _tool_result(self, block: dict[str, Any], extra: dict[str, Any]) -> list[Event]:
         tool_id = block.get("tool_use_id")
@@ -301,7 +352,7 @@ class ClaudeStreamTranslator(LineTranslator):
             if tool_id in self._result_ids:
                 return []
             self._result_ids.add(tool_id)
-        return [Event("tool_result", {**block, **extra}, monotonic_ms())]
+        return [Event("tool_result", {**block, **extra}, monotonic_ns() // 1_000_000)]
 
     def _user(self, line: dict[str, Any]) -> list[Event]:
         message = line.get("message")
@@ -359,7 +410,7 @@ class ClaudeStreamTranslator(LineTranslator):
         if self._block_starts:
             data["message_boundary"] = True
             self._block_starts = False
-        return [Event("text", data, monotonic_ms())]
+        return [Event("text", data, monotonic_ns() // 1_000_000)]
 
     def _content_block_delta(self, line: dict[str, Any]) -> list[Event]:
         return self._stream_frame(line)
@@ -368,15 +419,18 @@ class ClaudeStreamTranslator(LineTranslator):
         events: list[Event] = []
         usage = _usage_data(line.get("usage")) or self.summed_usage()
         if usage:
-            events.append(Event("usage", usage, monotonic_ms()))
+            events.append(Event("usage", usage, monotonic_ns() // 1_000_000))
         if _is_failure(line):
             reason = _result_error(line)
-            events.append(Event("error", self._error_data(line, reason), monotonic_ms()))
+            events.append(
+                Event("error", self._error_data(line, reason), monotonic_ns() // 1_000_000)
+            )
             return events
+        model = self.model or _model_from_usage(line)
         data: dict[str, Any] = {
             "session_id": self.session_id,
-            "model": self.model or _model_from_usage(line),
-            "provider_model": self.model or _model_from_usage(line),
+            "model": model,
+            "provider_model": model,
             "provider": PROVIDER,
         }
         text = line.get("result")
@@ -387,7 +441,7 @@ class ClaudeStreamTranslator(LineTranslator):
             # The StructuredOutput tool call is the answer itself, not a pending tool call.
             data["finish_reason"] = "stop"
         data["raw"] = line
-        events.append(Event("result", data, monotonic_ms()))
+        events.append(Event("result", data, monotonic_ns() // 1_000_000))
         return events
 
     def _error(self, line: dict[str, Any]) -> list[Event]:
@@ -400,7 +454,7 @@ class ClaudeStreamTranslator(LineTranslator):
         if message is None and isinstance(error, str):
             message = error
         reason = BackendError.new(PROVIDER, kind, line, message=message)
-        return [Event("error", self._error_data(line, reason), monotonic_ms())]
+        return [Event("error", self._error_data(line, reason), monotonic_ns() // 1_000_000)]
 
     def _error_data(self, line: dict[str, Any], reason: BackendError) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -473,11 +527,19 @@ class _Frame(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     delta: _Delta | None = None
 
 
+class _Usage(msgspec.Struct, frozen=True, gc=False):
+    # The fields of `_USAGE_KEYS`, in its order (`_typed_usage_data` relies on it).
+    input_tokens: Any = None
+    output_tokens: Any = None
+    cache_creation_input_tokens: Any = None
+    cache_read_input_tokens: Any = None
+
+
 class _Message(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     id: Any = None
     model: Any = None
     content: Any = None
-    usage: Any = None
+    usage: _Usage | None = None  # anything but an object or null: the generic path
 
 
 class _Content(msgspec.Struct, frozen=True, gc=False):
@@ -506,6 +568,10 @@ class _UserLine(msgspec.Struct, tag="user", tag_field="type", frozen=True, kw_on
     session_id: Any = None
 
 
+class _ResultLine(msgspec.Struct, tag="result", tag_field="type", frozen=True, gc=False):
+    """A `result` line, every field skipped: it is decoded generically (`_whole_line`)."""
+
+
 class _SystemLine(
     msgspec.Struct, tag="system", tag_field="type", frozen=True, kw_only=True, gc=False
 ):
@@ -521,7 +587,7 @@ class _SystemLine(
 
 _GENERIC_DECODER: Final = msgspec.json.Decoder()  # decode_line's, without the extra call
 _LINE_DECODER: Final = msgspec.json.Decoder(
-    _StreamEventLine | _AssistantLine | _UserLine | _SystemLine
+    _StreamEventLine | _AssistantLine | _UserLine | _SystemLine | _ResultLine
 )
 _TypedHandler = Callable[[ClaudeStreamTranslator, Any, bytes], list[Event]]
 _TYPED_HANDLERS: Final[dict[type, _TypedHandler]] = {
@@ -529,6 +595,7 @@ _TYPED_HANDLERS: Final[dict[type, _TypedHandler]] = {
     _AssistantLine: ClaudeStreamTranslator._typed_assistant,
     _UserLine: ClaudeStreamTranslator._typed_user,
     _SystemLine: ClaudeStreamTranslator._typed_system,
+    _ResultLine: ClaudeStreamTranslator._typed_result,
 }
 
 
@@ -579,6 +646,15 @@ _USAGE_KEYS: Final = (
     "cache_creation_input_tokens",
     "cache_read_input_tokens",
 )
+
+
+def _typed_usage_data(usage: _Usage) -> dict[str, Any]:
+    """`_usage_data` of the typed usage (the same dict, in the same order)."""
+    data: dict[str, Any] = {}
+    for key, value in zip(_USAGE_KEYS, msgspec.structs.astuple(usage), strict=True):
+        if isinstance(value, int):
+            data[key] = value
+    return data
 
 
 def _model_from_usage(line: dict[str, Any]) -> str | None:

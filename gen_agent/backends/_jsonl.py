@@ -218,15 +218,18 @@ def feed_lines(translator: LineTranslator, lines: Iterable[bytes | str | Any]) -
     extend = events.extend
     translate_raw = translator.translate_raw
     for line in lines:
-        if isinstance(line, str):
-            line = line.encode()
-        if isinstance(line, bytes):
-            try:  # translate_line, inlined: this loop runs once per line of a recorded turn
-                extend(translate_raw(line))
-            except msgspec.DecodeError:
-                extend(_undecodable(translator, line, None))
-        else:
-            extend(translator.translate(line))
+        if line.__class__ is not bytes:  # checked once for the common case, bytes
+            if isinstance(line, str):
+                line = line.encode()
+            elif not isinstance(line, bytes):
+                extend(translator.translate(line))
+                if translator.finished:
+                    break
+                continue
+        try:  # translate_line, inlined: this loop runs once per line of a recorded turn
+            extend(translate_raw(line))
+        except msgspec.DecodeError:
+            extend(_undecodable(translator, line, None))
         if translator.finished:
             break
     return events
