@@ -66,8 +66,11 @@ class ClaudeStreamTranslator(LineTranslator):
         self.model: str | None = None
         self._tool_ids: set[str] = set()
         self._result_ids: set[str] = set()
-        self._streamed: dict[str, str] = {}
-        self._stream_message: str | None = None
+        # Per message id ("" for none), the streamed text not yet matched by its completed
+        # message, as the parts the deltas gave (joined when a message completes: no copy of
+        # the whole text per delta); `_stream_parts` is the current message's.
+        self._streamed: dict[str, list[str]] = {}
+        self._stream_parts: list[str] = self._streamed.setdefault("", [])
         self._block_starts = False
         # (message id, usage as the line has it: a dict, a `_Usage` or anything else) per
         # assistant line, resolved by `summed_usage` only when a result names no usage.
@@ -125,7 +128,7 @@ class ClaudeStreamTranslator(LineTranslator):
             # typed union would scan the line twice (for its tag, then its fields).
             return self._whole_line(raw)
         try:
-            line = _LINE_DECODER.decode(raw)
+            line = _decode_typed(raw)
         except msgspec.DecodeError:
             # Another type, another shape, or not JSON: the generic path decides.
             return self.translate(_GENERIC_DECODER.decode(raw))
@@ -136,18 +139,20 @@ class ClaudeStreamTranslator(LineTranslator):
         # straight to the handler for a `result` line (whose event keeps the whole line as
         # `raw`) and a `system` line other than `init` (whose event keeps every field).
         line = _GENERIC_DECODER.decode(raw)
-        kind = line.get("type") if line.__class__ is dict else None
-        if kind == "result":
-            self._note(line)
-            self.finished = True  # a result line always ends the turn
-            return self._result(line)
-        if kind == "system":
+        if line.__class__ is not dict:
+            return self.translate(line)
+        kind = line.get("type")
+        if kind == "result" or (kind == "system" and line.get("subtype") != "init"):
+            session_id = line.get("session_id")  # `_note`
+            if isinstance(session_id, str) and session_id:
+                self.session_id = session_id
+            if kind == "result":
+                self.finished = True  # a result line always ends the turn
+                return self._result(line)
             subtype = line.get("subtype")
-            if subtype != "init":
-                self._note(line)
-                del line["type"]  # `without_type`, in place: this dict is ours
-                name = subtype if isinstance(subtype, str) and subtype else "system"
-                return [Event(f"claude.{name}", line, monotonic_ns() // 1_000_000)]
+            del line["type"]  # `without_type`, in place: this dict is ours
+            name = subtype if isinstance(subtype, str) and subtype else "system"
+            return [Event(f"claude.{name}", line, monotonic_ns() // 1_000_000)]
         return self.translate(line)
 
     # -- per typed line (see translate_raw) ------------------------------------------------
@@ -157,7 +162,7 @@ class ClaudeStreamTranslator(LineTranslator):
 
     def _typed_stream_event(self, line: _StreamEventLine, raw: bytes) -> list[Event]:
         session_id = line.session_id
-        if isinstance(session_id, str) and session_id:
+        if session_id != self.session_id and isinstance(session_id, str) and session_id:
             self.session_id = session_id
         frame = line.event
         if frame is None or line.parent_tool_use_id is not None:
@@ -169,9 +174,7 @@ class ClaudeStreamTranslator(LineTranslator):
                 text = delta.text  # `_text_delta`, inlined: the most frequent line
                 if not isinstance(text, str) or not text:
                     return []
-                key = self._stream_message or ""
-                streamed = self._streamed
-                streamed[key] = streamed.get(key, "") + text
+                self._stream_parts.append(text)
                 if self._block_starts:
                     self._block_starts = False
                     data = {"text": text, "message_boundary": True}
@@ -187,7 +190,7 @@ class ClaudeStreamTranslator(LineTranslator):
 
     def _typed_assistant(self, line: _AssistantLine, raw: bytes) -> list[Event]:
         session_id = line.session_id
-        if isinstance(session_id, str) and session_id:
+        if session_id != self.session_id and isinstance(session_id, str) and session_id:
             self.session_id = session_id
         message = line.message
         message_id = message.id
@@ -199,7 +202,7 @@ class ClaudeStreamTranslator(LineTranslator):
 
     def _typed_user(self, line: _UserLine, raw: bytes) -> list[Event]:
         session_id = line.session_id
-        if isinstance(session_id, str) and session_id:
+        if session_id != self.session_id and isinstance(session_id, str) and session_id:
             self.session_id = session_id
         message = line.message
         content = None if message is None else message.content
@@ -212,15 +215,22 @@ class ClaudeStreamTranslator(LineTranslator):
         if line.subtype != "init":
             return self._whole_line(raw)  # its event carries every field
         session_id = line.session_id
-        if isinstance(session_id, str) and session_id:
+        if session_id != self.session_id and isinstance(session_id, str) and session_id:
             self.session_id = session_id
         if isinstance(line.model, str):
             self.model = line.model
+        # `_session_data` of the typed line (the same keys, in the same order).
         data: dict[str, Any] = {}
-        for key in _SESSION_FIELDS:
-            value = getattr(line, key)
-            if value is not UNSET:
-                data[key] = value
+        if session_id is not UNSET:
+            data["session_id"] = session_id
+        if line.model is not UNSET:
+            data["model"] = line.model
+        if line.cwd is not UNSET:
+            data["cwd"] = line.cwd
+        if line.tools is not UNSET:
+            data["tools"] = line.tools
+        if line.claude_code_version is not UNSET:
+            data["claude_code_version"] = line.claude_code_version
         if line.permissionMode is not UNSET:
             data["permission_mode"] = line.permissionMode
         return [Event("session", data, monotonic_ns() // 1_000_000)]
@@ -283,13 +293,13 @@ class ClaudeStreamTranslator(LineTranslator):
         self, model: Any, message_id: Any, content: Any, subagent: Any
     ) -> list[Event]:
         """The events of an assistant message's fields (each None when absent)."""
-        if isinstance(model, str) and model and not model.startswith("<"):
+        if model != self.model and isinstance(model, str) and model and model[0] != "<":
             self.model = model
         if not isinstance(message_id, str):
             message_id = None
         events: list[Event] = []
         texts: list[str] = []
-        for block in _blocks(content):
+        for block in content if content.__class__ is list else _blocks(content):
             if not isinstance(block, dict):
                 continue
             if block.get("type") == "text":
@@ -315,11 +325,12 @@ class ClaudeStreamTranslator(LineTranslator):
             data = {"text": text, "parent_tool_use_id": subagent}
             events.append(Event("claude.subagent_text", data, monotonic_ns() // 1_000_000))
             return
-        streamed = self._streamed.get(message_id or "", "")
-        if streamed.startswith(text):
-            self._streamed[message_id or ""] = streamed[len(text) :]
+        parts = self._streamed.get(message_id or "")
+        streamed = "".join(parts) if parts else ""
+        if streamed.startswith(text):  # so `parts` holds `streamed` (`text` is not empty)
+            parts[:] = (streamed[len(text) :],)  # type: ignore[index]
         elif streamed and text.startswith(streamed):
-            self._streamed[message_id or ""] = ""
+            parts.clear()  # type: ignore[union-attr]
             events.append(
                 Event("text", {"text": text[len(streamed) :]}, monotonic_ns() // 1_000_000)
             )
@@ -398,14 +409,13 @@ class ClaudeStreamTranslator(LineTranslator):
         return []
 
     def _start_message(self, message_id: Any) -> None:
-        self._stream_message = message_id if isinstance(message_id, str) else None
-        self._streamed.setdefault(self._stream_message or "", "")
+        key = message_id if isinstance(message_id, str) and message_id else ""
+        self._stream_parts = self._streamed.setdefault(key, [])
 
     def _text_delta(self, text: Any) -> list[Event]:
         if not isinstance(text, str) or not text:
             return []
-        key = self._stream_message or ""
-        self._streamed[key] = self._streamed.get(key, "") + text
+        self._stream_parts.append(text)
         data: dict[str, Any] = {"text": text}
         if self._block_starts:
             data["message_boundary"] = True
@@ -416,16 +426,12 @@ class ClaudeStreamTranslator(LineTranslator):
         return self._stream_frame(line)
 
     def _result(self, line: dict[str, Any]) -> list[Event]:
-        events: list[Event] = []
-        usage = _usage_data(line.get("usage")) or self.summed_usage()
-        if usage:
-            events.append(Event("usage", usage, monotonic_ns() // 1_000_000))
+        get = line.get
+        usage = _usage_data(get("usage")) or self.summed_usage()
+        now_ms = monotonic_ns() // 1_000_000  # one stamp for the line's two events
         if _is_failure(line):
-            reason = _result_error(line)
-            events.append(
-                Event("error", self._error_data(line, reason), monotonic_ns() // 1_000_000)
-            )
-            return events
+            error = Event("error", self._error_data(line, _result_error(line)), now_ms)
+            return [Event("usage", usage, now_ms), error] if usage else [error]
         model = self.model or _model_from_usage(line)
         data: dict[str, Any] = {
             "session_id": self.session_id,
@@ -433,16 +439,19 @@ class ClaudeStreamTranslator(LineTranslator):
             "provider_model": model,
             "provider": PROVIDER,
         }
-        text = line.get("result")
+        text = get("result")
         if isinstance(text, str) and text:
             data["text"] = text
-        _add_result_fields(data, line)
+        for source, target in _RESULT_FIELDS:  # `_add_result_fields`, inlined
+            value = get(source)
+            if value is not None:
+                data[target] = value
         if "structured_output" in data:
             # The StructuredOutput tool call is the answer itself, not a pending tool call.
             data["finish_reason"] = "stop"
         data["raw"] = line
-        events.append(Event("result", data, monotonic_ns() // 1_000_000))
-        return events
+        result = Event("result", data, now_ms)
+        return [Event("usage", usage, now_ms), result] if usage else [result]
 
     def _error(self, line: dict[str, Any]) -> list[Event]:
         error = line.get("error")
@@ -589,6 +598,7 @@ _GENERIC_DECODER: Final = msgspec.json.Decoder()  # decode_line's, without the e
 _LINE_DECODER: Final = msgspec.json.Decoder(
     _StreamEventLine | _AssistantLine | _UserLine | _SystemLine | _ResultLine
 )
+_decode_typed: Final = _LINE_DECODER.decode
 _TypedHandler = Callable[[ClaudeStreamTranslator, Any, bytes], list[Event]]
 _TYPED_HANDLERS: Final[dict[type, _TypedHandler]] = {
     _StreamEventLine: ClaudeStreamTranslator._typed_stream_event,
@@ -632,11 +642,16 @@ def _session_data(line: dict[str, Any]) -> dict[str, Any]:
 def _usage_data(usage: Any) -> dict[str, Any]:
     if not isinstance(usage, dict):
         return {}
+    get = usage.get  # the loop over `_USAGE_KEYS`, unrolled (once per result line)
     data: dict[str, Any] = {}
-    for key in _USAGE_KEYS:
-        value = usage.get(key)
-        if isinstance(value, int):
-            data[key] = value
+    if isinstance(value := get("input_tokens"), int):
+        data["input_tokens"] = value
+    if isinstance(value := get("output_tokens"), int):
+        data["output_tokens"] = value
+    if isinstance(value := get("cache_creation_input_tokens"), int):
+        data["cache_creation_input_tokens"] = value
+    if isinstance(value := get("cache_read_input_tokens"), int):
+        data["cache_read_input_tokens"] = value
     return data
 
 

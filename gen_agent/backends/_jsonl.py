@@ -227,9 +227,11 @@ def feed_lines(translator: LineTranslator, lines: Iterable[bytes | str | Any]) -
                     break
                 continue
         try:  # translate_line, inlined: this loop runs once per line of a recorded turn
-            extend(translate_raw(line))
+            new = translate_raw(line)
         except msgspec.DecodeError:
-            extend(_undecodable(translator, line, None))
-        if translator.finished:
-            break
+            new = _undecodable(translator, line, None)
+        if new:  # a turn ends with a terminal event only
+            extend(new)
+            if translator.finished:
+                break
     return events
