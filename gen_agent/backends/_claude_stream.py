@@ -167,10 +167,9 @@ class ClaudeStreamTranslator(LineTranslator):
         frame = line.event
         if frame is None or line.parent_tool_use_id is not None:
             return []
-        kind = frame.type
-        if kind == "content_block_delta":
+        if type(frame) is _BlockDelta:
             delta = frame.delta
-            if delta is not None and delta.type == "text_delta":
+            if type(delta) is _TextDelta:
                 text = delta.text  # `_text_delta`, inlined: the most frequent line
                 if not isinstance(text, str) or not text:
                     return []
@@ -180,10 +179,10 @@ class ClaudeStreamTranslator(LineTranslator):
                     data = {"text": text, "message_boundary": True}
                     return [Event("text", data, monotonic_ns() // 1_000_000)]
                 return [Event("text", {"text": text}, monotonic_ns() // 1_000_000)]
-        elif kind == "message_start":
+        elif type(frame) is _MessageStart:
             message = frame.message
             self._start_message(None if message is None else message.id)
-        elif kind == "content_block_start":
+        elif type(frame) is _BlockStart:
             block = frame.content_block
             self._block_starts = block is not None and block.type == "text"
         return []
@@ -429,7 +428,13 @@ class ClaudeStreamTranslator(LineTranslator):
         get = line.get
         usage = _usage_data(get("usage")) or self.summed_usage()
         now_ms = monotonic_ns() // 1_000_000  # one stamp for the line's two events
-        if _is_failure(line):
+        is_error, subtype = get("is_error"), get("subtype")
+        if (
+            is_error is True
+            or (  # `_is_failure`
+                isinstance(subtype, str) and (subtype == "error" or subtype[:6] == "error_")
+            )
+        ):
             error = Event("error", self._error_data(line, _result_error(line)), now_ms)
             return [Event("usage", usage, now_ms), error] if usage else [error]
         model = self.model or _model_from_usage(line)
@@ -442,11 +447,23 @@ class ClaudeStreamTranslator(LineTranslator):
         text = get("result")
         if isinstance(text, str) and text:
             data["text"] = text
-        for source, target in _RESULT_FIELDS:  # `_add_result_fields`, inlined
-            value = get(source)
-            if value is not None:
-                data[target] = value
-        if "structured_output" in data:
+        # `_add_result_fields`, unrolled (the same keys, in `_RESULT_FIELDS` order).
+        if (value := get("total_cost_usd")) is not None:
+            data["cost_usd"] = value
+        if (value := get("duration_ms")) is not None:
+            data["duration_ms"] = value
+        if (value := get("duration_api_ms")) is not None:
+            data["duration_api_ms"] = value
+        if (value := get("num_turns")) is not None:
+            data["num_turns"] = value
+        if is_error is not None:
+            data["is_error"] = is_error
+        if subtype is not None:
+            data["subtype"] = subtype
+        if (value := get("stop_reason")) is not None:
+            data["stop_reason"] = value
+        if (value := get("structured_output")) is not None:
+            data["structured_output"] = value
             # The StructuredOutput tool call is the answer itself, not a pending tool call.
             data["finish_reason"] = "stop"
         data["raw"] = line
@@ -524,16 +541,85 @@ class _Typed(msgspec.Struct, frozen=True, gc=False):
     type: Any = None
 
 
-class _Delta(msgspec.Struct, frozen=True, gc=False):
-    type: Any = None
+# A `stream_event`'s frame (a Messages API stream event) and a `content_block_delta`'s delta
+# are tagged by their `type`: msgspec picks the class (the handler tests it) and skips every
+# field of the frames and deltas the translation ignores. A frame or delta of another type,
+# or without one, takes the generic path (whose dict handler ignores it too).
+
+
+class _MessageStart(msgspec.Struct, tag="message_start", tag_field="type", frozen=True, gc=False):
+    message: _Ided | None = None
+
+
+class _BlockStart(
+    msgspec.Struct, tag="content_block_start", tag_field="type", frozen=True, gc=False
+):
+    content_block: _Typed | None = None
+
+
+class _TextDelta(msgspec.Struct, tag="text_delta", tag_field="type", frozen=True, gc=False):
     text: Any = None
 
 
-class _Frame(msgspec.Struct, frozen=True, kw_only=True, gc=False):
-    type: Any = None
-    message: _Ided | None = None
-    content_block: _Typed | None = None
+class _Ignored(msgspec.Struct, tag_field="type", frozen=True, gc=False):
+    """Base of the frames and deltas the translation ignores: no fields, only a tag."""
+
+
+class _JsonDelta(_Ignored, tag="input_json_delta", frozen=True, gc=False):
+    pass
+
+
+class _ThinkingDelta(_Ignored, tag="thinking_delta", frozen=True, gc=False):
+    pass
+
+
+class _SignatureDelta(_Ignored, tag="signature_delta", frozen=True, gc=False):
+    pass
+
+
+class _CitationsDelta(_Ignored, tag="citations_delta", frozen=True, gc=False):
+    pass
+
+
+_Delta = _TextDelta | _JsonDelta | _ThinkingDelta | _SignatureDelta | _CitationsDelta
+
+
+class _BlockDelta(
+    msgspec.Struct, tag="content_block_delta", tag_field="type", frozen=True, gc=False
+):
     delta: _Delta | None = None
+
+
+class _BlockStop(_Ignored, tag="content_block_stop", frozen=True, gc=False):
+    pass
+
+
+class _MessageDelta(_Ignored, tag="message_delta", frozen=True, gc=False):
+    pass
+
+
+class _MessageStop(_Ignored, tag="message_stop", frozen=True, gc=False):
+    pass
+
+
+class _Ping(_Ignored, tag="ping", frozen=True, gc=False):
+    pass
+
+
+class _FrameError(_Ignored, tag="error", frozen=True, gc=False):
+    pass
+
+
+_Frame = (
+    _MessageStart
+    | _BlockStart
+    | _BlockDelta
+    | _BlockStop
+    | _MessageDelta
+    | _MessageStop
+    | _Ping
+    | _FrameError
+)
 
 
 class _Usage(msgspec.Struct, frozen=True, gc=False):
