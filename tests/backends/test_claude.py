@@ -352,6 +352,35 @@ def test_empty_result_text_is_omitted_and_model_falls_back_to_model_usage():
     assert events[0].data["model"] == "claude-haiku-4-5"
 
 
+def with_usage(line, usage):
+    line["message"]["usage"] = usage
+    return line
+
+
+@pytest.mark.parametrize("path", ["typed", "dict"])
+def test_result_without_usage_sums_the_latest_counts_of_each_message(path: str):
+    lines = [
+        with_usage(assistant(["a"], msg_id="m1"), {"input_tokens": 10, "output_tokens": 1}),
+        with_usage(assistant(["b"], msg_id="m2"), {"input_tokens": 7, "output_tokens": 3}),
+        with_usage(assistant(["c"], msg_id="m1"), {"output_tokens": 5, "input_tokens": 10}),
+        with_usage(assistant(["d"], msg_id="m1"), {"service_tier": "standard"}),  # no counts
+        with_usage(assistant(["e"], msg_id="m2"), None),
+        with_usage(assistant(["f"], msg_id=""), {"input_tokens": 99}),  # no message id
+        result_line(usage=None),
+    ]
+    translator = ClaudeStreamTranslator()
+    events = []
+    for line in lines:
+        if path == "typed":
+            events += translate_line(translator, msgspec.json.encode(line))
+        else:
+            events += translator.translate(line)
+    usage = [event.data for event in events if event.kind == "usage"]
+    # m1's latest line with counts (output 5, not 1) plus m2's; key order as `_USAGE_KEYS`.
+    assert usage == [{"input_tokens": 17, "output_tokens": 8}]
+    assert list(usage[0]) == ["input_tokens", "output_tokens"]
+
+
 def test_session_id_is_reported_once_per_distinct_id():
     translator = ClaudeStreamTranslator()
     assert translator.take_session_id() is None
