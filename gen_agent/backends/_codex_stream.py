@@ -3,7 +3,8 @@
 `CodexStreamTranslator` holds the per-turn state (thread id, model, the last `error`
 notification) and never does I/O, so it is tested on recorded output of the real CLI without a
 process. `gen_agent.backends.codex` re-exports it; the normalization table is in that module's
-docstring.
+docstring. Events are built as `Event(kind, data, monotonic_ns() // 1_000_000)`: `Event.new`
+without its call layers (issue 20).
 
 Mirrors: the stream normalization of `GenAgentCodex` (contract §7.6, second bullet).
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from time import monotonic_ns
 from typing import Any, Final
 
 from gen_agent.backend import BackendError
@@ -134,41 +136,46 @@ class CodexStreamTranslator(LineTranslator):
         # but for a to-do list, which reports its progress only this way.
         item = line.get("item")
         if isinstance(item, dict) and _item_type(item) == "todo_list":
-            return [Event.new("codex.item", dict(item))]
+            return [Event("codex.item", dict(item), monotonic_ns() // 1_000_000)]
         return []
 
     def _item_completed(self, line: dict[str, Any]) -> list[Event]:
         item = line.get("item")
         if not isinstance(item, dict):
-            return [Event.new("codex.item", {"value": item})]
+            return [Event("codex.item", {"value": item}, monotonic_ns() // 1_000_000)]
         item_type = _item_type(item)
         if item_type == "agent_message":
             text = item.get("text")
             if not isinstance(text, str):
-                return [Event.new("codex.item", dict(item))]
+                return [Event("codex.item", dict(item), monotonic_ns() // 1_000_000)]
             data: dict[str, Any] = {"text": text, "message_boundary": True}
             if isinstance(item.get("id"), str):
                 data["item_id"] = item["id"]
-            return [Event.new("text", data)]
+            return [Event("text", data, monotonic_ns() // 1_000_000)]
         if item_type in _TOOL_ITEMS:
-            return [Event.new("tool_use", dict(item)), Event.new("tool_result", dict(item))]
+            return [
+                Event("tool_use", dict(item), monotonic_ns() // 1_000_000),
+                Event("tool_result", dict(item), monotonic_ns() // 1_000_000),
+            ]
         if item_type == "tool_call":
-            return [Event.new("tool_use", dict(item))]
+            return [Event("tool_use", dict(item), monotonic_ns() // 1_000_000)]
         if item_type == "tool_result":
-            return [Event.new("tool_result", dict(item))]
-        return [Event.new("codex.item", dict(item))]
+            return [Event("tool_result", dict(item), monotonic_ns() // 1_000_000)]
+        return [Event("codex.item", dict(item), monotonic_ns() // 1_000_000)]
 
     def _notification(self, line: dict[str, Any]) -> list[Event]:
         message = line.get("message")
         if isinstance(message, str) and message:
             self.last_notification = message
-        return [Event.new("codex.error", without_type(line))]
+        return [Event("codex.error", without_type(line), monotonic_ns() // 1_000_000)]
 
     def _turn_completed(self, line: dict[str, Any]) -> list[Event]:
         events: list[Event] = []
         totals = _usage_data(line.get("usage"))
         if totals:
-            events.append(Event.new("usage", usage_since(totals, self.thread_usage)))
+            events.append(
+                Event("usage", usage_since(totals, self.thread_usage), monotonic_ns() // 1_000_000)
+            )
         data: dict[str, Any] = {
             "session_id": self.thread_id,
             "model": self.model,
@@ -177,7 +184,7 @@ class CodexStreamTranslator(LineTranslator):
         }
         if totals:
             data["thread_usage"] = totals
-        events.append(Event.new("result", data))
+        events.append(Event("result", data, monotonic_ns() // 1_000_000))
         return events
 
     def _turn_failed(self, line: dict[str, Any]) -> list[Event]:
@@ -189,7 +196,7 @@ class CodexStreamTranslator(LineTranslator):
 
     def _error_event(self, reason: BackendError) -> Event:
         data = {"reason": reason, "session_id": self.thread_id, "model": self.model}
-        return Event.new("error", {**data, "provider": PROVIDER})
+        return Event("error", {**data, "provider": PROVIDER}, monotonic_ns() // 1_000_000)
 
 
 def _failure_reason(line: dict[str, Any], message: str | None) -> BackendError:
