@@ -7,6 +7,7 @@ import json
 import os
 import shlex
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -112,6 +113,15 @@ class Agent(gen_agent.GenAgent):
 
     def handle_response(self, ref: Any, response: Any, state: Any) -> Any:
         return gen_agent.NoReply(state)
+
+
+@pytest.fixture
+def schema_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Where this test's temporary files (e.g. Codex `--output-schema` files) are made."""
+    folder = tmp_path / "tmp"
+    folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    return folder
 
 
 @pytest.fixture

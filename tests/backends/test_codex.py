@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import gc
 import json
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -711,14 +710,6 @@ def test_the_command_passes_the_schema_file_before_resume(fake_codex: FakeCodex)
 class _Verdict(msgspec.Struct, frozen=True):
     answer: str
     confidence: float
-
-
-@pytest.fixture
-def schema_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    folder = tmp_path / "tmp"
-    folder.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(folder))
-    return folder
 
 
 def test_structured_turns_pass_a_schema_file_that_is_removed_and_report_per_turn_usage(

@@ -17,10 +17,16 @@ import gen_agent
 from gen_agent.backends.codex import CodexCLI
 from gen_agent.backends.warm import WarmExited
 from gen_agent.testing.model_server import Reply, ScriptedModelServer
-from gen_agent.testing.openai_protocol import codex_loopback_config
 
 from .conftest import process_group_alive, wait_until
-from .test_codex_real_cli import CODEX, THREAD_ID, WAIT_S, assistant_texts, user_texts
+from .test_codex_real_cli import (
+    CODEX,
+    THREAD_ID,
+    WAIT_S,
+    assistant_texts,
+    loopback_options,
+    user_texts,
+)
 
 pytestmark = [
     pytest.mark.real_cli,
@@ -47,19 +53,7 @@ class AppAgent(gen_agent.GenAgent):
 
 
 def start(name: str, server: ScriptedModelServer, tmp_path: Path, **extra: Any) -> queue.Queue:
-    home = tmp_path / "codex-home"
-    home.mkdir(exist_ok=True)
-    (home / "config.toml").write_text(codex_loopback_config(server))
-    work = tmp_path / "work"
-    work.mkdir(exist_ok=True)
-    assert CODEX is not None
-    options = {
-        "cli_path": CODEX, "codex_home": str(home), "cwd": str(work), "model": "gpt-test",
-        "inherit_env": False, "mode": "app_server",
-        "env": {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path),
-                "GEN_AGENT_LOOP_KEY": "dummy-key"},
-        **extra,
-    }
+    options = loopback_options(server, tmp_path, mode="app_server", **extra)
     infos: queue.Queue[Any] = queue.Queue()
     gen_agent.start_agent(AppAgent, name=name, backend=CodexCLI, backend_opts=options,
                           infos=infos)
@@ -153,18 +147,8 @@ def test_approvals_go_to_handle_tool_permission(server: ScriptedModelServer, tmp
         Reply.tool_use("exec_command", {"cmd": "touch marker-two"}, id="call_2"),
         Reply.text("Was not allowed."),
     )
-    home = tmp_path / "codex-home"
-    home.mkdir()
-    (home / "config.toml").write_text(codex_loopback_config(server))
-    work.mkdir()
-    assert CODEX is not None
     seen: list[Any] = []
-    options = {
-        "cli_path": CODEX, "codex_home": str(home), "cwd": str(work), "model": "gpt-test",
-        "inherit_env": False, "mode": "app_server", "approval_policy": "untrusted",
-        "env": {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path),
-                "GEN_AGENT_LOOP_KEY": "dummy-key"},
-    }
+    options = loopback_options(server, tmp_path, mode="app_server", approval_policy="untrusted")
     gen_agent.start_agent(Approving, name="app-perm", backend=CodexCLI, backend_opts=options,
                           infos=queue.Queue(), answers=[Allow(), Deny("no")], seen=seen)
     first = gen_agent.ask("app-perm", "make one", timeout=WAIT_S)

@@ -50,14 +50,16 @@ pytestmark = [
 ]
 
 
-def start(name: str, server: ScriptedModelServer, tmp_path: Path, **extra: Any):
+def loopback_options(server: ScriptedModelServer, tmp_path: Path, **extra: Any) -> dict:
+    """CodexCLI options for the real CLI against the loopback `server`: its own CODEX_HOME
+    (config pointing at the server), working folder and a bare environment; `extra` added."""
     home = tmp_path / "codex-home"
     home.mkdir(exist_ok=True)
     (home / "config.toml").write_text(codex_loopback_config(server))
     work = tmp_path / "work"
     work.mkdir(exist_ok=True)
     assert CODEX is not None
-    options = {
+    return {
         "cli_path": CODEX,
         "codex_home": str(home),
         "cwd": str(work),
@@ -70,6 +72,10 @@ def start(name: str, server: ScriptedModelServer, tmp_path: Path, **extra: Any):
         },
         **extra,
     }
+
+
+def start(name: str, server: ScriptedModelServer, tmp_path: Path, **extra: Any):
+    options = loopback_options(server, tmp_path, **extra)
     return gen_agent.start_agent(Agent, name=name, backend=CodexCLI, backend_opts=options)
 
 

@@ -9,8 +9,6 @@ install, where the CLI is absent (helpers shared with test_codex_real_cli.py).""
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +23,9 @@ from gen_agent.output import InvalidOutput, strict_schema_of
 from gen_agent.request import RequestOptions
 from gen_agent.response import Response
 from gen_agent.testing.model_server import Reply, ScriptedModelServer
-from gen_agent.testing.openai_protocol import codex_loopback_config
 
 from .conftest import Agent, wait_until
-from .test_codex_real_cli import CODEX, WAIT_S
+from .test_codex_real_cli import CODEX, WAIT_S, loopback_options
 
 pytestmark = [
     pytest.mark.real_cli,
@@ -53,28 +50,8 @@ BAD = '{"answer": "yes"}'
 MODES = ["exec", "app_server"]
 
 
-@pytest.fixture
-def schema_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Where this test's temporary files (the `--output-schema` files) are made."""
-    folder = tmp_path / "tmp"
-    folder.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(folder))
-    return folder
-
-
 def start(name: str, server: ScriptedModelServer, tmp_path: Path, mode: str) -> Any:
-    home = tmp_path / "codex-home"
-    home.mkdir(exist_ok=True)
-    (home / "config.toml").write_text(codex_loopback_config(server))
-    work = tmp_path / "work"
-    work.mkdir(exist_ok=True)
-    assert CODEX is not None
-    options = {
-        "cli_path": CODEX, "codex_home": str(home), "cwd": str(work), "model": "gpt-test",
-        "inherit_env": False, "mode": mode,
-        "env": {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path),
-                "GEN_AGENT_LOOP_KEY": "dummy-key"},
-    }
+    options = loopback_options(server, tmp_path, mode=mode)
     if mode == "app_server":
         options["approval_policy"] = "never"
     return gen_agent.start_agent(Agent, name=name, backend=CodexCLI, backend_opts=options)
