@@ -222,6 +222,13 @@ class AgentRef:
         """True while this incarnation runs (it has not stopped or been killed)."""
         return not self._handle.closed
 
+    def is_hibernated(self) -> bool:
+        """True while this incarnation hibernates (idle past its `hibernate_after_ms`: no
+        thread, its state waiting in memory). Reads a flag without messaging the agent, so
+        asking does not wake it (`status()` would). A point-in-time answer. Mirrors
+        `:erlang.process_info(pid, :status)` reporting a hibernated process."""
+        return self._handle.hibernated and not self._handle.closed
+
     def wait_stopped(self, timeout: float | None = None) -> bool:
         """Block until this incarnation's thread finished; False if `timeout` (s) expired."""
         return self._handle.exited.wait(timeout)

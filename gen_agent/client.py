@@ -105,7 +105,17 @@ def start_agent(module: type, *, name: Any, backend: Any, **opts: Any) -> AgentR
             never, unless the `GEN_AGENT_HIBERNATE_AFTER_MS` environment variable sets
             another default. 0 hibernates as soon as the agent is idle (then, without a
             `pre_run`, the agent starts hibernated: `init_agent` runs in this thread).
-            Int >= 0.
+            Int >= 0 (docs: Supervision and pools, "Hibernation").
+        output: the agent-wide structured-output type of every turn (a msgspec-validatable
+            type; a request's own `output=` wins; docs: The record of a turn).
+        max_cost_usd (US dollars, > 0) / max_total_tokens (tokens, int > 0): spend caps;
+            once the running totals reach one, further turns are refused at dispatch with
+            `("budget_exceeded", BudgetExceeded)`. spend: a `gen_agent.accounting.Spend` to
+            start the running totals from (docs: The record of a turn, "Accounting").
+        store / session_key: a `gen_agent.store` store and the key of this agent's durable
+            session (docs: Durable sessions).
+        provider_limit: a `gen_agent.limits.ProviderLimit` shared by agents that call the
+            same provider (rate and concurrency limits).
         Bytes are `gen_agent.term_size` bytes.
 
     Returns:

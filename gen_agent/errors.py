@@ -82,7 +82,9 @@ def describe_reason(reason: Any) -> str:
     A string is shown as is; a tuple headed by a string as `head: rest`, nested tuples as
     `head rest`; identifiers bare, other strings quoted (and cut at 80 characters); exceptions by
     type name (a `GenAgentError` by its own rendering); msgspec records as
-    `Type(field=value, ...)` without payload-carrying fields (`message`, `raw`, `text`, ...).
+    `Type(field=value, ...)` without payload-carrying fields (`message`, `raw`, `text`, ...),
+    or by their own `__describe__()` when they define one (`InvalidOutput` shows its
+    validation message with quoted values elided).
 
     Examples: `("callback_failed", "error", "ValueError")` → `callback_failed: error ValueError`;
     `("backend_start_failed", ("unknown_option", "modle"))` →
@@ -114,6 +116,9 @@ def _part(value: Any, head: str | None) -> str:
         return type(value).__name__
     if value is None or isinstance(value, (bool, int, float)):
         return repr(value)
+    describe = getattr(type(value), "__describe__", None)
+    if describe is not None:  # a record that renders itself without its payload
+        return str(describe(value))
     fields = getattr(value, "__struct_fields__", None)
     if fields is not None:
         shown = ", ".join(f"{f}={_part(getattr(value, f), None)}" for f in fields

@@ -74,6 +74,20 @@ class InvalidOutput(msgspec.Struct, frozen=True, kw_only=True):
     message: str
     response: Response
 
+    def __describe__(self) -> str:
+        """How `describe_reason` (and so `str(TurnError)`) shows it: the validation message
+        with quoted values elided (msgspec quotes reply values, e.g. an invalid enum value;
+        types, field names and the JSON path stay), e.g. ``InvalidOutput(Expected `float`,
+        got `str` - at `$.confidence`)``."""
+        return f"InvalidOutput({_QUOTED.sub(_elide, self.message)})"
+
+
+_QUOTED = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
+
+
+def _elide(match: re.Match[str]) -> str:
+    return match.group(0)[0] + "…" + match.group(0)[0]
+
 
 def check_output_type(output: Any, fn: str) -> Any:
     """`output` if msgspec can build a JSON schema for it (None passes); else a TypeError.

@@ -6,6 +6,7 @@ validation message and the raw text, and `Response[T]` decoding."""
 from __future__ import annotations
 
 import dataclasses
+import enum
 import pickle
 import queue
 from typing import Any, TypedDict
@@ -96,6 +97,27 @@ def test_a_reply_that_does_not_validate_fails_the_turn_with_the_message_and_the_
     kind, invalid = not_json.value.reason
     assert kind == "invalid_output" and invalid.message.startswith("JSON is malformed")
     assert invalid.response.text == "not json"
+    # str() says what was wrong (the validation message), never the reply's text.
+    assert str(wrong_type.value) == (
+        "invalid_output: InvalidOutput(Expected `float`, got `str` - at `$.confidence`)")
+    assert "not json" not in str(not_json.value)
+
+
+class _Mood(enum.Enum):
+    CALM = "calm"
+
+
+class _Feeling(msgspec.Struct, frozen=True):
+    mood: _Mood
+
+
+def test_an_invalid_output_message_elides_the_values_it_quotes() -> None:
+    with pytest.raises(msgspec.ValidationError) as caught:
+        msgspec.json.decode(b'{"mood": "a private word"}', type=_Feeling)
+    invalid = InvalidOutput(message=str(caught.value), response=Response())
+    assert invalid.message == "Invalid enum value 'a private word' - at `$.mood`"
+    assert str(TurnError(("invalid_output", invalid))) == (
+        "invalid_output: InvalidOutput(Invalid enum value '…' - at `$.mood`)")
 
 
 def test_the_agent_wide_default_applies_unless_the_request_names_a_type() -> None:

@@ -354,6 +354,23 @@ def test_idle_timeout_closes_the_process(fake: FakeWarm):
     gen_agent.stop("w")
 
 
+def test_a_hibernated_agent_loses_its_idle_process_and_resumes_the_session_on_wake(
+        fake: FakeWarm):
+    # Issue 20: a warm agent hibernates without its live CLI once the idle timeout closed it;
+    # the next message wakes the agent and the turn resumes the session in a new process.
+    start(fake, hibernate_after_ms=0, backend={"idle_timeout_ms": 100})
+    ref = gen_agent.whereis("w")
+    ask("hello one")
+    pid = session().pid  # (wakes the agent for a moment: it hibernates again when idle)
+    assert pid is not None
+    assert wait_until(lambda: not process_group_alive(pid))
+    assert wait_until(ref.is_hibernated)
+    assert ask("hello two").text == "echo: hello two"
+    assert "--resume" in fake.calls()[1]["argv"]
+    assert wait_until(ref.is_hibernated)
+    gen_agent.stop("w")
+
+
 def test_the_live_process_cap_closes_the_least_recently_used(fake: FakeWarm):
     previous = warm.max_live_processes()
     warm.set_max_live_processes(1)

@@ -176,3 +176,31 @@ def test_a_hibernated_agent_is_not_woken_by_its_watchdog_timer() -> None:
 
     assert ref._handle.hibernated and actor.hibernations == hibernations
     assert actor._watchdog is None
+
+
+def test_is_hibernated_reads_the_flag_without_waking_the_agent() -> None:
+    gate = mock.gate(mock.text_turn("late"))
+    ref = start(Counter, scripts=[gate], hibernate_after_ms=0)
+    wait_hibernated(ref)
+    assert ref.is_hibernated() is True
+    assert ref.is_hibernated() is True  # asking did not wake it: no thread started
+    assert _agent_threads() == []
+    request = ref.tell("a")
+    assert gate.wait_blocked(WAIT_S)
+    assert ref.is_hibernated() is False  # a turn is running
+    gate.release()
+    deadline = time.monotonic() + WAIT_S
+    while (polled := ref.poll(request, timeout=WAIT_S)).status == "pending":
+        assert time.monotonic() < deadline, "the turn never completed"
+        threading.Event().wait(0.001)
+    assert polled.response is not None and polled.response.text == "late"
+    wait_hibernated(ref)
+    assert ref.is_hibernated() is True
+    ref.stop()
+    assert ref.is_hibernated() is False
+
+
+def test_an_agent_without_hibernation_is_never_hibernated() -> None:
+    ref = start(Counter, scripts=[mock.text_turn("one")], hibernate_after_ms="infinity")
+    assert ref.ask("a", timeout=WAIT_S).text == "one"
+    assert ref.is_hibernated() is False
