@@ -47,6 +47,7 @@ __all__ = [
     "delta_from_events",
     "from_anthropic",
     "from_openai",
+    "omitted_data",
     "to_anthropic",
     "to_openai",
     "user_message",
@@ -272,6 +273,26 @@ def from_openai(
                    finish_reason=finish_reason)
 
 
+_IDENTITY_KEYS = ("type", "id", "tool_use_id", "call_id", "name", "is_error", "signature")
+
+
+def omitted_data(data: dict[str, Any], size: int) -> dict[str, Any]:
+    """What a stream-made delta keeps of an event past its byte budget: the keys that name
+    the part (`id`, `tool_use_id`, `name`, `is_error`, ...) and `omitted_bytes` (the event's
+    `term_size` in bytes); its content is left out.
+
+    Args:
+        data: the event's data.
+        size: the event's `term_size` in bytes.
+
+    Returns:
+        A new dict, e.g. `{"tool_use_id": "toolu_1", "omitted_bytes": 1000077}`.
+    """
+    kept = {key: data[key] for key in _IDENTITY_KEYS if key in data}
+    kept["omitted_bytes"] = size
+    return kept
+
+
 def delta_from_events(
     prompt: str | None, events: Iterable[tuple[str, dict[str, Any]]], provider: str | None
 ) -> tuple[Message, ...]:
@@ -290,7 +311,10 @@ def delta_from_events(
         and input from the event, `raw` its data), each `<provider>.thinking` a
         `ThinkingPart`; each run of `tool_result` events a user message of
         `ToolResultPart`s (the tool's output: `content`, `aggregated_output` or `output`).
-        An assistant message with no parts is left out.
+        An assistant message with no parts is left out. The runtime keeps tool calls,
+        results and thinking whole while their sizes fit `max_event_bytes_per_turn`; a part
+        past that budget has no content (None) and `raw` from `omitted_data` (its ids and
+        `omitted_bytes`), so a turn of huge tool results stays bounded in memory.
     """
     messages: list[Message] = [] if prompt is None else [user_message(prompt)]
     parts: list[Part] = []

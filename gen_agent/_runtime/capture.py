@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from gen_agent.conversation import omitted_data
 from gen_agent.event import Event
 from gen_agent.response import EventCoverage, Omission, Response, TextAccumulator, _assemble
 from gen_agent.status import CaptureOverflow
@@ -38,6 +39,7 @@ class Capture:
     """
 
     __slots__ = (
+        "_delta_bytes",
         "_max_bytes",
         "_max_events",
         "_stream",
@@ -63,6 +65,7 @@ class Capture:
         self._text = TextAccumulator()
         # (kind, data) of the events a stream-made delta is built from (conversation).
         self._stream: list[tuple[str, dict[str, Any]]] = []
+        self._delta_bytes = 0  # term_size of the non-text events kept whole in _stream
         self.events: list[Event] = []
         self.observed = 0
         self.omitted = 0
@@ -91,7 +94,14 @@ class Capture:
         elif (kind == "result" or kind == "error") and self.terminal is None:
             self.terminal = event
         elif kind == "tool_use" or kind == "tool_result" or kind.endswith(".thinking"):
-            self._stream.append((kind, event.data))
+            # The stream-made delta has a byte budget of its own (max_event_bytes_per_turn):
+            # past it a part keeps its ids and size only, so a turn of huge tool results
+            # stays within the retention bound (contract §6.3) instead of holding them all.
+            if size <= self._max_bytes - self._delta_bytes:
+                self._delta_bytes += size
+                self._stream.append((kind, event.data))
+            else:
+                self._stream.append((kind, omitted_data(event.data, size)))
         if self.omitted:
             # Once anything is omitted, everything after it is too: retained stays a prefix.
             self.omitted += 1

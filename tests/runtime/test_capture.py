@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import tracemalloc
+from collections.abc import Iterator
+from typing import Any
+
+import gen_agent
 from gen_agent._runtime.capture import Capture, LosslessBudget
+from gen_agent.backends.mock import MockBackend
 from gen_agent.event import Event
 from gen_agent.response import EventCoverage, Omission
 from gen_agent.size import term_size
@@ -136,6 +142,30 @@ def test_response_tool_calls_come_from_retained_events_only() -> None:
 # --- LosslessBudget -------------------------------------------------------------------------
 
 
+def test_the_stream_made_delta_keeps_parts_whole_only_within_the_byte_bound() -> None:
+    # A turn of large tool results must not hold them all for its delta (§6.3's bound).
+    def result(index: int, payload: str) -> Event:
+        return Event.new("tool_result", {"tool_use_id": f"toolu_{index}", "content": payload})
+
+    small, large = result(1, "x" * 100), result(2, "y" * 5_000)
+    call = Event.new("tool_use", {"id": "toolu_3", "name": "read", "input": {"p": "z" * 900}})
+    capture = Capture(100, 2_000)
+    for event in [_text("a"), small, large, call, _text("b"),
+                  Event.new("result", {"text": "ab"})]:
+        capture.add(event, term_size(event))
+
+    messages = capture.response(duration_ms=1, prompt="go").messages
+    assert [m.role for m in messages] == ["user", "assistant", "user", "assistant"]
+    kept, omitted = messages[2].content
+    assert kept.content == "x" * 100 and kept.raw is small.data  # whole: shares the data
+    assert omitted.tool_call_id == "toolu_2" and omitted.content is None
+    assert omitted.raw == {"tool_use_id": "toolu_2", "omitted_bytes": term_size(large)}
+    # The call fits in what the large result left of the budget: it is kept whole.
+    tool_call, text = messages[3].content
+    assert tool_call.input == {"p": "z" * 900} and text.text == "b"
+    assert messages[1].content[0].text == "a"
+
+
 def test_lossless_admits_until_the_count_bound() -> None:
     budget = LosslessBudget(max_events=3, max_bytes=1_000)
 
@@ -189,3 +219,38 @@ def test_lossless_count_bound_is_checked_before_bytes() -> None:
     assert overflow.limit == "events"
     assert overflow.retained_events == 0
     assert overflow.retained_bytes == 0
+
+
+class _Tools(gen_agent.GenAgent):
+    def init_agent(self, opts: dict) -> Any:
+        return {"scripts": [opts["turn"]]}, None
+
+    def handle_response(self, ref: Any, response: Any, state: Any) -> Any:
+        return gen_agent.NoReply(state)
+
+
+def test_a_turn_of_large_tool_results_holds_about_its_byte_bound_not_all_of_them() -> None:
+    # 40 fresh 50 KB results (2 MB) under a 64 KiB bound: retention, the delta and the
+    # channel's backpressure each hold at most about the bound at once.
+    count, payload_bytes, bound = 40, 50_000, 64 * 1024
+
+    def turn(prompt: str) -> Iterator[Event]:
+        for index in range(count):
+            yield Event.new("tool_result", {"tool_use_id": f"t{index}",
+                                            "content": "x" * payload_bytes})
+        yield Event.new("result", {"text": "done"})
+
+    gen_agent.start_agent(_Tools, name="tools", backend=MockBackend, turn=turn,
+                          max_event_bytes_per_turn=bound)
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        response = gen_agent.ask("tools", "go", timeout=10)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    results = response.messages[1].content
+    assert len(results) == count
+    assert results[0].content == "x" * payload_bytes  # the first fits: kept whole
+    assert results[-1].content is None and results[-1].raw["omitted_bytes"] > payload_bytes
+    assert peak < 6 * bound + 256 * 1024, peak  # holding them all would be > 2,000,000
