@@ -310,8 +310,9 @@ def delta_from_events(
         `message_boundary` starts a new part), each `tool_use` a `ToolCallPart` (id, name
         and input from the event, `raw` its data), each `<provider>.thinking` a
         `ThinkingPart`; each run of `tool_result` events a user message of
-        `ToolResultPart`s (the tool's output: `content`, `aggregated_output` or `output`).
-        An assistant message with no parts is left out. The runtime keeps tool calls,
+        `ToolResultPart`s (the tool's output: `content`, `aggregated_output` or `output`;
+        an empty text between results does not end the run). An assistant message with no
+        parts is left out. The runtime keeps tool calls,
         results and thinking whole while their sizes fit `max_event_bytes_per_turn`; a part
         past that budget has no content (None) and `raw` from `omitted_data` (its ids and
         `omitted_bytes`), so a turn of huge tool results stays bounded in memory.
@@ -342,17 +343,19 @@ def delta_from_events(
             results.append(ToolResultPart(tool_call_id=_str(call_id), content=output,
                                           is_error=data.get("is_error") is True, raw=data))
             continue
-        flush("user", results)
         if kind == "text":
             piece = data.get("text")
             boundary = data.get("message_boundary")
             if boundary is not None and boundary is not False:
                 close_text()
-            if isinstance(piece, str):
+            if isinstance(piece, str) and piece:  # an empty text does not end a result run
+                flush("user", results)
                 if text is None:
                     text = []
                 text.append(piece)
-        elif kind == "tool_use":
+            continue
+        flush("user", results)
+        if kind == "tool_use":
             close_text()
             name = data.get("name", data.get("type"))
             args = data.get("input", data.get("arguments", data.get("command")))

@@ -192,10 +192,13 @@ class TextAccumulator:
     capture (contract §6.2; docs: the values reference).
     """
 
-    __slots__ = ("_chunks", "_final_start", "_joined", "_saw_boundary", "_seen_text")
+    __slots__ = ("_chunks", "_final_start", "_joined", "_marks", "_saw_boundary", "_seen_text")
 
-    def __init__(self) -> None:
+    def __init__(self, marks: list[Any] | None = None) -> None:
         self._chunks: list[str] = []
+        # Where the runtime's capture records boundaries among its other stream marks, so a
+        # stream-made delta can be cut from the chunks without keeping every text event.
+        self._marks = marks
         # Index in _chunks where the last boundary-marked message starts (its separator excluded).
         self._final_start = 0
         self._seen_text = False
@@ -218,10 +221,13 @@ class TextAccumulator:
         boundary = data.get("message_boundary")
         # Elixir truthiness: only nil and false are false (so 0 and "" count as set).
         if boundary is not None and boundary is not False:
+            before = len(chunks)
             if text and self._seen_text:
                 chunks.append(_SEPARATOR)
             self._final_start = len(chunks)
             self._saw_boundary = True
+            if self._marks is not None:
+                self._marks.append((_BOUNDARY, None, before, self._final_start))
         if text:
             chunks.append(text)
             self._seen_text = True
@@ -431,6 +437,27 @@ class Response(msgspec.Struct, Generic[T], frozen=True, kw_only=True):
             prompt=None,
             stream=stream,
         )
+
+
+_BOUNDARY = "message_boundary"
+_BOUNDARY_DATA: dict[str, Any] = {"text": "", "message_boundary": True}
+
+
+def delta_stream(text: TextAccumulator, marks: list[Any]) -> list[tuple[str, dict[str, Any]]]:
+    """The `(kind, data)` stream `delta_from_events` takes, rebuilt from a capture's text
+    chunks and its marks (`(kind, data, chunk_before, chunk_after)` in arrival order: the
+    non-text events of the delta, and the text boundaries the accumulator recorded): each
+    run of text between two marks is one joined text entry, so the capture keeps strings,
+    not one entry per text event. Gives the same delta as the full stream would."""
+    chunks, out, start = text._chunks, [], 0
+    for kind, data, before, after in marks:
+        if before > start:
+            out.append(("text", {"text": "".join(chunks[start:before])}))
+        out.append(("text", _BOUNDARY_DATA) if kind is _BOUNDARY else (kind, data))
+        start = after
+    if len(chunks) > start:
+        out.append(("text", {"text": "".join(chunks[start:])}))
+    return out
 
 
 def _assemble(

@@ -12,7 +12,14 @@ from typing import Any, Literal
 
 from gen_agent.conversation import omitted_data
 from gen_agent.event import Event
-from gen_agent.response import EventCoverage, Omission, Response, TextAccumulator, _assemble
+from gen_agent.response import (
+    EventCoverage,
+    Omission,
+    Response,
+    TextAccumulator,
+    _assemble,
+    delta_stream,
+)
 from gen_agent.status import CaptureOverflow
 from gen_agent.telemetry import ToolCall
 
@@ -62,9 +69,10 @@ class Capture:
         """
         self._max_events = max_events
         self._max_bytes = max_bytes
-        self._text = TextAccumulator()
-        # (kind, data) of the events a stream-made delta is built from (conversation).
-        self._stream: list[tuple[str, dict[str, Any]]] = []
+        # The marks a stream-made delta is cut from (conversation): `(kind, data, chunk,
+        # chunk)` of its non-text events and, recorded by the accumulator, text boundaries.
+        self._stream: list[tuple[str, Any, int, int]] = []
+        self._text = TextAccumulator(self._stream)
         self._delta_bytes = 0  # term_size of the non-text events kept whole in _stream
         self.events: list[Event] = []
         self.observed = 0
@@ -88,7 +96,6 @@ class Capture:
         kind = event.kind
         if kind == "text":
             self._text.add(event.data)
-            self._stream.append((kind, event.data))
         elif kind == "usage":
             self.usage = event.data
         elif (kind == "result" or kind == "error") and self.terminal is None:
@@ -97,11 +104,12 @@ class Capture:
             # The stream-made delta has a byte budget of its own (max_event_bytes_per_turn):
             # past it a part keeps its ids and size only, so a turn of huge tool results
             # stays within the retention bound (contract §6.3) instead of holding them all.
+            at = len(self._text._chunks)
             if size <= self._max_bytes - self._delta_bytes:
                 self._delta_bytes += size
-                self._stream.append((kind, event.data))
+                self._stream.append((kind, event.data, at, at))
             else:
-                self._stream.append((kind, omitted_data(event.data, size)))
+                self._stream.append((kind, omitted_data(event.data, size), at, at))
         if self.omitted:
             # Once anything is omitted, everything after it is too: retained stays a prefix.
             self.omitted += 1
@@ -159,7 +167,7 @@ class Capture:
             duration_ms=duration_ms,
             session_id=session_id,
             prompt=prompt,
-            stream=self._stream,
+            stream=delta_stream(self._text, self._stream),
         )
 
 

@@ -254,3 +254,26 @@ def test_a_turn_of_large_tool_results_holds_about_its_byte_bound_not_all_of_them
     assert results[0].content == "x" * payload_bytes  # the first fits: kept whole
     assert results[-1].content is None and results[-1].raw["omitted_bytes"] > payload_bytes
     assert peak < 6 * bound + 256 * 1024, peak  # holding them all would be > 2,000,000
+
+
+def test_a_turn_of_many_text_deltas_keeps_their_strings_not_their_events() -> None:
+    # The delta is cut from the text accumulator's chunks: a capture must not keep one
+    # (kind, data) entry per text event (50,000 of them would hold over 10 MB).
+    count = 50_000
+
+    def turn(prompt: str) -> Iterator[Event]:
+        for _ in range(count):
+            yield Event.new("text", {"text": "x"})
+        yield Event.new("result", {})
+
+    gen_agent.start_agent(_Tools, name="texts", backend=MockBackend, turn=turn)
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        response = gen_agent.ask("texts", "go", timeout=30)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert response.text == "x" * count
+    assert [part.text for part in response.messages[1].content] == ["x" * count]
+    assert peak < 4_000_000, peak
