@@ -317,27 +317,16 @@ def delta_from_events(
         past that budget has no content (None) and `raw` from `omitted_data` (its ids and
         `omitted_bytes`), so a turn of huge tool results stays bounded in memory.
     """
+    # One pass, no closures made per call (it runs once per turn, issue 20).
     messages: list[Message] = [] if prompt is None else [user_message(prompt)]
     parts: list[Part] = []
     results: list[Part] = []
-    text: list[str] | None = None
-
-    def close_text() -> None:
-        nonlocal text
-        if text is not None and "".join(text):
-            parts.append(TextPart(text="".join(text)))
-        text = None
-
-    def flush(role: Literal["user", "assistant"], pending: list[Part]) -> None:
-        if pending:
-            owner = provider if role == "assistant" else None
-            messages.append(Message(role=role, content=tuple(pending), provider=owner))
-            pending.clear()
-
+    text: list[str] | None = None  # the text run being joined
     for kind, data in events:
         if kind == "tool_result":
-            close_text()
-            flush("assistant", parts)
+            _close_text(text, parts)
+            text = None
+            _flush(messages, "assistant", parts, provider)
             call_id = data.get("tool_use_id", data.get("id"))
             output = data.get("content", data.get("aggregated_output", data.get("output")))
             results.append(ToolResultPart(tool_call_id=_str(call_id), content=output,
@@ -347,27 +336,31 @@ def delta_from_events(
             piece = data.get("text")
             boundary = data.get("message_boundary")
             if boundary is not None and boundary is not False:
-                close_text()
+                _close_text(text, parts)
+                text = None
             if isinstance(piece, str) and piece:  # an empty text does not end a result run
-                flush("user", results)
+                if results:
+                    _flush(messages, "user", results, None)
                 if text is None:
-                    text = []
-                text.append(piece)
+                    text = [piece]
+                else:
+                    text.append(piece)
             continue
-        flush("user", results)
+        if results:
+            _flush(messages, "user", results, None)
+        _close_text(text, parts)
+        text = None
         if kind == "tool_use":
-            close_text()
             name = data.get("name", data.get("type"))
             args = data.get("input", data.get("arguments", data.get("command")))
             parts.append(ToolCallPart(id=_str(data.get("id")), name=_str(name), input=args,
                                       raw=data))
         else:  # <provider>.thinking
-            close_text()
             parts.append(ThinkingPart(text=_str(data.get("thinking", data.get("text"))),
                                       signature=data.get("signature"), raw=data))
-    close_text()
-    flush("assistant", parts)
-    flush("user", results)
+    _close_text(text, parts)
+    _flush(messages, "assistant", parts, provider)
+    _flush(messages, "user", results, None)
     return tuple(messages)
 
 
@@ -412,6 +405,23 @@ def to_openai(messages: Sequence[Message]) -> Replay:
 
 _ANTHROPIC: Final = "anthropic"
 _OPENAI: Final = "openai"
+
+
+def _close_text(text: list[str] | None, parts: list[Part]) -> None:
+    """End a text run of `delta_from_events`: its joined text becomes a `TextPart` (none when
+    empty)."""
+    if text is not None:
+        joined = "".join(text)
+        if joined:
+            parts.append(TextPart(text=joined))
+
+
+def _flush(messages: list[Message], role: Literal["user", "assistant"], pending: list[Part],
+           provider: str | None) -> None:
+    """Append the parts in `pending` (if any) to `messages` as one message, then clear it."""
+    if pending:
+        messages.append(Message(role=role, content=tuple(pending), provider=provider))
+        pending.clear()
 
 
 def _str(value: Any) -> str:

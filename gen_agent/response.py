@@ -132,6 +132,8 @@ _EXTRA_FIELDS: Final = (
     "messages",
 )
 _MODELED_KEYS: Final = frozenset({"text", "session_id", "model", "reason", *_EXTRA_FIELDS})
+# The terminal-data keys copied as they are into the `Response` field of the same name.
+_COPIED_KEYS: Final = frozenset({"model", *_EXTRA_FIELDS} - {"finish_reason", "messages"})
 
 
 class Omission(msgspec.Struct, frozen=True):
@@ -475,43 +477,48 @@ def _assemble(
     # The one place a Response is put together, for from_events and for the runtime capture.
     data: dict[str, Any] = terminal.data if terminal is not None else {}
     get = data.get
+    is_result = terminal is not None and terminal.kind == "result"
     finish = get("finish_reason")
     if finish is None:
         finish = finish_reason(get("stop_reason")) or finish_reason(get("subtype"))
-        if finish is None and terminal is not None and terminal.kind == "result":
+        if finish is None and is_result:
             finish = "stop"
     messages = get("messages")
-    if isinstance(messages, list | tuple):
+    if isinstance(messages, (list, tuple)):
         messages = tuple(messages)
-    elif terminal is not None and terminal.kind == "result":
+    elif is_result:
         # The backend names no messages: the delta is what the stream showed.
         messages = delta_from_events(prompt, stream, get("provider"))
     else:
         messages = ()
+    # A result's own text is both the text and the final message (§6.2): no join needed.
+    result_text = get("text") if is_result else None
+    if type(result_text) is str:
+        full = final = result_text
+    else:
+        full, final = text.assembled(), text.final_message(None)
+    # One pass over the terminal data: the keys modeled as they are (a missing key leaves
+    # its field None), and the rest in `extra`.
+    copied: dict[str, Any] = {}
+    extra: dict[str, Any] = {}
+    for key, value in data.items():
+        if key in _COPIED_KEYS:
+            copied[key] = value
+        elif key not in _MODELED_KEYS:
+            extra[key] = value
     return Response(
         prompt=prompt,
-        text=text.text(terminal),
-        final_message=text.final_message(terminal),
+        text=full,
+        final_message=final,
         events=events,
         terminal=terminal,
         event_coverage=coverage,
         usage=normalize_usage(usage),
         duration_ms=duration_ms,
         session_id=session_id,
-        model=get("model"),
-        stop_reason=get("stop_reason"),
-        num_turns=get("num_turns"),
-        duration_api_ms=get("duration_api_ms"),
-        cost_usd=get("cost_usd"),
-        is_error=get("is_error"),
-        subtype=get("subtype"),
-        provider=get("provider"),
-        provider_model=get("provider_model"),
         tool_calls=[event for event in events if event.kind == "tool_use"],
         messages=messages,
         finish_reason=finish,
-        response_id=get("response_id"),
-        service_tier=get("service_tier"),
-        served_by=get("served_by"),
-        extra={key: value for key, value in data.items() if key not in _MODELED_KEYS},
+        extra=extra,
+        **copied,
     )

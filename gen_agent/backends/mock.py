@@ -561,6 +561,8 @@ class MockBackend(Backend):
         """
         script = _session(session)._pop(prompt)
         match script:
+            case list() | tuple():  # the common script first (issue 20)
+                return iter(list(script)), session
             case ErrorScript(reason=reason):
                 raise DispatchError(reason)
             case RaisingScript(error=exc):
@@ -570,8 +572,6 @@ class MockBackend(Backend):
                 return script._stream(session, cancel_event), session
             case ToolRound():
                 return script._stream(session, context), session
-            case list() | tuple():
-                return iter(list(script)), session
             case _:
                 return script(prompt), session
 
