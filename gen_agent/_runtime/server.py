@@ -853,10 +853,8 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
             turn.deadline = time.monotonic() + self.opts.watchdog_ms / 1000
             if self._watchdog is None:
                 self._arm_watchdog(turn.deadline)
-        thread = start_turn(TurnSpec(
-            handle=self.handle, task_id=task_id, backend=self.backend, session=self.session,
-            prompt=final_prompt, context=context, stream_cb=self._stream_cb, state=self.state,
-            budget=budget, cancel_event=turn.cancel_event, channel=turn.channel))
+        thread = start_turn(TurnSpec(turn.channel, self.backend, self.session, final_prompt,
+                                     context, self._stream_cb, self.state, budget))
         turn.thread_id = thread.ident
         return "started"
 

@@ -110,21 +110,18 @@ class TurnChannel:
 
 
 class TurnSpec:
-    """Everything one turn task needs; built by the agent at dispatch."""
+    """Everything one turn task needs; built by the agent at dispatch. Its handle, task id
+    and cancel signal are its channel's (one copy per turn)."""
 
-    __slots__ = (
-        "backend", "budget", "cancel_event", "channel", "context", "handle", "prompt",
-        "session", "state", "stream_cb", "task_id",
-    )
+    __slots__ = ("backend", "budget", "channel", "context", "prompt", "session", "state",
+                 "stream_cb")
 
     def __init__(
-        self, *, handle: Any, task_id: int, backend: Any, session: Any, prompt: str,
+        self, channel: TurnChannel, backend: Any, session: Any, prompt: str,
         context: TurnContext, stream_cb: Callable[[Event, Any], Any] | None, state: Any,
-        budget: LosslessBudget | None, cancel_event: CancelSignal, channel: TurnChannel,
+        budget: LosslessBudget | None,
     ) -> None:
         self.channel = channel
-        self.handle = handle
-        self.task_id = task_id
         self.backend = backend
         self.session = session
         self.prompt = prompt
@@ -132,7 +129,6 @@ class TurnSpec:
         self.stream_cb = stream_cb
         self.state = state
         self.budget = budget
-        self.cancel_event = cancel_event
 
 
 class _Worker:
@@ -241,11 +237,12 @@ def _terminal_reason(event: Event) -> Any:
 def _run(spec: TurnSpec) -> TurnDoneMsg | None:
     """Run one turn; return its outcome for the channel (None once cancelled), which the
     worker pushes after parking (see `TurnWorkers._loop`)."""
-    handle = spec.handle
+    channel = spec.channel
+    handle = channel.handle
     set_current(handle.name, handle)
-    push = spec.channel.push
-    task_id = spec.task_id
-    cancel = spec.cancel_event
+    push = channel.push
+    task_id = channel.task_id
+    cancel = channel.cancel_event
     state = spec.state
     started = monotonic_ms()
 
