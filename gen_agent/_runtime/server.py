@@ -760,7 +760,8 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
             if isinstance(slot, Retry) and not slot.due:
                 return  # a delayed retry: nothing else runs before it (§4.21)
             if slot is None and not len(self.mailbox):
-                self._drop_permit()
+                if self._limit is not None:
+                    self._drop_permit()
                 return
             if not self._take_permit():
                 return  # it waits for its provider limit, first in the queue (LimitWakeMsg)
@@ -1164,11 +1165,13 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
         self.session = session
         if isinstance(response.session_id, str) and response.session_id:
             self.handle.session_id = response.session_id
-        self.state = self._post_turn(("ok", response), request.ref, decision.state)
+        outcome = ("ok", response)
+        self.state = (decision.state if self._post_turn_cb is None
+                      else self._post_turn(outcome, request.ref, decision.state))
         if self.durable is not None:
             self.durable.save_state(self.impl, self.state)
         set_request(None)
-        self._deliver(request, ("ok", response))
+        self._deliver(request, outcome)
         self._transition(decision, request.options)
 
     def _finish_error(self, reason: Any, state: Any, session: Any, turn: Turn) -> None:
@@ -1231,7 +1234,7 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
         elif type(decision) is Halt:
             halt = True
         else:
-            halt = self._drain_pending()
+            halt = self._drain_pending() if len(self.pending) else False
         if halt or (self.halt_pending and not self.draining):
             self._enter_halted()
         self.halt_pending = False
