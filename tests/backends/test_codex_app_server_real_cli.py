@@ -11,8 +11,6 @@ import signal
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 import gen_agent
 from gen_agent.backends.codex import CodexCLI
 from gen_agent.backends.warm import WarmExited
@@ -20,7 +18,7 @@ from gen_agent.testing.model_server import Reply, ScriptedModelServer
 
 from .conftest import process_group_alive, wait_until
 from .test_codex_real_cli import (
-    CODEX,
+    REAL_CODEX,
     THREAD_ID,
     WAIT_S,
     assistant_texts,
@@ -28,15 +26,7 @@ from .test_codex_real_cli import (
     user_texts,
 )
 
-pytestmark = [
-    pytest.mark.real_cli,
-    pytest.mark.usefixtures("no_child_left"),
-    pytest.mark.skipif(
-        CODEX is None,
-        reason="the real Codex CLI is not installed: needs node and npm, then "
-        "`npm install --prefix .venv/npm @openai/codex` (or set GEN_AGENT_CODEX_CLI)",
-    ),
-]
+pytestmark = REAL_CODEX
 
 
 class AppAgent(gen_agent.GenAgent):

@@ -39,7 +39,8 @@ def _find_codex() -> str | None:
 
 CODEX = _find_codex()
 
-pytestmark = [
+#: The marks of every test that runs the real Codex CLI (its folder's modules share them).
+REAL_CODEX = [
     pytest.mark.real_cli,
     pytest.mark.usefixtures("no_child_left"),
     pytest.mark.skipif(
@@ -48,6 +49,7 @@ pytestmark = [
         "`npm install --prefix .venv/npm @openai/codex` (or set GEN_AGENT_CODEX_CLI)",
     ),
 ]
+pytestmark = REAL_CODEX
 
 
 def loopback_options(server: ScriptedModelServer, tmp_path: Path, **extra: Any) -> dict:

@@ -25,17 +25,9 @@ from gen_agent.response import Response
 from gen_agent.testing.model_server import Reply, ScriptedModelServer
 
 from .conftest import Agent, wait_until
-from .test_codex_real_cli import CODEX, WAIT_S, loopback_options
+from .test_codex_real_cli import REAL_CODEX, WAIT_S, loopback_options
 
-pytestmark = [
-    pytest.mark.real_cli,
-    pytest.mark.usefixtures("no_child_left"),
-    pytest.mark.skipif(
-        CODEX is None,
-        reason="the real Codex CLI is not installed: needs node and npm, then "
-        "`npm install --prefix .venv/npm @openai/codex` (or set GEN_AGENT_CODEX_CLI)",
-    ),
-]
+pytestmark = REAL_CODEX
 
 
 class Verdict(msgspec.Struct, frozen=True):

@@ -229,6 +229,19 @@ class _Tools(gen_agent.GenAgent):
         return gen_agent.NoReply(state)
 
 
+def _ask_traced(turn: Any, **opts: Any) -> tuple[Any, int]:
+    """Run one turn of `turn` on a fresh agent; its Response and the peak of live Python
+    allocations (bytes) while it ran."""
+    gen_agent.start_agent(_Tools, name="traced", backend=MockBackend, turn=turn, **opts)
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        response = gen_agent.ask("traced", "go", timeout=30)
+        return response, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
 def test_a_turn_of_large_tool_results_holds_about_its_byte_bound_not_all_of_them() -> None:
     # 40 fresh 50 KB results (2 MB) under a 64 KiB bound: retention, the delta and the
     # channel's backpressure each hold at most about the bound at once.
@@ -240,15 +253,7 @@ def test_a_turn_of_large_tool_results_holds_about_its_byte_bound_not_all_of_them
                                             "content": "x" * payload_bytes})
         yield Event.new("result", {"text": "done"})
 
-    gen_agent.start_agent(_Tools, name="tools", backend=MockBackend, turn=turn,
-                          max_event_bytes_per_turn=bound)
-    tracemalloc.start()
-    try:
-        tracemalloc.reset_peak()
-        response = gen_agent.ask("tools", "go", timeout=10)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    response, peak = _ask_traced(turn, max_event_bytes_per_turn=bound)
     results = response.messages[1].content
     assert len(results) == count
     assert results[0].content == "x" * payload_bytes  # the first fits: kept whole
@@ -266,14 +271,7 @@ def test_a_turn_of_many_text_deltas_keeps_their_strings_not_their_events() -> No
             yield Event.new("text", {"text": "x"})
         yield Event.new("result", {})
 
-    gen_agent.start_agent(_Tools, name="texts", backend=MockBackend, turn=turn)
-    tracemalloc.start()
-    try:
-        tracemalloc.reset_peak()
-        response = gen_agent.ask("texts", "go", timeout=30)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    response, peak = _ask_traced(turn)
     assert response.text == "x" * count
     assert [part.text for part in response.messages[1].content] == ["x" * count]
     assert peak < 4_000_000, peak
