@@ -333,6 +333,20 @@ def _wait_pids_gone(pids: set[int], deadline: float) -> set[int]:
     return {pid for pid in left if _running(pid)}
 
 
+def _join_started(thread: threading.Thread, deadline: float) -> None:
+    """`thread.join` until `deadline` (monotonic seconds), also for a thread caught between
+    `start()` and its first instruction: `threading.enumerate()` lists it (threading's
+    "limbo"), but `join` raises RuntimeError until it runs."""
+    while True:
+        try:
+            thread.join(max(0.0, deadline - time.monotonic()))
+            return
+        except RuntimeError:
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(0.001)  # it is about to run: the OS thread exists already
+
+
 def find_leaks(threads_before: Iterable[threading.Thread], children_before: set[int] | None,
                timeout: float = 10.0) -> LeakReport:
     """Wait (at most `timeout` seconds in total) for the threads and child processes started
@@ -360,7 +374,7 @@ def find_leaks(threads_before: Iterable[threading.Thread], children_before: set[
             continue
         if thread.name == TIMER_THREAD:
             continue  # the process-wide timer service, idle between deadlines
-        thread.join(remaining)
+        _join_started(thread, deadline)
         if thread.is_alive():
             left.append(thread.name)
     threads = tuple(left)

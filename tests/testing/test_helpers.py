@@ -159,6 +159,28 @@ def test_find_leaks_reports_a_thread_that_does_not_end_and_waits_for_one_that_do
 
 
 @pytest.mark.skipif(not HAS_PROC, reason="child process listing needs /proc")
+def test_find_leaks_waits_for_a_thread_listed_before_it_ran(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # threading.enumerate() lists a thread between start() and its first instruction, when
+    # join() still raises "cannot join thread before it is started" (seen once in CI).
+    release = threading.Event()
+    before = set(threading.enumerate())
+    late = threading.Thread(target=release.wait, args=(10,), name="late")
+    real_join, refusals = threading.Thread.join, []
+
+    def join(self: threading.Thread, timeout: float | None = None) -> None:
+        if self is late and len(refusals) < 2:
+            refusals.append(timeout)
+            raise RuntimeError("cannot join thread before it is started")
+        real_join(self, timeout)
+
+    late.start()
+    monkeypatch.setattr(threading.Thread, "join", join)
+    release.set()
+    assert find_leaks(before, None, timeout=5) == LeakReport()
+    assert len(refusals) == 2 and not late.is_alive()
+
+
 def test_child_processes_and_find_leaks_see_a_running_child_until_it_exits():
     before = child_processes()
     assert before is not None
