@@ -32,7 +32,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any, Final
 
@@ -44,7 +43,14 @@ from gen_agent.backends._claude_mcp import McpServer
 from gen_agent.backends._claude_stream import PROVIDER, ClaudeStreamTranslator
 from gen_agent.backends._jsonl import translate_line
 from gen_agent.backends._process import ChildProcess, LineTooLong
-from gen_agent.backends.warm import LiveProcess, Slot, TurnQueue, WarmExited, WarmOutput
+from gen_agent.backends.warm import (
+    LiveProcess,
+    Slot,
+    TurnQueue,
+    WarmExited,
+    WarmOutput,
+    drain_abandoned_turn,
+)
 from gen_agent.event import Event, monotonic_ms
 from gen_agent.permission import (
     DENY_FAILED,
@@ -513,43 +519,38 @@ def _settle(slot: WarmSlot, process: _ClaudeProcess, lines: _TurnLines,
         process.send_control({"subtype": "interrupt"})
     except OSError:
         return
-    deadline = time.monotonic() + interrupt_grace_ms / 1000
-    while True:
-        item = lines.get(max(0.0, deadline - time.monotonic()))
-        if item is None:
-            logger.warning("gen_agent claude: interrupted turn did not settle; killing it")
-            process.live.kill()
-            process.live.wait_exited(interrupt_grace_ms / 1000 + 1.0)
-            return
-        if item is _EXIT:
-            return
+
+    def settled(item: Any) -> bool:
         if isinstance(item, dict):
             request_id = item.get("request_id")
             if item.get("type") == "control_request" and isinstance(request_id, str):
-                request = item.get("request")
-                mcp = isinstance(request, dict) and request.get("subtype") == "mcp_message"
-                message = request.get("message") if mcp else None  # type: ignore[union-attr]
-                answer = ({"mcp_response": {
-                    "jsonrpc": "2.0", "id": message.get("id"),
-                    "result": {"content": [{"type": "text", "text": "cancelled"}],
-                               "isError": True}}}
-                          if mcp and isinstance(message, dict) else
-                          {"behavior": "deny", "interrupt": True,
-                           "message": "the turn was interrupted"})
                 try:
-                    process.respond(request_id, answer)
+                    process.respond(request_id, _cancelled_answer(item.get("request")))
                 except OSError:
-                    return
-            continue
+                    return True
+            return False
         if isinstance(item, bytes) and _line_type(item) == "result":
             try:
                 line = _GENERIC.decode(item)
             except msgspec.DecodeError:
-                return
-            data = {"cost_usd": line.get("total_cost_usd")}
-            slot.account(process, data)
-            return
+                return True
+            slot.account(process, {"cost_usd": line.get("total_cost_usd")})
+            return True
+        return False
 
+    drain_abandoned_turn(process.live, lines, _EXIT, interrupt_grace_ms, settled)
+
+
+def _cancelled_answer(request: Any) -> dict[str, Any]:
+    """The answer to a control request still pending in an abandoned turn: an MCP tool call
+    gets an error result ("cancelled"), a permission request a deny that interrupts."""
+    mcp = isinstance(request, dict) and request.get("subtype") == "mcp_message"
+    message = request.get("message") if mcp else None
+    if isinstance(message, dict):
+        return {"mcp_response": {
+            "jsonrpc": "2.0", "id": message.get("id"),
+            "result": {"content": [{"type": "text", "text": "cancelled"}], "isError": True}}}
+    return {"behavior": "deny", "interrupt": True, "message": "the turn was interrupted"}
 
 def _ended(process: _ClaudeProcess, translator: ClaudeStreamTranslator,
            context: TurnContext) -> Event:

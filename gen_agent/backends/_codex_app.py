@@ -33,17 +33,22 @@ from __future__ import annotations
 import contextlib
 import itertools
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any, Final
 
 import msgspec
-from loguru import logger
 
 from gen_agent.backend import BackendError, DispatchError, TurnContext
 from gen_agent.backends._codex_stream import usage_since
 from gen_agent.backends._process import ChildProcess, LineTooLong
-from gen_agent.backends.warm import LiveProcess, Slot, TurnQueue, WarmExited, WarmOutput
+from gen_agent.backends.warm import (
+    LiveProcess,
+    Slot,
+    TurnQueue,
+    WarmExited,
+    WarmOutput,
+    drain_abandoned_turn,
+)
 from gen_agent.event import Event, monotonic_ms
 from gen_agent.permission import DENY_FAILED, Allow, Deny, ToolPermissionRequest
 
@@ -400,21 +405,16 @@ def _settle(process: _AppProcess, lines: _Lines, thread_id: str, turn_id: Any,
                                      "params": {"threadId": thread_id, "turnId": turn_id}})
         except OSError:
             return
-    deadline = time.monotonic() + interrupt_grace_ms / 1000
-    while True:
-        item = lines.get(max(0.0, deadline - time.monotonic()))
-        if item is None:
-            logger.warning("gen_agent codex: interrupted turn did not settle; killing it")
-            process.live.kill()
-            process.live.wait_exited(interrupt_grace_ms / 1000 + 1.0)
-            return
-        if item is _EXIT:
-            return
+
+    def settled(item: Any) -> bool:
         if isinstance(item, dict):
             if "id" in item and "method" in item:
                 process.respond(item["id"], {"decision": "cancel"})
             elif item.get("method") == "turn/completed":
-                return
+                return True
+        return False
+
+    drain_abandoned_turn(process.live, lines, _EXIT, interrupt_grace_ms, settled)
 
 
 def _ended(process: _AppProcess, thread_id: str, context: TurnContext) -> Event:

@@ -368,6 +368,33 @@ class LiveProcess:
         return f"LiveProcess(provider={self.provider!r}, pid={self.pid}, alive={self.alive})"
 
 
+def drain_abandoned_turn(process: LiveProcess, lines: TurnQueue, exit_marker: object,
+                         interrupt_grace_ms: int, settled: Callable[[Any], bool]) -> None:
+    """Drain an interrupted turn's routed items until it has settled, for the next turn to
+    start clean; past `interrupt_grace_ms` (milliseconds), kill the process (the next turn
+    resumes the session on a new one).
+
+    Args:
+        process: the live process the turn ran on.
+        lines: the turn's routed items.
+        exit_marker: the item the reader routes when the process ended (the drain stops).
+        interrupt_grace_ms: how long the turn may take to settle (milliseconds).
+        settled: handles one item (answering a pending request, reading the final line) and
+            returns True once the turn has ended, or the process cannot be answered.
+    """
+    deadline = time.monotonic() + interrupt_grace_ms / 1000
+    while True:
+        item = lines.get(max(0.0, deadline - time.monotonic()))
+        if item is None:
+            logger.warning("gen_agent {}: interrupted turn did not settle; killing it",
+                           process.provider)
+            process.kill()
+            process.wait_exited(interrupt_grace_ms / 1000 + 1.0)
+            return
+        if item is exit_marker or settled(item):
+            return
+
+
 # -- the live-process registry and its cap -------------------------------------------------
 
 _registry_lock = threading.Lock()
