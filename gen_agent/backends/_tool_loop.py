@@ -91,7 +91,7 @@ def run_loop(*, sent: Sequence[Message], history: Sequence[Message],
         if not calls:
             yield _result(terminal, delta)
             return
-        outcome = yield from _run_step(calls, tools, context, provider)
+        outcome = yield from run_step(calls, tools, context, provider)
         results, interrupted = outcome
         if interrupted:
             yield Event.new("error", {"reason": "interrupted"})
@@ -108,11 +108,22 @@ def run_loop(*, sent: Sequence[Message], history: Sequence[Message],
         message=f"the model still called tools after {max_steps} requests")})
 
 
-def _run_step(calls: list[ToolCall], tools: Sequence[Tool], context: Any,
-              provider: str) -> Any:
+def run_step(calls: Sequence[ToolCall], tools: Sequence[Tool], context: Any,
+             provider: str) -> Any:
+    """Run one step's tool calls (permission first) and yield its `permission`,
+    `tool_result` and `agent_call` events; a generator that returns `(results,
+    interrupted)`. Shared by the API tool loop and the mock's `tool_round`.
+
+    Args:
+        calls: the step's tool calls.
+        tools: the agent's Python tools.
+        context: the `TurnContext` (agent name, cancel signal, permission, call chain), or
+            None outside a turn (no agent, no chain, no cancel).
+        provider: the provider name for permission requests.
+    """
     agent = getattr(context, "agent", None)
     options = getattr(context, "options", None)
-    chain = (*getattr(options, "call_chain", ()), agent)
+    chain = () if context is None else (*getattr(options, "call_chain", ()), agent)
     records: list[Any] = []
     decisions: list[dict[str, Any]] = []
     interrupted = False

@@ -114,31 +114,11 @@ class ToolRound:
         self.then = then
 
     def _stream(self, session: MockSession, context: TurnContext | None) -> Iterator[Event]:
-        from gen_agent.tools import ToolInterrupted, permission_check, run_calls
+        from gen_agent.backends._tool_loop import run_step
 
         for call in self.calls:
             yield Event.new("tool_use", {"id": call.id, "name": call.name, "input": call.input})
-        agent = None if context is None else context.agent
-        chain = () if context is None else (*context.options.call_chain, agent)
-        records: list[Any] = []
-        decisions: list[dict[str, Any]] = []
-        try:
-            results = run_calls(session.tools, self.calls, agent=agent, chain=chain,
-                                records=records,
-                                cancel=None if context is None else context.cancel_event,
-                                allow=permission_check(context, "mock", decisions))
-            interrupted = False
-        except ToolInterrupted as stop:
-            results, interrupted = stop.results, True
-        for decision in decisions:
-            yield Event.new("permission", decision)
-        for result in results:
-            yield Event.new("tool_result", {"tool_use_id": result.tool_use_id,
-                                            "content": result.content,
-                                            "is_error": result.is_error})
-        for record in records:
-            yield Event.new("agent_call", {field: getattr(record, field)
-                                           for field in record.__struct_fields__})
+        results, interrupted = yield from run_step(self.calls, session.tools, context, "mock")
         if interrupted:
             yield Event.new("error", {"reason": "interrupted"})
             return
