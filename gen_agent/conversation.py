@@ -260,7 +260,7 @@ def from_openai(
                                           raw={**piece, "item_id": raw.get("id")}))
         elif kind == "function_call":
             parts.append(ToolCallPart(id=_str(raw.get("call_id")), name=_str(raw.get("name")),
-                                      input=_json_or_none(raw.get("arguments")), raw=raw))
+                                      input=arguments_input(raw.get("arguments")), raw=raw))
         elif kind == "reasoning":
             summary = raw.get("summary")
             texts = [_str(s.get("text")) for s in summary if isinstance(s, Mapping)] if (
@@ -428,7 +428,10 @@ def _str(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
-def _json_or_none(arguments: Any) -> Any:
+def arguments_input(arguments: Any) -> Any:
+    """A function call's input from its `arguments` JSON text (OpenAI): `{}` for none (a
+    call without arguments), else the decoded JSON, or None when it is not JSON. Shared with
+    the `OpenAIResponses` stream translation."""
     if not isinstance(arguments, str) or not arguments.strip():
         return {}
     try:

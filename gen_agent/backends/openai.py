@@ -77,7 +77,14 @@ from gen_agent.backends._sdk import (
     with_prompt,
 )
 from gen_agent.backends._tool_loop import run_loop
-from gen_agent.conversation import Dropped, Message, ToolResultPart, from_openai, to_openai
+from gen_agent.conversation import (
+    Dropped,
+    Message,
+    ToolResultPart,
+    arguments_input,
+    from_openai,
+    to_openai,
+)
 from gen_agent.event import Event
 from gen_agent.output import schema_name, schema_of
 
@@ -276,7 +283,7 @@ class OpenAIStreamTranslator(StreamTranslator):
                 "id": item.get("call_id"),
                 "name": item.get("name"),
                 "arguments": arguments,
-                "input": _tool_input(arguments),
+                "input": arguments_input(arguments),
                 "item_id": item.get("id"),
             }
             return [Event.new("tool_use", data)]
@@ -460,17 +467,6 @@ def _usage_data(usage: Any) -> dict[str, int]:
         if isinstance(section, Mapping) and isinstance(section.get(key), int):
             data[name] = section[key]
     return data
-
-
-def _tool_input(arguments: Any) -> Any:
-    """A function call's input from its `arguments` JSON text: `{}` for none (a call
-    without arguments), else the decoded JSON, or None when it is not JSON."""
-    if not isinstance(arguments, str) or not arguments.strip():
-        return {}
-    try:
-        return msgspec.json.decode(arguments)
-    except msgspec.DecodeError:
-        return None
 
 
 # -- the SDK error boundary ---------------------------------------------------------------
