@@ -6,7 +6,8 @@ they run (`ask`, `tell`, `poll`, `status`, `interrupt`, `halt`, `resume`, `drain
 `whereis`, `list_agents`, `stream`), through one directory per Ray namespace. Restarts have
 two layers: an agent crash is restarted inside its node by the node's supervisor; a node
 process death is restarted by Ray and the node restores its children with their last session
-ids, with restart intensity counted as OTP does (restarts within a window). `RemotePool` is
+ids, with restart intensity counted as OTP does (restarts within a window); the directory
+itself is restarted by Ray and reads its state back from Ray's GCS store. `RemotePool` is
 the `Pool` API over workers on several nodes. See `docs/pages/scale-out.md`.
 
 `init_local()` starts a local Ray bound to 127.0.0.1 (tests, benchmarks, demos) and
@@ -25,6 +26,7 @@ _LAZY = {
     "status": "client", "stop": "client", "stop_node": "client", "stream": "client",
     "tell": "client", "whereis": "client", "init_local": "local",
     "prepare_loopback_env": "local", "shutdown_local": "local", "RemotePool": "pool",
+    "drop_directory": "directory",
 }
 
 __all__ = [
@@ -33,6 +35,7 @@ __all__ = [
     "RemotePool",
     "ask",
     "drain",
+    "drop_directory",
     "halt",
     "init_local",
     "interrupt",

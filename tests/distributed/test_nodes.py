@@ -11,10 +11,10 @@ import pytest
 
 import gen_agent
 from gen_agent.errors import AgentDown, AgentNotFound, AlreadyStarted, CallTimeout, TurnError
-from gen_agent.ray.directory import INTENSITY_REASON
+from gen_agent.ray.directory import DIRECTORY_NAME, INTENSITY_REASON
 
 from . import agents
-from .conftest import DIRECTORY_NAME, gray, pid_gone, ray
+from .conftest import gray, gray_client, pid_gone, ray
 
 gray_remote = ray.remote
 
@@ -148,6 +148,62 @@ def test_a_killed_node_is_restored_with_its_sessions_until_its_intensity_is_spen
     assert gray.ask("keeper", "five", timeout=10, namespace=ns).text == "five"
     # The incarnation that found the intensity spent reaped the second one's child first.
     assert pid_gone(second["child_pid"], 10)
+
+
+def _directory_info(directory: object, timeout: float) -> dict[str, int]:
+    # The directory's info, once Ray has restarted it (a call in flight at its death fails).
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return ray.get(directory.info.remote(), timeout=10)  # type: ignore[attr-defined]
+        except ray.exceptions.RayActorError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def test_a_killed_directory_comes_back_with_its_names_sessions_and_restart_counts(
+        cluster) -> None:
+    ns = cluster.namespace
+    node = cluster.start_node("d", [gen_agent.child_spec(
+        agents.Echo, name="kept", backend=agents.ResumableMock, restart="permanent",
+        resume_session=True, session_id="s-1")], node_max_restarts=2, node_max_seconds=60)
+    cluster.start_node("e")
+    gray.start_agent(agents.Echo, name="added", backend=agents.ResumableMock, node="d",
+                     session_id="s-add", namespace=ns)
+    gray.start_agent(agents.Echo, name="gone", backend=agents.MockBackend, node="d",
+                     namespace=ns)
+    gray.stop("gone", namespace=ns)
+    assert gray.ask("kept", "one", timeout=10, namespace=ns).session_id == "s-1"
+    assert gray.ask("added", "one", timeout=10, namespace=ns).session_id == "s-add"
+    os.kill(node.pid, signal.SIGKILL)
+    restarted_pid = node.wait_ready(60)
+    directory = ray.get_actor(DIRECTORY_NAME, namespace=ns)
+    assert ray.get(directory.node_restarts.remote("d")) == 1
+    first = _directory_info(directory, 10)
+
+    os.kill(first["pid"], signal.SIGKILL)
+    assert pid_gone(first["pid"], 10)
+    second = _directory_info(directory, 60)
+
+    # Ray restarted it and it read everything back from the GCS store.
+    assert second["pid"] != first["pid"]
+    assert (second["names"], second["nodes"]) == (first["names"], first["nodes"]) == (2, 2)
+    gray_client._forget_all()  # no cached lookup: every one goes to the new incarnation
+    assert sorted(gray.list_agents(namespace=ns)) == ["added", "kept"]
+    assert gray.whereis("kept", namespace=ns) == "d"
+    with pytest.raises(AlreadyStarted):  # the claim is still held, cluster-wide
+        gray.start_agent(agents.Echo, name="kept", backend=agents.MockBackend, node="e",
+                         namespace=ns)
+    assert ray.get(directory.node_restarts.remote("d")) == 1
+    # The node's next death is restored from the new directory: sessions resumed, the agent
+    # stopped for good not restored, and the restart counted in the same window.
+    os.kill(restarted_pid, signal.SIGKILL)
+    assert node.wait_ready(60) != restarted_pid
+    assert gray.ask("kept", "two", timeout=60, namespace=ns).text == "resumed s-1: two"
+    assert gray.ask("added", "two", timeout=10, namespace=ns).text == "resumed s-add: two"
+    assert sorted(gray.list_agents(namespace=ns)) == ["added", "kept"]
+    assert ray.get(directory.node_restarts.remote("d")) == 2
 
 
 def test_an_in_node_supervisor_giving_up_restarts_the_node_until_the_node_intensity_is_spent(
