@@ -118,13 +118,16 @@ class Node(msgspec.Struct, frozen=True):
 
 
 class _Cache:
-    """Per-process lookups: name → node, node → actor handle."""
+    """Per-process lookups: name → node, node → actor handle; and the nodes this process
+    started (`owned`: their creating handles, kept until `stop_node`, because Ray removes a
+    node actor once no handle on it is left in its owner, the process that started it)."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.names: dict[tuple[str, Any], Any] = {}
         self.actors: dict[tuple[str, Any], Any] = {}
         self.directories: dict[str, Any] = {}
+        self.owned: dict[tuple[str, Any], Any] = {}
         self.cluster: Any = None
 
     def check(self) -> None:
@@ -132,7 +135,9 @@ class _Cache:
         entries came from (`ray.shutdown()` then `ray.init()`): its handles are void."""
         current = ray.get_runtime_context().get_node_id()
         if current != self.cluster:
-            self.clear()
+            if self.cluster is not None:
+                self.clear()
+                self.owned.clear()
             self.cluster = current
 
     def directory(self, namespace: str) -> Any:
@@ -267,10 +272,12 @@ def start_node(name: Any, children: Iterable[ChildSpec | SupervisorSpec] = (), *
         timeout: seconds to wait for the node and its children to start; default 120.
 
     Returns:
-        A `Node`.
+        A `Node`. Keeping it is not needed: the node runs until `stop_node`, or until this
+        process exits (it is the node's Ray owner, and Ray ends an actor with its owner).
 
     Raises:
-        AlreadyStarted: a child's name is held by another live node.
+        AlreadyStarted: a child's name is held by another live node (reason as for
+            `start_agent`).
         AgentStartError: a child failed to start (as `gen_agent.Supervisor` raises it); the
             node is removed.
         ValueError: the node name is taken in the namespace, or `ray_options` sets an option
@@ -300,6 +307,8 @@ def start_node(name: Any, children: Iterable[ChildSpec | SupervisorSpec] = (), *
     except BaseException:
         ray.kill(actor, no_restart=True)
         raise
+    _cache.check()
+    _cache.owned[(namespace, name)] = actor  # the node lives until stop_node, not the Node
     _cache.actors[(namespace, name)] = actor
     return Node(name, namespace, actor, info["pid"])
 
@@ -318,6 +327,7 @@ def stop_node(name: Any, *, namespace: str = DEFAULT_NAMESPACE,
     try:
         actor = ray.get_actor(node_actor_name(name), namespace=namespace)
     except ValueError:
+        _cache.owned.pop((namespace, name), None)
         return
     ref: Any = actor.shutdown.remote()
     try:
@@ -336,6 +346,7 @@ def stop_node(name: Any, *, namespace: str = DEFAULT_NAMESPACE,
             break
         time.sleep(0.02)
     _cache.actors.pop((namespace, name), None)
+    _cache.owned.pop((namespace, name), None)
     with _cache.lock:
         for key in [k for k, node in _cache.names.items() if k[0] == namespace and node == name]:
             del _cache.names[key]
@@ -365,7 +376,9 @@ def start_agent(module: type, *, name: Any, backend: Any, node: Any,
         The node's name.
 
     Raises:
-        AlreadyStarted: `name` is held by a live agent anywhere in the cluster.
+        AlreadyStarted: `name` is held by a live agent anywhere in the cluster; its reason
+            is `("already_started", PortableObject)`, the holder's `AgentRef` in portable
+            form with `attrs == {"name": name, "node": holder_node}`.
         AgentStartError: the start failed (`.reason` as for a local start, wrapped by the
             supervisor as `("failed_to_start_child", name, reason)`).
         AgentDown: `("node_down", node)`.
@@ -447,7 +460,19 @@ def resume(name: Any, *, namespace: str = DEFAULT_NAMESPACE) -> None:
 
 def drain(name: Any, timeout: float | None = None, *,
           namespace: str = DEFAULT_NAMESPACE) -> None:
-    """Drain the agent (finish queued work, refuse new). Mirrors `GenAgent.drain/2`."""
+    """Drain the agent wherever it runs: finish the active turn, reject everything queued
+    with "draining", then stop (as `gen_agent.drain`; `timeout` in seconds).
+
+    The agent exits normally, so its node's supervisor treats it by its restart type: a
+    `permanent` child is restarted at once (and the restart counts against the node
+    supervisor's intensity), a `transient` or `temporary` one is not. Use `stop(name)` to end
+    an agent for good.
+
+    Raises:
+        as `gen_agent.drain`; AgentDown: `("node_down", node)`.
+
+    Mirrors: `GenAgent.drain/2`.
+    """
     _call("drain", name, (timeout,), timeout, namespace)
 
 

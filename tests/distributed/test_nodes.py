@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import threading
@@ -51,9 +52,13 @@ def test_names_resolve_across_nodes_and_from_other_processes(cluster) -> None:
     cluster.start_node("b")
     assert gray.start_agent(agents.Echo, name="on-b", backend=agents.MockBackend, node="b",
                             prefix="B:", namespace=ns) == "b"
-    with pytest.raises(AlreadyStarted):  # a name is unique in the whole cluster
+    with pytest.raises(AlreadyStarted) as taken:  # a name is unique in the whole cluster
         gray.start_agent(agents.Echo, name="on-a", backend=agents.MockBackend, node="b",
                          namespace=ns)
+    kind, holder = taken.value.reason  # as locally: the holder's AgentRef, portable here
+    assert kind == "already_started" and taken.value.name == "on-a"
+    assert (holder.type_name, holder.module, holder.attrs) == (
+        "AgentRef", "gen_agent.agent_ref", {"name": "on-a", "node": "a"})
     assert sorted(gray.list_agents(namespace=ns)) == ["on-a", "on-b"]
     assert gray.ask("on-a", "1", timeout=10, namespace=ns).text == "A:1"
     assert gray.ask("on-b", "2", timeout=10, namespace=ns).text == "B:2"
@@ -69,6 +74,35 @@ def test_names_resolve_across_nodes_and_from_other_processes(cluster) -> None:
     assert gray.whereis("on-b", namespace=ns) is None
     with pytest.raises(AgentNotFound):
         gray.ask("on-b", "4", timeout=10, namespace=ns)
+
+
+def test_a_node_whose_handle_is_dropped_keeps_running_and_restarting(cluster) -> None:
+    # Ray removes an actor once its owner holds no handle on it: gen_agent keeps the one
+    # start_node made until stop_node, whatever the caller does with the Node it got.
+    ns = cluster.namespace
+    pid = gray.start_node("loose", [gen_agent.child_spec(
+        agents.Echo, name="loose-echo", backend=agents.MockBackend, restart="permanent")],
+        namespace=ns).pid
+    try:
+        gc.collect()
+        gray_client._forget_all()  # cached lookups go; the node must not
+        assert gray.ask("loose-echo", "one", timeout=10, namespace=ns).text == "one"
+        os.kill(pid, signal.SIGKILL)
+        assert pid_gone(pid, 10)
+        deadline = time.monotonic() + 60
+        while True:  # the first asks after the death may see it: node_down
+            try:
+                answer = gray.ask("loose-echo", "two", timeout=10, namespace=ns)
+                break
+            except AgentDown as down:
+                assert down.reason == ("node_down", "loose")
+                assert time.monotonic() < deadline, "the node was not restarted"
+                time.sleep(0.1)
+        assert answer.text == "two"  # Ray restarted it and it restored its child
+        assert gray.status("loose-echo", timeout=10, namespace=ns).agent_state["node_pid"] \
+            not in (pid, None)
+    finally:
+        gray.stop_node("loose", namespace=ns, timeout=30)
 
 
 def test_errors_keep_their_type_and_reason(cluster) -> None:
