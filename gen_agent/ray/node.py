@@ -36,7 +36,7 @@ from loguru import logger
 import gen_agent
 from gen_agent.agent_ref import _tell_message
 from gen_agent.errors import AgentDown, AlreadyStarted, GenAgentError
-from gen_agent.portable import to_portable
+from gen_agent.portable import PortableObject, to_portable
 from gen_agent.ray.directory import INTENSITY_REASON, get_directory
 from gen_agent.request import RequestOptions
 from gen_agent.response import Response
@@ -334,7 +334,7 @@ class NodeServer:
                 "gen_agent node exceeded its restart intensity; it stays down")
             ray.actor.exit_actor()
         if record["status"] == "conflict":
-            self._start_error = AlreadyStarted(record["name"])
+            self._start_error = _already_started(record["name"], record["node"])
             self._system = AgentSystem()
             self._supervisor = None
             return
@@ -435,7 +435,7 @@ class NodeServer:
             return _error(self._start_error or GenAgentError("node_not_started"))
         holder = ray.get(self._directory.claim.remote(spec.id, self._node))
         if holder is not None:
-            return _error(AlreadyStarted(spec.id))
+            return _error(_already_started(spec.id, holder))
         try:
             self._supervisor.start_child(spec)
         except Exception as exc:  # noqa: BLE001 - every failure goes back to the caller
@@ -617,6 +617,13 @@ _RESPONSES = msgspec.msgpack.Encoder()
 _RESPONSE_LIST = msgspec.msgpack.Decoder(list[Response])
 # Marks a reply that is an ask's Response as MessagePack (pickles start with 0x80).
 _RESPONSE_TAG = b"M"
+
+
+def _already_started(name: Any, node: Any) -> AlreadyStarted:
+    # The holder runs on `node` (maybe another process): its AgentRef in portable form, as a
+    # local AlreadyStarted carries the AgentRef, with the node added.
+    return AlreadyStarted(name, PortableObject("AgentRef", "gen_agent.agent_ref",
+                                               {"name": name, "node": node}))
 
 
 def pack_outcomes(kind: str, outcomes: list[tuple[int, tuple[str, Any]]]) -> bytes:
