@@ -369,4 +369,13 @@ def drop_directory(namespace: str) -> None:
         actor = None
     if actor is not None:
         ray.kill(actor, no_restart=True)
+        # Ray releases the name asynchronously: until it has, get_directory would hand out
+        # the dead actor.
+        deadline = time.monotonic() + 30.0
+        while time.monotonic() < deadline:
+            try:
+                ray.get_actor(DIRECTORY_NAME, namespace=namespace)
+            except ValueError:
+                break
+            time.sleep(0.02)
     _Journal(namespace).clear()
