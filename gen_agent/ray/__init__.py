@@ -26,7 +26,7 @@ _LAZY = {
     "status": "client", "stop": "client", "stop_node": "client", "stream": "client",
     "tell": "client", "whereis": "client", "init_local": "local",
     "prepare_loopback_env": "local", "shutdown_local": "local", "RemotePool": "pool",
-    "drop_directory": "directory",
+    "drop_directory": "client",
 }
 
 __all__ = [

@@ -14,6 +14,7 @@ the reason.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -23,6 +24,7 @@ import msgspec
 import ray
 from ray.exceptions import (
     ActorAlreadyExistsError,
+    ActorDiedError,
     ActorUnavailableError,
     GetTimeoutError,
     RayActorError,
@@ -30,7 +32,12 @@ from ray.exceptions import (
 
 from gen_agent.errors import AgentDown, AgentNotFound, CallTimeout, RequestError, TurnError
 from gen_agent.portable import from_portable, to_exception
-from gen_agent.ray.directory import get_directory
+from gen_agent.ray.directory import (
+    DIRECTORY_NAME,
+    clear_stored,
+    directory_call,
+    get_directory,
+)
 from gen_agent.ray.node import NodeServer, node_actor_name, pack, unpack_reply
 from gen_agent.response import Response
 from gen_agent.supervisor import ChildSpec, SupervisorSpec, child_spec
@@ -40,6 +47,7 @@ __all__ = [
     "Node",
     "ask",
     "drain",
+    "drop_directory",
     "halt",
     "interrupt",
     "list_agents",
@@ -148,8 +156,25 @@ class _Cache:
             self.directories[namespace] = handle
         return handle
 
+    def call(self, namespace: str, method: str, *args: Any) -> Any:
+        """A directory call that waits out its restart (`directory_call`); a directory
+        that died for good (dropped) is replaced once by a fresh one."""
+        try:
+            return directory_call(self.directory(namespace), method, *args)
+        except ActorDiedError:
+            with self.lock:
+                self.directories.pop(namespace, None)
+            return directory_call(self.directory(namespace), method, *args)
+
     def forget(self, namespace: str, name: Any) -> None:
         self.names.pop((namespace, name), None)
+
+    def forget_namespace(self, namespace: str) -> None:
+        with self.lock:
+            self.directories.pop(namespace, None)
+            for table in (self.names, self.actors):
+                for key in [key for key in table if key[0] == namespace]:
+                    del table[key]
 
     def clear(self) -> None:
         with self.lock:
@@ -166,12 +191,23 @@ def _actor(namespace: str, node: Any) -> Any:
     key = (namespace, node)
     handle = _cache.actors.get(key)
     if handle is None:
-        try:
-            handle = ray.get_actor(node_actor_name(node), namespace=namespace)
-        except ValueError:
-            raise AgentDown(("node_down", node)) from None
+        handle = _live_actor(namespace, node)
+        if handle is None:
+            raise AgentDown(("node_down", node))
         _cache.actors[key] = handle
     return handle
+
+
+def _live_actor(namespace: str, node: Any) -> Any:
+    """A fresh handle on `node`'s actor, or None when Ray has none (it is dead for good:
+    its starting process exited, or it was killed); the directory, which may still call it
+    up, is then told, so that its names become free."""
+    try:
+        return ray.get_actor(node_actor_name(node), namespace=namespace)
+    except ValueError:
+        with contextlib.suppress(Exception):
+            _cache.call(namespace, "node_gone", node)
+        return None
 
 
 def _resolve(namespace: str, name: Any, refresh: bool = False) -> Any:
@@ -182,7 +218,7 @@ def _resolve(namespace: str, name: Any, refresh: bool = False) -> Any:
         node = _cache.names.get(key)
         if node is not None:
             return node
-    found = ray.get(_cache.directory(namespace).lookup.remote(name))
+    found = _cache.call(namespace, "lookup", name)
     if found is None:
         _cache.forget(namespace, name)
         raise AgentNotFound(name)
@@ -230,7 +266,8 @@ def _call(op: str, name: Any, args: tuple[Any, ...], timeout: float | None,
         except AgentDown as exc:
             if exc.reason == ("node_down", node):
                 _cache.forget(namespace, name)
-                _cache.actors.pop((namespace, node), None)
+                if _cache.actors.pop((namespace, node), None) is not None:
+                    _live_actor(namespace, node)  # restarting, or gone for good?
             raise
     raise AssertionError("unreachable")
 
@@ -326,8 +363,9 @@ def stop_node(name: Any, *, namespace: str = DEFAULT_NAMESPACE,
     """
     try:
         actor = ray.get_actor(node_actor_name(name), namespace=namespace)
-    except ValueError:
+    except ValueError:  # not running: release whatever the directory still has of it
         _cache.owned.pop((namespace, name), None)
+        _forget_node(name, namespace)
         return
     ref: Any = actor.shutdown.remote()
     try:
@@ -501,14 +539,19 @@ def whereis(name: Any, *, namespace: str = DEFAULT_NAMESPACE) -> Any:
     """The name of the node hosting `name`, or None (also for a down node). Asks the
     directory (not the cache). Mirrors `GenAgent.whereis/1` (a node name, not a pid)."""
     try:
-        return _resolve(namespace, name, refresh=True)
+        node = _resolve(namespace, name, refresh=True)
     except (AgentNotFound, AgentDown):
         return None
+    if _live_actor(namespace, node) is None:
+        _cache.forget(namespace, name)
+        _cache.actors.pop((namespace, node), None)
+        return None
+    return node
 
 
 def list_agents(*, namespace: str = DEFAULT_NAMESPACE) -> list[Any]:
     """Every name held by a live node of the cluster. Mirrors `GenAgent.list/0`."""
-    return ray.get(_cache.directory(namespace).list_agents.remote())
+    return list(_cache.call(namespace, "list_agents"))
 
 
 def stream(name: Any, prompt: str, timeout: float | None = None, *, batch_ms: int = 10,
@@ -558,6 +601,52 @@ def stream(name: Any, prompt: str, timeout: float | None = None, *, batch_ms: in
     finally:
         if not done:  # abandoned, timed out or failed: the node forgets the stream
             actor.stream_close.remote(stream_id)
+
+
+def _forget_node(name: Any, namespace: str) -> None:
+    # Only an existing directory: stopping an unknown node must not create one.
+    try:
+        ray.get_actor(DIRECTORY_NAME, namespace=namespace)
+    except ValueError:
+        return
+    with contextlib.suppress(Exception):
+        _cache.call(namespace, "node_down", name, "shutdown", True)
+    with _cache.lock:
+        for key in [k for k, node in _cache.names.items() if k[0] == namespace and node == name]:
+            del _cache.names[key]
+
+
+def drop_directory(namespace: str = DEFAULT_NAMESPACE) -> None:
+    """Remove the directory of `namespace` for good: its actor is killed (never restarted),
+    its stored names, sessions and restart counts are deleted, and this process's cached
+    lookups of the namespace are dropped (the next call creates a fresh, empty directory).
+    Nodes still running in that namespace keep running but can no longer be found or
+    restored: stop them first. Other processes' cached directory handles are replaced on
+    their next call.
+
+    Args:
+        namespace: the Ray namespace of the gen_agent cluster.
+
+    Mirrors: nothing in OTP (a `:global` registry ends with its nodes); the clean-up of
+    issue #23's directory.
+    """
+    try:
+        actor = ray.get_actor(DIRECTORY_NAME, namespace=namespace)
+    except ValueError:
+        actor = None
+    if actor is not None:
+        ray.kill(actor, no_restart=True)
+        # Ray releases the name asynchronously: until it has, get_directory would hand out
+        # the dead actor.
+        deadline = time.monotonic() + 30.0
+        while time.monotonic() < deadline:
+            try:
+                ray.get_actor(DIRECTORY_NAME, namespace=namespace)
+            except ValueError:
+                break
+            time.sleep(0.02)
+    clear_stored(namespace)
+    _cache.forget_namespace(namespace)
 
 
 def _forget_all() -> None:

@@ -12,7 +12,7 @@ Every change is written through, before the method returns, to Ray's GCS key-val
 when its process dies: the new incarnation reads everything back, so names, sessions and
 restart counts outlive it. A call in flight when it died fails (`RayActorError`: never
 retried, since a claim is not idempotent); later calls wait for the restart. The store lives
-as long as the Ray cluster (its GCS); `drop_directory` clears it.
+as long as the Ray cluster (its GCS); `gen_agent.ray.drop_directory` clears it.
 """
 
 from __future__ import annotations
@@ -24,12 +24,49 @@ from collections.abc import Hashable
 from typing import Any
 
 import ray
+from ray.exceptions import ActorUnavailableError
 from ray.experimental import internal_kv
 
-__all__ = ["DIRECTORY_NAME", "DirectoryServer", "drop_directory", "get_directory"]
+__all__ = ["DIRECTORY_NAME", "DirectoryServer", "clear_stored", "directory_call",
+           "get_directory", "node_actor_name"]
 
 DIRECTORY_NAME = "gen_agent.directory"
 INTENSITY_REASON = ("shutdown", "reached_max_restart_intensity")
+# The record reason of a node found gone while marked up: its actor was removed without a
+# word to the directory (the process that started it exited, or it was killed for good).
+NOT_RUNNING = "not_running"
+_RESTART_POLL_S = 0.05
+
+
+def node_actor_name(node: Any) -> str:
+    """The Ray actor name of node `node` (in the cluster's namespace)."""
+    return f"gen_agent.node:{node}"
+
+
+def directory_call(directory: Any, method: str, *args: Any,
+                   timeout: float | None = 60.0) -> Any:
+    """`ray.get(directory.<method>.remote(*args))`, waiting out a restart of the directory.
+
+    Ray refuses a call to an actor it knows is restarting (`ActorUnavailableError`); such a
+    call is sent again every 50 ms until the directory is back or `timeout` seconds have
+    passed. Every directory method may be sent twice: reads and most writes are idempotent;
+    a repeated `claim` by the same node answers that node (callers check), a repeated
+    `node_starting` of a restarted node may count that restart twice.
+
+    Raises:
+        ActorUnavailableError: still restarting after `timeout`. RayActorError: the
+            directory died for good (dropped) or died with this call in flight.
+        GetTimeoutError: no answer within `timeout`.
+    """
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+        try:
+            return ray.get(getattr(directory, method).remote(*args), timeout=remaining)
+        except ActorUnavailableError:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise
+            time.sleep(_RESTART_POLL_S)
 
 # Journal key kinds: a node's record, a name claimed after its node started, a child's
 # session id, a dynamic child's spec. A node's own children are in its record (one write
@@ -130,7 +167,7 @@ class DirectoryServer:
     "removed": {child_id}}` (children released: not restored). Every change is written
     through to the cluster's GCS key-value store before the method returns, and the
     constructor reads that copy back: a restarted directory (or a new one in the same
-    namespace, until `drop_directory`) starts where the last one stopped.
+    namespace, until `gen_agent.ray.drop_directory`) starts where the last one stopped.
 
     Args:
         namespace: the Ray namespace it serves (its stored copy's key).
@@ -139,6 +176,7 @@ class DirectoryServer:
     """
 
     def __init__(self, namespace: str = "gen_agent") -> None:
+        self._namespace = namespace
         self._names: dict[Any, Any] = {}
         self._nodes: dict[Any, dict[str, Any]] = {}
         self._static: dict[Any, list[Any]] = {}  # node -> the children it started with
@@ -198,12 +236,28 @@ class DirectoryServer:
         """`{"pid": this incarnation's process id, "names": count, "nodes": count}`."""
         return {"pid": os.getpid(), "names": len(self._names), "nodes": len(self._nodes)}
 
-    def _holder(self, name: Any) -> Any:
+    def _holder(self, name: Any, claimant: Any = None) -> Any:
+        # The live node holding `name`. A holder other than `claimant` is checked with Ray:
+        # one whose actor is gone (its starting process exited) is marked down, so that its
+        # names can be taken.
         node = self._names.get(name)
         if node is None:
             return None
         record = self._nodes.get(node)
-        return node if record is not None and record["status"] == "up" else None
+        if record is None or record["status"] != "up":
+            return None
+        if node != claimant and not self._alive(node):
+            self._down(node, NOT_RUNNING)
+            return None
+        return node
+
+    def _alive(self, node: Any) -> bool:
+        # A node actor keeps its name while Ray restarts it and loses it once dead for good.
+        try:
+            ray.get_actor(node_actor_name(node), namespace=self._namespace)
+        except ValueError:
+            return False
+        return True
 
     # ------------------------------------------------------------------ nodes
     def node_starting(self, node: Any, child_ids: list[Any], reconstructed: bool,
@@ -225,7 +279,7 @@ class DirectoryServer:
             return {"status": "up", "sessions": dict(record["sessions"]),
                     "dynamic": dict(record["dynamic"]), "removed": list(record["removed"])}
         for name in child_ids:
-            holder = self._holder(name)
+            holder = self._holder(name, node)
             if holder is not None and holder != node:
                 return {"status": "conflict", "name": name, "node": holder}
         self._forget_node(node)
@@ -252,6 +306,13 @@ class DirectoryServer:
         else:
             self._down(node, reason)
 
+    def node_gone(self, node: Any) -> None:
+        """A caller found no Ray actor for `node`: mark it down (`"not_running"`) when Ray
+        confirms it (a stale report about a node started again is ignored)."""
+        record = self._nodes.get(node)
+        if record is not None and record["status"] == "up" and not self._alive(node):
+            self._down(node, NOT_RUNNING)
+
     def node_status(self, node: Any) -> tuple[str, Any] | None:
         """`(status, reason)` of `node`, or None when unknown."""
         record = self._nodes.get(node)
@@ -271,7 +332,7 @@ class DirectoryServer:
     def claim(self, name: Any, node: Any) -> Any:
         """Register `name` on `node` unless a live node holds it; returns the holder (None
         when the claim succeeded)."""
-        holder = self._holder(name)
+        holder = self._holder(name, node)
         if holder is not None and holder != node:
             return holder
         if holder == node:
@@ -332,7 +393,10 @@ class DirectoryServer:
         return node, record["status"], record["reason"]
 
     def list_agents(self) -> list[Any]:
-        """The names held by live nodes."""
+        """The names held by live nodes (each node marked up is checked with Ray once)."""
+        for node, record in self._nodes.items():
+            if record["status"] == "up" and not self._alive(node):
+                self._down(node, NOT_RUNNING)
         return [name for name, node in self._names.items()
                 if self._nodes.get(node, {}).get("status") == "up"]
 
@@ -355,27 +419,6 @@ def get_directory(namespace: str) -> Any:
                              max_task_retries=0).remote(namespace)
 
 
-def drop_directory(namespace: str) -> None:
-    """Remove the directory of `namespace` for good: its actor is killed (never restarted)
-    and its stored names, sessions and restart counts are deleted. Nodes still running in
-    that namespace keep running but can no longer be found or restored; stop them first.
-
-    Args:
-        namespace: the Ray namespace of the gen_agent cluster.
-    """
-    try:
-        actor = ray.get_actor(DIRECTORY_NAME, namespace=namespace)
-    except ValueError:
-        actor = None
-    if actor is not None:
-        ray.kill(actor, no_restart=True)
-        # Ray releases the name asynchronously: until it has, get_directory would hand out
-        # the dead actor.
-        deadline = time.monotonic() + 30.0
-        while time.monotonic() < deadline:
-            try:
-                ray.get_actor(DIRECTORY_NAME, namespace=namespace)
-            except ValueError:
-                break
-            time.sleep(0.02)
+def clear_stored(namespace: str) -> None:
+    """Delete the stored copy of `namespace`'s directory (see `gen_agent.ray.drop_directory`)."""
     _Journal(namespace).clear()

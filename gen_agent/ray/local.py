@@ -48,7 +48,15 @@ def prepare_loopback_env() -> None:
 
 def init_local(*, num_cpus: int | None = None, namespace: str = "gen_agent",
                temp_dir: str | None = None, **ray_init_kwargs: Any) -> Any:
-    """Start (or join) a local, loopback-only Ray instance in this process.
+    """Start a new local, loopback-only Ray cluster from this process (or keep the one this
+    process already initialized; it never joins another process's cluster).
+
+    This process then owns the cluster: its exit (or `shutdown_local`) ends it, with every
+    node on it. Another process on this machine joins it with the environment this call
+    set (inherited by subprocesses: `RAY_AUTH_MODE`, `RAY_AUTH_TOKEN`,
+    `RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER`) and `ray.init(address=<the GCS address>)`, the
+    address being `ray.get_runtime_context().gcs_address` here; `address="auto"` picks
+    whichever local Ray it finds first.
 
     Args:
         num_cpus: CPUs Ray may schedule on (default: Ray's, the machine's count).

@@ -37,7 +37,12 @@ import gen_agent
 from gen_agent.agent_ref import _tell_message
 from gen_agent.errors import AgentDown, AlreadyStarted, GenAgentError
 from gen_agent.portable import PortableObject, to_portable
-from gen_agent.ray.directory import INTENSITY_REASON, get_directory
+from gen_agent.ray.directory import (
+    INTENSITY_REASON,
+    directory_call,
+    get_directory,
+    node_actor_name,
+)
 from gen_agent.request import RequestOptions
 from gen_agent.response import Response
 from gen_agent.supervisor import ChildEvent, ChildSpec, Supervisor, child_spec, should_restart
@@ -52,11 +57,6 @@ NODE_ENV = "GEN_AGENT_RAY_NODE"
 _SESSION_SCAN_S = 0.5
 # A pool collect that has outcomes waits at most this long for a full batch (seconds).
 _LINGER_S = 0.005
-
-
-def node_actor_name(node: Any) -> str:
-    """The Ray actor name of node `node` (in the cluster's namespace)."""
-    return f"gen_agent.node:{node}"
 
 
 def _ok(value: Any) -> tuple[str, Any]:
@@ -327,8 +327,8 @@ class NodeServer:
                 reaped)
         os.environ[NODE_ENV] = f"{marker}#{os.getpid()}"
         ids = [spec.id for spec in children]
-        record = ray.get(self._directory.node_starting.remote(
-            node, ids, reconstructed, node_max_restarts, node_max_seconds))
+        record = directory_call(self._directory, "node_starting", node, ids, reconstructed,
+                                node_max_restarts, node_max_seconds)
         if record["status"] == "down":
             logger.bind(gen_agent_node=node).error(
                 "gen_agent node exceeded its restart intensity; it stays down")
@@ -353,7 +353,7 @@ class NodeServer:
                 name=f"node:{node}", listener=self._on_child_event, system=self._system)
         except GenAgentError as exc:
             self._start_error = exc
-            ray.get(self._directory.node_down.remote(node, "start_failed", True))
+            directory_call(self._directory, "node_down", node, "start_failed", True)
             return
         self._supervisor.on_exit(self._on_supervisor_exit)
         self._scanner = threading.Thread(target=self._scan_sessions, daemon=True,
@@ -379,7 +379,7 @@ class NodeServer:
                 self._supervisor.stop(60)
         self._system.shutdown()
         with contextlib.suppress(Exception):
-            ray.get(self._directory.node_down.remote(self._node, "shutdown", True))
+            directory_call(self._directory, "node_down", self._node, "shutdown", True)
         ray.actor.exit_actor()
 
     def _on_supervisor_exit(self, _supervisor: Any, reason: Any) -> None:
@@ -410,9 +410,9 @@ class NodeServer:
     def _scan_sessions(self) -> None:
         while not self._stopping.wait(_SESSION_SCAN_S):
             with contextlib.suppress(Exception):
-                self._push_sessions(None, wait=False)
+                self._push_sessions(None)
 
-    def _push_sessions(self, name: Any, *, wait: bool) -> None:
+    def _push_sessions(self, name: Any) -> None:
         agents = self._system._agents
         changed: dict[Any, str] = {}
         names = list(agents) if name is None else [name]
@@ -423,18 +423,30 @@ class NodeServer:
                 if isinstance(session_id, str) and self._pushed.get(agent) != session_id:
                     self._pushed[agent] = session_id
                     changed[agent] = session_id
-        if changed:
-            ref = self._directory.set_sessions.remote(self._node, changed)
-            if wait:
-                ray.get(ref)
+        if not changed:
+            return
+        try:
+            directory_call(self._directory, "set_sessions", self._node, changed)
+        except Exception:
+            with self._lock:  # not recorded: the next scan sends them again
+                for agent, session_id in changed.items():
+                    if self._pushed.get(agent) == session_id:
+                        del self._pushed[agent]
+            raise
 
     # ------------------------------------------------------------------ agents
     def start_child(self, spec: ChildSpec) -> tuple[str, Any]:
         """Claim `spec.id` in the directory and start the child under the node supervisor."""
         if self._supervisor is None:
             return _error(self._start_error or GenAgentError("node_not_started"))
-        holder = ray.get(self._directory.claim.remote(spec.id, self._node))
-        if holder is not None:
+        try:
+            holder = directory_call(self._directory, "claim", spec.id, self._node)
+        except Exception as exc:  # noqa: BLE001 - the directory's failure goes back as such
+            return _error(exc)
+        # This node as the holder with no such agent here: our own claim, sent twice while
+        # the directory restarted.
+        if holder is not None and not (holder == self._node
+                                       and self._system.whereis(spec.id) is None):
             return _error(_already_started(spec.id, holder))
         try:
             self._supervisor.start_child(spec)
@@ -442,7 +454,9 @@ class NodeServer:
             self._directory.release.remote(spec.id, self._node)
             return _error(exc)
         if spec.restart != "temporary":
-            self._directory.add_dynamic.remote(self._node, spec.id, cloudpickle.dumps(spec))
+            with contextlib.suppress(Exception):  # started: a lost spec only skips a restore
+                directory_call(self._directory, "add_dynamic", self._node, spec.id,
+                               cloudpickle.dumps(spec))
         return _ok(None)
 
     def stop_child(self, name: Any) -> tuple[str, Any]:
@@ -458,7 +472,7 @@ class NodeServer:
         finally:
             # wait for the release: a caller's next lookup (whereis) must not find the name
             with contextlib.suppress(Exception):
-                ray.get(self._directory.release.remote(name, self._node), timeout=30)
+                directory_call(self._directory, "release", name, self._node, timeout=30)
         return _ok(None)
 
     def call(self, op: str, name: Any, args: tuple[Any, ...]) -> tuple[str, Any]:
@@ -471,7 +485,8 @@ class NodeServer:
                 response = gen_agent.ask(name, *args)
                 if isinstance(response.session_id, str) and \
                         self._pushed.get(name) != response.session_id:
-                    self._push_sessions(name, wait=True)
+                    with contextlib.suppress(Exception):  # the scan sends it again
+                        self._push_sessions(name)
                 return ("ok", response)
             if op == "whereis":
                 return _ok(self._system.whereis(name) is not None)
@@ -551,7 +566,8 @@ class NodeServer:
             if outcome[0] == "ok":
                 name = message[2]
                 if isinstance(outcome[1].session_id, str):
-                    self._push_sessions(name, wait=True)
+                    with contextlib.suppress(Exception):  # the scan sends it again
+                        self._push_sessions(name)
             return _ok((events, True, to_portable(outcome)))
         return _ok((events, False, None))
 

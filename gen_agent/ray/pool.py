@@ -37,7 +37,7 @@ from gen_agent.errors import CallTimeout, RequestError
 from gen_agent.pool import PoolRef, _collect_result
 from gen_agent.portable import from_portable
 from gen_agent.ray.client import DEFAULT_NAMESPACE, _actor
-from gen_agent.ray.directory import get_directory
+from gen_agent.ray.directory import directory_call, get_directory
 from gen_agent.ray.node import pack, unpack_outcomes
 from gen_agent.response import Response
 
@@ -450,7 +450,7 @@ class RemotePool:
             with self._cond:
                 if self._stopping:
                     return False
-            state = ray.get(self._directory.node_status.remote(lane.name))
+            state = directory_call(self._directory, "node_status", lane.name)
             if state is None or state[0] == "down":
                 with self._cond:
                     if not lane.dead:

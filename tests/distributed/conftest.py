@@ -35,7 +35,6 @@ with warnings.catch_warnings():
     import gen_agent.ray as gray
     from gen_agent.errors import AgentDown, CallTimeout
     from gen_agent.ray import client as gray_client
-    from gen_agent.ray.directory import drop_directory
 
 from . import agents  # noqa: E402 - after the environment is set
 
@@ -86,7 +85,7 @@ class Cluster:
         # Nothing left behind: every node process has exited.
         left = [pid for pid in running if not pid_gone(pid, 10)]
         assert left == [], f"node processes still running: {left}"
-        drop_directory(self.namespace)  # its actor and its stored copy
+        gray.drop_directory(self.namespace)  # its actor, its stored copy, our cache
         gray_client._forget_all()
 
 

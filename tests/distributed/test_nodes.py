@@ -105,6 +105,44 @@ def test_a_node_whose_handle_is_dropped_keeps_running_and_restarting(cluster) ->
         gray.stop_node("loose", namespace=ns, timeout=30)
 
 
+def test_a_node_gone_without_a_word_frees_its_names(cluster) -> None:
+    # Its actor removed for good without telling the directory (the process that started it
+    # exited; here: killed with no restart): the first caller that finds it gone tells the
+    # directory, and its names can be taken elsewhere.
+    ns = cluster.namespace
+    node = cluster.start_node("lost", [gen_agent.child_spec(
+        agents.Echo, name="orphan", backend=agents.MockBackend)])
+    cluster.start_node("heir")
+    assert gray.ask("orphan", "one", timeout=10, namespace=ns).text == "one"
+    ray.kill(node.actor, no_restart=True)
+    assert pid_gone(node.pid, 10)
+    assert gray.list_agents(namespace=ns) == []
+    assert gray.whereis("orphan", namespace=ns) is None
+    with pytest.raises(AgentDown) as down:
+        gray.ask("orphan", "two", timeout=10, namespace=ns)
+    assert down.value.reason == ("node_down", "lost")
+    directory = ray.get_actor(DIRECTORY_NAME, namespace=ns)
+    assert ray.get(directory.node_status.remote("lost")) == ("down", "not_running")
+    gray.start_agent(agents.Echo, name="orphan", backend=agents.MockBackend, node="heir",
+                     prefix="heir:", namespace=ns)
+    assert gray.ask("orphan", "three", timeout=10, namespace=ns).text == "heir:three"
+    gray.stop_node("lost", namespace=ns)  # releases what is left of it
+    assert ray.get(directory.node_status.remote("lost")) is None
+
+
+def test_dropping_the_directory_leaves_an_empty_one_for_the_next_call(cluster) -> None:
+    ns = cluster.namespace
+    node = cluster.start_node("tmp", [gen_agent.child_spec(
+        agents.Echo, name="short", backend=agents.MockBackend)])
+    assert gray.list_agents(namespace=ns) == ["short"]
+    node.stop()
+    gray.drop_directory(ns)
+    assert gray.list_agents(namespace=ns) == []  # a new directory, nothing read back
+    assert gray.whereis("short", namespace=ns) is None
+    directory = ray.get_actor(DIRECTORY_NAME, namespace=ns)
+    assert ray.get(directory.info.remote())["nodes"] == 0
+
+
 def test_errors_keep_their_type_and_reason(cluster) -> None:
     ns = cluster.namespace
     cluster.start_node("a", [
@@ -218,6 +256,11 @@ def test_a_killed_directory_comes_back_with_its_names_sessions_and_restart_count
 
     os.kill(first["pid"], signal.SIGKILL)
     assert pid_gone(first["pid"], 10)
+    # Calls made while Ray restarts it wait for the new incarnation (none was in flight).
+    gray.start_agent(agents.Echo, name="during", backend=agents.MockBackend, node="e",
+                     namespace=ns)
+    assert sorted(gray.list_agents(namespace=ns)) == ["added", "during", "kept"]
+    gray.stop("during", namespace=ns)
     second = _directory_info(directory, 60)
 
     # Ray restarted it and it read everything back from the GCS store.
