@@ -375,14 +375,7 @@ def stop_node(name: Any, *, namespace: str = DEFAULT_NAMESPACE,
     except GetTimeoutError:
         pass
     ray.kill(actor, no_restart=True)  # a no-op when it exited; never restarted
-    # The name is released asynchronously: wait for it, so that it can be reused at once.
-    deadline = time.monotonic() + 30.0
-    while time.monotonic() < deadline:
-        try:
-            ray.get_actor(node_actor_name(name), namespace=namespace)
-        except ValueError:
-            break
-        time.sleep(0.02)
+    _wait_released(node_actor_name(name), namespace)
     _cache.actors.pop((namespace, name), None)
     _cache.owned.pop((namespace, name), None)
     with _cache.lock:
@@ -603,6 +596,18 @@ def stream(name: Any, prompt: str, timeout: float | None = None, *, batch_ms: in
             actor.stream_close.remote(stream_id)
 
 
+def _wait_released(actor_name: str, namespace: str, timeout: float = 30.0) -> None:
+    # Ray releases a killed actor's name asynchronously: until it has, a lookup by that name
+    # hands out the dead actor and a new actor cannot take the name.
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            ray.get_actor(actor_name, namespace=namespace)
+        except ValueError:
+            return
+        time.sleep(0.02)
+
+
 def _forget_node(name: Any, namespace: str) -> None:
     # Only an existing directory: stopping an unknown node must not create one.
     try:
@@ -636,15 +641,7 @@ def drop_directory(namespace: str = DEFAULT_NAMESPACE) -> None:
         actor = None
     if actor is not None:
         ray.kill(actor, no_restart=True)
-        # Ray releases the name asynchronously: until it has, get_directory would hand out
-        # the dead actor.
-        deadline = time.monotonic() + 30.0
-        while time.monotonic() < deadline:
-            try:
-                ray.get_actor(DIRECTORY_NAME, namespace=namespace)
-            except ValueError:
-                break
-            time.sleep(0.02)
+        _wait_released(DIRECTORY_NAME, namespace)
     clear_stored(namespace)
     _cache.forget_namespace(namespace)
 
