@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import itertools
 import os
 import time
 import warnings
@@ -38,6 +39,8 @@ with warnings.catch_warnings():
 
 from . import agents  # noqa: E402 - after the environment is set
 
+_namespaces = itertools.count(1)
+
 
 def pid_gone(pid: int, timeout: float) -> bool:
     """Wait (bounded) until process `pid` no longer exists (or is a zombie)."""
@@ -47,7 +50,7 @@ def pid_gone(pid: int, timeout: float) -> bool:
             with open(f"/proc/{pid}/stat") as stat:
                 if stat.read().rsplit(")", 1)[1].split()[0] == "Z":
                     return True
-        except FileNotFoundError:
+        except OSError:  # gone: no file, or (ESRCH) it exited between open and read
             return True
         time.sleep(0.05)
     return False
@@ -67,7 +70,8 @@ class Cluster:
 
     def __init__(self) -> None:
         self.nodes: list[Any] = []
-        self.namespace = f"gen_agent_test_{os.getpid()}"
+        # A namespace per test: nothing one test leaves in a directory reaches the next.
+        self.namespace = f"gen_agent_test_{os.getpid()}_{next(_namespaces)}"
 
     def start_node(self, name: Any, children: Any = (), **kwargs: Any) -> Any:
         node = gray.start_node(name, children, namespace=self.namespace, **kwargs)
@@ -75,18 +79,20 @@ class Cluster:
         return node
 
     def close(self) -> None:
-        running = []
-        for node in self.nodes:
-            # The pid of the incarnation running now (Ray may have restarted it); none when
-            # it is down for good or stuck (stop_node kills it).
-            with contextlib.suppress(AgentDown, CallTimeout):
-                running.append(node.info(timeout=10)["pid"])
-            gray.stop_node(node.name, namespace=self.namespace, timeout=30)
-        # Nothing left behind: every node process has exited.
-        left = [pid for pid in running if not pid_gone(pid, 10)]
-        assert left == [], f"node processes still running: {left}"
-        gray.drop_directory(self.namespace)  # its actor, its stored copy, our cache
-        gray_client._forget_all()
+        try:
+            running = []
+            for node in self.nodes:
+                # The pid of the incarnation running now (Ray may have restarted it); none
+                # when it is down for good or stuck (stop_node kills it).
+                with contextlib.suppress(AgentDown, CallTimeout):
+                    running.append(node.info(timeout=10)["pid"])
+                gray.stop_node(node.name, namespace=self.namespace, timeout=30)
+            # Nothing left behind: every node process has exited.
+            left = [pid for pid in running if not pid_gone(pid, 10)]
+            assert left == [], f"node processes still running: {left}"
+        finally:
+            gray.drop_directory(self.namespace)  # its actor, its stored copy, our cache
+            gray_client._forget_all()
 
 
 @pytest.fixture
