@@ -758,16 +758,11 @@ def _request(
     request: dict[str, Any] = {"model": o.model, "stream": True, "store": o.store}
     if o.params:
         request["extra_body"] = dict(o.params)  # fields the installed SDK may not know
-    if wire is None:
-        request["input"] = prompt
-        if session.previous_response_id is not None:
-            request["previous_response_id"] = session.previous_response_id
-    else:
-        # Stateless, the first stored turn of a seeded history from elsewhere, or a tool
-        # loop's next step continuing its stored response with the tool results.
-        request["input"] = list(wire)
-        if session.previous_response_id is not None:
-            request["previous_response_id"] = session.previous_response_id
+    # With `wire`: stateless, the first stored turn of a seeded history from elsewhere, or
+    # a tool loop's next step continuing its stored response with the tool results.
+    request["input"] = prompt if wire is None else list(wire)
+    if session.previous_response_id is not None:
+        request["previous_response_id"] = session.previous_response_id
     if o.instructions is not None:
         request["instructions"] = o.instructions
     if o.max_output_tokens is not None:
