@@ -169,6 +169,14 @@ class _Cache:
     def forget(self, namespace: str, name: Any) -> None:
         self.names.pop((namespace, name), None)
 
+    def forget_node(self, namespace: str, node: Any) -> None:
+        """Drop the cached handle on `node` and every name cached as held by it."""
+        with self.lock:
+            self.actors.pop((namespace, node), None)
+            for key in [key for key, holder in self.names.items()
+                        if key[0] == namespace and holder == node]:
+                del self.names[key]
+
     def forget_namespace(self, namespace: str) -> None:
         with self.lock:
             self.directories.pop(namespace, None)
@@ -376,11 +384,8 @@ def stop_node(name: Any, *, namespace: str = DEFAULT_NAMESPACE,
         pass
     ray.kill(actor, no_restart=True)  # a no-op when it exited; never restarted
     _wait_released(node_actor_name(name), namespace)
-    _cache.actors.pop((namespace, name), None)
     _cache.owned.pop((namespace, name), None)
-    with _cache.lock:
-        for key in [k for k, node in _cache.names.items() if k[0] == namespace and node == name]:
-            del _cache.names[key]
+    _cache.forget_node(namespace, name)
 
 
 # ---------------------------------------------------------------------------- agents
@@ -616,9 +621,7 @@ def _forget_node(name: Any, namespace: str) -> None:
         return
     with contextlib.suppress(Exception):
         _cache.call(namespace, "node_down", name, "shutdown", True)
-    with _cache.lock:
-        for key in [k for k, node in _cache.names.items() if k[0] == namespace and node == name]:
-            del _cache.names[key]
+    _cache.forget_node(namespace, name)
 
 
 def drop_directory(namespace: str = DEFAULT_NAMESPACE) -> None:

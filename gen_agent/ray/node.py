@@ -167,8 +167,7 @@ class _NodeWorkers:
                     self._post(task_id, ("error", failure))
                 slot.in_flight = set()
                 slot.handle = None
-            while self.queue:
-                self._post(self.queue.popleft()[0], ("error", failure))
+            self._fail_queue(failure)
             self.cond.notify_all()
 
     def _completed(self, slot: _Slot, task_id: int, message: Any) -> None:
@@ -269,9 +268,7 @@ class _NodeWorkers:
                     if remaining <= 0:
                         break
                     self.cond.wait(remaining)
-            ready, self.outbox = self.outbox, []
-            self.pending -= len(ready)
-        return ready
+            return self._take_outbox()
 
     def close(self, timeout: float) -> list[tuple[int, tuple[str, Any]]]:
         """Stop the workers (their tasks fail with `("agent_terminated", "shutdown")`) and
@@ -280,11 +277,19 @@ class _NodeWorkers:
             self.closing = True
         self.supervisor.stop(timeout)
         with self.cond:
-            while self.queue:
-                self._post(self.queue.popleft()[0], ("error", ("agent_terminated", "shutdown")))
-            ready, self.outbox = self.outbox, []
-            self.pending -= len(ready)
+            self._fail_queue(("agent_terminated", "shutdown"))
             self.cond.notify_all()
+            return self._take_outbox()
+
+    def _fail_queue(self, reason: Any) -> None:
+        # Caller holds the lock: every task still waiting for a worker fails with `reason`.
+        while self.queue:
+            self._post(self.queue.popleft()[0], ("error", reason))
+
+    def _take_outbox(self) -> list[tuple[int, tuple[str, Any]]]:
+        # Caller holds the lock: the settled outcomes, handed back (no longer pending).
+        ready, self.outbox = self.outbox, []
+        self.pending -= len(ready)
         return ready
 
 
