@@ -12,7 +12,7 @@ with `logger.enable("gen_agent")`.
 
 from loguru import logger
 
-from gen_agent._runtime.context import current_name, current_request
+from gen_agent._context import current_name, current_request
 from gen_agent.agent import GenAgent, Halt, NoReply, Proceed, Prompt, Skip
 from gen_agent.agent_ref import AgentRef
 from gen_agent.backend import (

@@ -29,51 +29,49 @@ how an asyncio task waits like one.
 from __future__ import annotations
 
 import asyncio
-import threading
+import warnings
 from typing import Any
 
-from gen_agent._runtime.handle import AgentHandle
-from gen_agent._runtime.messages import (
-    AbandonAskMsg,
-    AskMsg,
-    DrainMsg,
+from gen_agent._deprecate import system_renamed
+from gen_agent._runtime import (
     HaltMsg,
+    InfoMsg,
     InterruptMsg,
     NotifyMsg,
-    PollMsg,
     ResumeMsg,
-    StatusMsg,
     StopMsg,
+    await_reply,
+    call_in_loop,
+    calls,
+    set_once,
 )
-from gen_agent._runtime.reply import await_reply, call_in_loop, set_once
-from gen_agent.agent_ref import (
-    AgentRef,
-    _check_prompt,
-    _check_timeout,
-    _tell_answered,
-    _tell_message,
-    _unwrap,
-)
-from gen_agent.client import _cast, _lookup
-from gen_agent.errors import AgentNotFound, CallTimeout, RequestError
+from gen_agent.agent_ref import AgentRef
+from gen_agent.errors import AgentNotFound, CallTimeout
 from gen_agent.ref import RequestRef
-from gen_agent.request import RequestOptions, check_options, traced
+from gen_agent.request import RequestOptions
 from gen_agent.response import Response
-from gen_agent.status import PollResult, Status
+from gen_agent.status import PollResult, RuntimeSnapshot, Status
 from gen_agent.streaming import AsyncTurnStream
 from gen_agent.system import AgentSystem, current_system
 
 __all__ = [
     "AsyncTurnStream",
     "ask",
+    "backend_session",
+    "cancel_request",
     "drain",
     "halt",
     "interrupt",
+    "interrupt_request",
     "map",
+    "monitor",
     "notify",
     "notify_ack",
     "poll",
+    "reset_session",
     "resume",
+    "runtime_snapshot",
+    "send",
     "start_agent",
     "status",
     "stop",
@@ -84,32 +82,13 @@ __all__ = [
 ]
 
 
-# ---------------------------------------------------------------------- the bridge
-async def _call(handle: AgentHandle, make: Any, timeout: float | None) -> Any:
-    return await await_reply(handle.request(make), timeout)
-
-
-async def _tell(handle: AgentHandle, prompt: str, timeout: float | None,
-                **opts: Any) -> RequestRef:
-    """The threaded `_tell`, awaited: same checks, same message, same monitor."""
-    make, watch = _tell_message(handle, prompt, timeout, **opts)
-    try:
-        outcome = await _call(handle, make, timeout)
-    except BaseException:
-        if watch is not None:
-            watch.claim()
-        raise
-    return _tell_answered(handle, watch, outcome)
-
-
-def _system(system: AgentSystem | None) -> AgentSystem:
-    return system or current_system()
-
-
 # ---------------------------------------------------------------------- requests
+# Each coroutine is the awaitable twin of the `gen_agent.client` function of the same name:
+# same parameters, same checks, same message, same outcomes (see there for the reasons).
+@system_renamed
 async def ask(name: Any, prompt: str, timeout: float | None = None, *,
               options: RequestOptions | None = None, cancel_on_timeout: bool = False,
-              system: AgentSystem | None = None) -> Response:
+              output: Any = None, agent_system: AgentSystem | None = None) -> Response:
     """Send `prompt` as a turn and await its `Response`. The awaitable twin of
     `gen_agent.ask` (same reasons, same queueing, same caller-owned retries).
 
@@ -117,9 +96,10 @@ async def ask(name: Any, prompt: str, timeout: float | None = None, *,
         name: the agent's name. prompt: a `str`. timeout: seconds, None = forever.
         options: the request's `RequestOptions` (None = the defaults).
         cancel_on_timeout: also cancel the request when this await is cancelled or times out
-            (queued: removed; running: interrupted). Default False: it stays (contract §4.14; docs:
-            Errors).
-        system: the `AgentSystem` to look the name up in (default: the current one).
+            (queued: removed; running: interrupted). Default False: it stays (contract §4.14;
+            docs: Errors).
+        output: the type of a structured reply (see `gen_agent.ask`), or None.
+        agent_system: the `AgentSystem` to look the name up in (default: the current one).
 
     Returns:
         The `Response` of the successful turn.
@@ -134,24 +114,15 @@ async def ask(name: Any, prompt: str, timeout: float | None = None, *,
 
     Mirrors: `GenAgent.ask/3` (contract §2.4; docs: the client API reference).
     """
-    _check_prompt(prompt, "ask")
-    _check_timeout(timeout, "ask")
-    opts = traced(check_options(options, "ask"))  # the caller's trace context, if instrumented
-    handle = _lookup(system, name)
-    ref = RequestRef.new()
-    caller = threading.current_thread()
-    reply = handle.request(lambda r: AskMsg(prompt, r, ref, caller, opts))
-    try:
-        return _unwrap(await await_reply(reply, timeout))
-    except (CallTimeout, asyncio.CancelledError):
-        if cancel_on_timeout:  # the same rule as the threaded ask's (see `gen_agent.ask`)
-            handle.send(AbandonAskMsg(ref, timed_out=True))
-        raise
+    handle = calls.lookup(agent_system, name)
+    return await calls.run_async(  # type: ignore[no-any-return]
+        handle, calls.ask(handle, prompt, timeout, options, cancel_on_timeout, output), timeout)
 
 
+@system_renamed
 async def tell(name: Any, prompt: str, timeout: float | None = None, *,
                options: RequestOptions | None = None,
-               system: AgentSystem | None = None) -> RequestRef:
+               agent_system: AgentSystem | None = None) -> RequestRef:
     """Queue `prompt` as a turn and return its `RequestRef`; read the outcome with `poll`.
     The awaitable twin of `gen_agent.tell`.
 
@@ -164,14 +135,17 @@ async def tell(name: Any, prompt: str, timeout: float | None = None, *,
 
     Mirrors: `GenAgent.tell/3` (contract §2.5; docs: the client API reference).
     """
-    handle = _lookup(system, name)
-    return await _tell(handle, prompt, timeout, options=options)
+    handle = calls.lookup(agent_system, name)
+    return await calls.run_async(  # type: ignore[no-any-return]
+        handle, calls.tell(handle, prompt, timeout, options=options), timeout)
 
 
+@system_renamed
 async def tell_with_completion(name: Any, prompt: str, recipient: Any, *, on_halt: str = "queue",
                                stream_to: Any = None, timeout: float | None = None,
                                options: RequestOptions | None = None, monitor: bool = False,
-                               system: AgentSystem | None = None) -> RequestRef:
+                               output: Any = None,
+                               agent_system: AgentSystem | None = None) -> RequestRef:
     """Like `tell`, and deliver exactly one completion message to `recipient` (any recipient
     `gen_agent.tell_with_completion` takes, e.g. an `asyncio.Queue` fed from the agent thread
     through `loop.call_soon_threadsafe`). With `monitor=True` the recipient gets exactly one
@@ -186,34 +160,46 @@ async def tell_with_completion(name: Any, prompt: str, recipient: Any, *, on_hal
 
     Mirrors: `GenAgent.tell_with_completion/5` (contract §2.6; docs: the client API reference).
     """
-    handle = _lookup(system, name)
-    return await _tell(handle, prompt, timeout, recipient=recipient, completion=True,
-                       on_halt=on_halt, stream_to=stream_to, options=options, monitor=monitor)
+    handle = calls.lookup(agent_system, name)
+    call = calls.tell(handle, prompt, timeout, recipient=recipient, completion=True,
+                      on_halt=on_halt, stream_to=stream_to, options=options, monitor=monitor,
+                      output=output)
+    return await calls.run_async(handle, call, timeout)  # type: ignore[no-any-return]
 
 
+async def monitor(name: Any, recipient: Any, *,
+                  agent_system: AgentSystem | None = None) -> RequestRef:
+    """Monitor the agent `name` (one `Down` record when its incarnation ends). The awaitable
+    twin of `gen_agent.monitor` (it does not wait: the monitor is set at once)."""
+    return calls.monitor(calls.lookup(agent_system, name), recipient)
+
+
+@system_renamed
 async def poll(name: Any, ref: RequestRef, timeout: float | None = None, *,
-               system: AgentSystem | None = None) -> PollResult:
+               agent_system: AgentSystem | None = None) -> PollResult:
     """Return the state of a tell request (pending / completed / failed). The awaitable twin
     of `gen_agent.poll`; a missing agent gives status "failed", reason "not_found".
 
     Mirrors: `GenAgent.poll/3` (contract §2.7; docs: the client API reference).
     """
     try:
-        handle = _lookup(system, name)
+        handle = calls.lookup(agent_system, name)
     except AgentNotFound:
         return PollResult(status="failed", reason="not_found")
-    return await _call(handle, lambda r: PollMsg(ref, r), timeout)
+    return await calls.run_async(handle, calls.poll(ref), timeout)  # type: ignore[no-any-return]
 
 
-async def notify(name: Any, event: Any, *, system: AgentSystem | None = None) -> None:
+@system_renamed
+async def notify(name: Any, event: Any, *, agent_system: AgentSystem | None = None) -> None:
     """Deliver `event` to the agent's `handle_event` (a cast: never raises for a missing
     agent, never waits). The awaitable twin of `gen_agent.notify` (contract §2.8; docs: the
     client API reference)."""
-    _cast(system, name, NotifyMsg(event))
+    calls.cast(agent_system, name, NotifyMsg(event))
 
 
+@system_renamed
 async def notify_ack(name: Any, event: Any, timeout: float | None = None, *,
-                     system: AgentSystem | None = None) -> None:
+                     agent_system: AgentSystem | None = None) -> None:
     """Like `notify`, but await admission. The awaitable twin of `gen_agent.notify_ack`.
 
     Raises:
@@ -224,27 +210,68 @@ async def notify_ack(name: Any, event: Any, timeout: float | None = None, *,
 
     Mirrors: `GenAgent.notify_ack/3` (contract §2.9; docs: the client API reference).
     """
-    handle = _lookup(system, name)
-    _unwrap(await _call(handle, lambda r: NotifyMsg(event, r), timeout))
+    await calls.run_async(calls.lookup(agent_system, name), calls.notify_ack(event), timeout)
 
 
-async def interrupt(name: Any, *, system: AgentSystem | None = None) -> None:
+@system_renamed
+async def interrupt(name: Any, *, agent_system: AgentSystem | None = None) -> None:
     """Interrupt the active turn, if any (a cast). Mirrors `GenAgent.interrupt/1` (§2.10)."""
-    _cast(system, name, InterruptMsg())
+    calls.cast(agent_system, name, InterruptMsg())
 
 
-async def halt(name: Any, *, system: AgentSystem | None = None) -> None:
+async def interrupt_request(name: Any, ref: RequestRef, timeout: float | None = None, *,
+                            agent_system: AgentSystem | None = None) -> str:
+    """Interrupt the turn of `ref` only if it is the active one: "accepted", "not_current",
+    "idle" or "not_found". The awaitable twin of `gen_agent.interrupt_request` (§2.11)."""
+    try:
+        handle = calls.lookup(agent_system, name)
+    except AgentNotFound:
+        return "not_found"
+    return await calls.run_async(  # type: ignore[no-any-return]
+        handle, calls.interrupt_request(ref), timeout)
+
+
+async def cancel_request(name: Any, ref: RequestRef, timeout: float | None = None, *,
+                         agent_system: AgentSystem | None = None) -> str:
+    """Remove a queued tell before dispatch: "cancelled", "current", "already_finished" or
+    "not_found". The awaitable twin of `gen_agent.cancel_request` (§2.12)."""
+    try:
+        handle = calls.lookup(agent_system, name)
+    except AgentNotFound:
+        return "not_found"
+    return await calls.run_async(  # type: ignore[no-any-return]
+        handle, calls.cancel_request(ref), timeout)
+
+
+@system_renamed
+async def halt(name: Any, *, agent_system: AgentSystem | None = None) -> None:
     """Stop dispatching after the current turn (a cast). Mirrors `GenAgent.halt/1` (§2.13)."""
-    _cast(system, name, HaltMsg())
+    calls.cast(agent_system, name, HaltMsg())
 
 
-async def resume(name: Any, *, system: AgentSystem | None = None) -> None:
+@system_renamed
+async def resume(name: Any, *, agent_system: AgentSystem | None = None) -> None:
     """Resume dispatching after `halt` (a cast). Mirrors `GenAgent.resume/1` (§2.14)."""
-    _cast(system, name, ResumeMsg())
+    calls.cast(agent_system, name, ResumeMsg())
 
 
+async def send(name: Any, message: Any, *, agent_system: AgentSystem | None = None) -> None:
+    """Send `message` to the agent's `handle_info` (a cast). The awaitable twin of
+    `gen_agent.send`."""
+    calls.cast(agent_system, name, InfoMsg(message))
+
+
+async def reset_session(name: Any, timeout: float | None = None, *,
+                        agent_system: AgentSystem | None = None) -> None:
+    """Replace the backend conversation in place (idle only). The awaitable twin of
+    `gen_agent.reset_session` (same errors; contract §2.15; docs: the client API
+    reference)."""
+    await calls.run_async(calls.lookup(agent_system, name), calls.RESET_SESSION, timeout)
+
+
+@system_renamed
 async def status(name: Any, timeout: float | None = None, *,
-                 system: AgentSystem | None = None) -> Status:
+                 agent_system: AgentSystem | None = None) -> Status:
     """The agent's `Status` record. The awaitable twin of `gen_agent.status`.
 
     Raises:
@@ -254,11 +281,28 @@ async def status(name: Any, timeout: float | None = None, *,
 
     Mirrors: `GenAgent.status/2` (contract §2.16; docs: the client API reference).
     """
-    return await _call(_lookup(system, name), StatusMsg, timeout)
+    return await calls.run_async(  # type: ignore[no-any-return]
+        calls.lookup(agent_system, name), calls.STATUS, timeout)
 
 
+async def runtime_snapshot(name: Any, timeout: float | None = None, *,
+                           agent_system: AgentSystem | None = None) -> RuntimeSnapshot:
+    """The payload-free `RuntimeSnapshot`. The awaitable twin of `gen_agent.runtime_snapshot`
+    (contract §2.17; docs: the client API reference)."""
+    return await calls.run_async(  # type: ignore[no-any-return]
+        calls.lookup(agent_system, name), calls.SNAPSHOT, timeout)
+
+
+async def backend_session(name: Any, timeout: float | None = None, *,
+                          agent_system: AgentSystem | None = None) -> Any:
+    """The agent's raw backend session. The awaitable twin of `gen_agent.backend_session`."""
+    return await calls.run_async(calls.lookup(agent_system, name), calls.BACKEND_SESSION,
+                                 timeout)
+
+
+@system_renamed
 async def drain(name: Any, timeout: float | None = None, *,
-                system: AgentSystem | None = None) -> None:
+                agent_system: AgentSystem | None = None) -> None:
     """Stop admitting work, finish what is queued, then stop normally; await the stop.
     The awaitable twin of `gen_agent.drain`.
 
@@ -270,20 +314,11 @@ async def drain(name: Any, timeout: float | None = None, *,
 
     Mirrors: `GenAgent.drain/2` (contract §2.18; docs: the client API reference).
     """
-    handle = _lookup(system, name)
-    loop = asyncio.get_running_loop()
-    deadline = None if timeout is None else loop.time() + timeout
-    outcome = await _call(handle, DrainMsg, timeout)
-    if outcome[0] != "ok":
-        raise RequestError(outcome[1])
-    remaining = None if deadline is None else max(0.0, deadline - loop.time())
-    if not await _exited(handle, remaining):
-        raise CallTimeout(timeout)
-    if handle.exit_reason != "normal":
-        raise RequestError(("agent_down", handle.exit_reason))
+    await calls.drain_async(calls.lookup(agent_system, name), timeout)
 
 
-async def stop(name: Any, *, system: AgentSystem | None = None) -> None:
+@system_renamed
+async def stop(name: Any, *, agent_system: AgentSystem | None = None) -> None:
     """Stop the agent gracefully within its `shutdown_ms`, then kill it; awaits the stop.
     The awaitable twin of `gen_agent.stop`.
 
@@ -293,19 +328,19 @@ async def stop(name: Any, *, system: AgentSystem | None = None) -> None:
 
     Mirrors: `GenAgent.stop/2` (contract §2.19; docs: the client API reference).
     """
-    sys_ = _system(system)
-    handle = sys_.lookup(name)
-    sys_._check_stop(handle)
+    system = agent_system or current_system()
+    handle = system.lookup(name)
+    system._check_stop(handle)
     if handle.closed:
         return
     handle.send(StopMsg("shutdown", handle.reply()))
     window = handle.shutdown_ms
-    if not await _exited(handle, None if window is None else window / 1000):
-        sys_._kill(handle)
+    if not await calls.exited_async(handle, None if window is None else window / 1000):
+        system._kill(handle)
 
 
 async def start_agent(module: type, *, name: Any, backend: Any,
-                      system: AgentSystem | None = None, **opts: Any) -> AgentRef:
+                      agent_system: AgentSystem | None = None, **opts: Any) -> AgentRef:
     """Start an agent and await its `AgentRef` once `init_agent` and the backend's
     `start_session` finished. Options and errors as `gen_agent.start_agent` (they run in the
     new agent's thread; this coroutine only awaits them).
@@ -317,29 +352,14 @@ async def start_agent(module: type, *, name: Any, backend: Any,
 
     Mirrors: `GenAgent.start_agent/2` (contract §2.2; docs: the client API reference).
     """
-    sys_ = _system(system)
-    handle, init_reply = sys_._launch(module, name=name, backend=backend, **opts)
+    if isinstance(opts.get("system"), AgentSystem):  # the old spelling of agent_system=
+        warnings.warn("start_agent: system= is deprecated, use agent_system=",
+                      DeprecationWarning, stacklevel=2)
+        agent_system = opts.pop("system")
+    system = agent_system or current_system()
+    handle, init_reply = system._launch(module, name=name, backend=backend, **opts)
     await await_reply(init_reply, None)
     return AgentRef(handle)
-
-
-async def _exited(handle: AgentHandle, timeout: float | None) -> bool:
-    """Await the end of this incarnation; False if `timeout` seconds passed first."""
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[None] = loop.create_future()
-
-    def done(_handle: Any, _reason: Any) -> None:
-        call_in_loop(loop, set_once, future)
-
-    token = handle.on_exit(done)
-    try:
-        async with asyncio.timeout(timeout):
-            await future
-    except TimeoutError:
-        return handle.exited.is_set()
-    finally:
-        handle.remove_exit_listener(token)
-    return True
 
 
 # ---------------------------------------------------------------------- pools
@@ -411,9 +431,10 @@ async def map(pool: Any, prompts: Any, *, timeout: float | None = None,
 
 
 # ---------------------------------------------------------------------- streaming
+@system_renamed
 def stream(name: Any, prompt: str, *, interrupt_on_exit: bool = True,
            max_buffered_events: int = 256, timeout: float | None = None,
-           system: AgentSystem | None = None) -> AsyncTurnStream:
+           agent_system: AgentSystem | None = None) -> AsyncTurnStream:
     """Run `prompt` as a turn and iterate its events as they arrive, then its response.
 
         async with aio.stream("coder", "Fix the test.") as turn:
@@ -428,5 +449,5 @@ def stream(name: Any, prompt: str, *, interrupt_on_exit: bool = True,
     """
     return AsyncTurnStream(name, prompt, interrupt_on_exit=interrupt_on_exit,
                            max_buffered_events=max_buffered_events, timeout=timeout,
-                           system=system)
+                           agent_system=agent_system)
 

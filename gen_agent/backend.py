@@ -34,7 +34,7 @@ from typing import Any, Final, Protocol, runtime_checkable
 
 import msgspec
 
-from gen_agent._runtime.cancel import CancelSignal
+from gen_agent._cancel import CancelSignal
 from gen_agent.errors import GenAgentError
 from gen_agent.event import Event
 from gen_agent.permission import (

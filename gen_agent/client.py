@@ -4,43 +4,33 @@ Every function resolves the name in the current `AgentSystem` (the innermost ope
 the default). Synchronous functions raise `AgentNotFound` when the name is not registered
 *before* anything is sent; if the agent dies while the call waits they raise `AgentDown`;
 if the caller's own `timeout` (seconds; None = wait forever, the Elixir default `:infinity`)
-expires they raise `CallTimeout` and the agent is unaffected (contract §2.1; docs: the client API
-reference). Asynchronous
-functions (`notify`, `interrupt`, `halt`, `resume`, `send`) never raise for a missing agent.
+expires they raise `CallTimeout` and the agent is unaffected (contract §2.1; docs: the client
+API reference). Asynchronous functions (`notify`, `interrupt`, `halt`, `resume`, `send`) never
+raise for a missing agent.
+
+Every function takes `agent_system=`: the `AgentSystem` to resolve the name in (None = the
+current one); `_system=`, its old spelling, still works with a `DeprecationWarning`. Each call
+is defined once (`gen_agent._runtime.calls`); these functions, `gen_agent.aio` and `AgentRef`
+are adapters over it, with the same parameters and outcomes.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from gen_agent._runtime.context import current_name
-from gen_agent._runtime.handle import AgentHandle
-from gen_agent._runtime.messages import (
-    CancelRequestMsg,
-    GetSessionMsg,
+from gen_agent._context import current_name
+from gen_agent._deprecate import system_renamed
+from gen_agent._runtime import (
     HaltMsg,
     InfoMsg,
     InterruptMsg,
-    InterruptRequestMsg,
     NotifyMsg,
-    PollMsg,
-    ResetSessionMsg,
     ResumeMsg,
-    SnapshotMsg,
-    StatusMsg,
+    calls,
+    warn_near_misses,
 )
-from gen_agent._runtime.options import warn_near_misses
-from gen_agent._runtime.timers import TIMERS, TimerHandle
-from gen_agent.agent_ref import (
-    AgentRef,
-    _ask,
-    _drain,
-    _monitor,
-    _request,
-    _tell,
-    _unwrap,
-    demonitor,
-)
+from gen_agent._timers import TIMERS, TimerHandle
+from gen_agent.agent_ref import AgentRef
 from gen_agent.errors import AgentNotFound
 from gen_agent.ref import RequestRef
 from gen_agent.request import RequestOptions
@@ -57,18 +47,9 @@ __all__ = [
 ]
 
 
-def _lookup(system: AgentSystem | None, name: Any) -> AgentHandle:
-    return (system or current_system()).lookup(name)
-
-
-def _cast(system: AgentSystem | None, name: Any, message: Any) -> None:
-    handle = (system or current_system())._agents.get(name)
-    if handle is not None:
-        handle.send(message)
-
-
 # ---------------------------------------------------------------------- public functions
-def start_agent(module: type, *, name: Any, backend: Any, **opts: Any) -> AgentRef:
+def start_agent(module: type, *, name: Any, backend: Any, agent_system: AgentSystem | None = None,
+                **opts: Any) -> AgentRef:
     """Start an agent and return its `AgentRef` once `init_agent` and the backend's
     `start_session` finished (not waiting for `pre_run`).
 
@@ -137,12 +118,13 @@ def start_agent(module: type, *, name: Any, backend: Any, **opts: Any) -> AgentR
     Mirrors: `GenAgent.start_agent/2` (contract §2.2; docs: the client API reference).
     """
     warn_near_misses(opts, "start_agent")
-    return current_system().start_agent(module, name=name, backend=backend, **opts)
+    return (agent_system or current_system()).start_agent(module, name=name, backend=backend,
+                                                          **opts)
 
 
 def ask(name: Any, prompt: str, timeout: float | None = None, *,
         options: RequestOptions | None = None, cancel_on_timeout: bool = False,
-        output: Any = None) -> Response:
+        output: Any = None, agent_system: AgentSystem | None = None) -> Response:
     """Send `prompt` as a turn and wait for its `Response`.
 
     Dispatched now when the agent is idle, else queued FIFO. With caller-owned retries the
@@ -175,11 +157,14 @@ def ask(name: Any, prompt: str, timeout: float | None = None, *,
 
     Mirrors: `GenAgent.ask/3` (contract §2.4; docs: the client API reference).
     """
-    return _ask(_lookup(None, name), prompt, timeout, options, cancel_on_timeout, output)
+    handle = calls.lookup(agent_system, name)
+    return calls.run(handle, calls.ask(handle, prompt, timeout, options, cancel_on_timeout,
+                                       output), timeout)  # type: ignore[no-any-return]
 
 
 def tell(name: Any, prompt: str, timeout: float | None = None, *,
-         options: RequestOptions | None = None) -> RequestRef:
+         options: RequestOptions | None = None,
+         agent_system: AgentSystem | None = None) -> RequestRef:
     """Queue `prompt` as a turn and return its `RequestRef` at once; read the outcome with
     `poll`. For an idle agent this returns after `pre_turn` ran and the turn started.
 
@@ -194,13 +179,16 @@ def tell(name: Any, prompt: str, timeout: float | None = None, *,
 
     Mirrors: `GenAgent.tell/3` (contract §2.5; docs: the client API reference).
     """
-    return _tell(_lookup(None, name), prompt, timeout, options=options)
+    handle = calls.lookup(agent_system, name)
+    return calls.run(handle, calls.tell(handle, prompt, timeout, options=options),
+                     timeout)  # type: ignore[no-any-return]
 
 
+@system_renamed
 def tell_with_completion(name: Any, prompt: str, recipient: Any, *, on_halt: str = "queue",
                          stream_to: Any = None, timeout: float | None = None,
                          options: RequestOptions | None = None, monitor: bool = False,
-                         output: Any = None, _system: AgentSystem | None = None) -> RequestRef:
+                         output: Any = None, agent_system: AgentSystem | None = None) -> RequestRef:
     """Like `tell`, and deliver exactly one completion message to `recipient`.
 
     The message is a `gen_agent.messages.Completion`, the tuple
@@ -234,14 +222,15 @@ def tell_with_completion(name: Any, prompt: str, recipient: Any, *, on_halt: str
 
     Mirrors: `GenAgent.tell_with_completion/5` (contract §2.6; docs: the client API reference).
     """
-    if on_halt not in ("queue", "fail"):
-        raise ValueError(f"on_halt must be 'queue' or 'fail', got {on_halt!r}")
-    return _tell(_lookup(_system, name), prompt, timeout, recipient=recipient,
-                 completion=True, on_halt=on_halt, stream_to=stream_to, options=options,
-                 monitor=monitor, output=output)
+    handle = calls.lookup(agent_system, name)
+    call = calls.tell(handle, prompt, timeout, recipient=recipient, completion=True,
+                      on_halt=on_halt, stream_to=stream_to, options=options, monitor=monitor,
+                      output=output)
+    return calls.run(handle, call, timeout)  # type: ignore[no-any-return]
 
 
-def monitor(name: Any, recipient: Any, *, _system: AgentSystem | None = None) -> RequestRef:
+@system_renamed
+def monitor(name: Any, recipient: Any, *, agent_system: AgentSystem | None = None) -> RequestRef:
     """Monitor the agent `name`: when its current incarnation ends, for any reason, deliver
     exactly one `gen_agent.messages.Down` record `("gen_agent", "down", name, ref, reason)`
     to `recipient` (any recipient `tell_with_completion` accepts). `reason` is
@@ -257,32 +246,43 @@ def monitor(name: Any, recipient: Any, *, _system: AgentSystem | None = None) ->
 
     Mirrors: `Process.monitor/1` on the agent's pid (docs: Elixir mapping page).
     """
-    return _monitor(_lookup(_system, name), recipient)
+    return calls.monitor(calls.lookup(agent_system, name), recipient)
 
 
+
+def demonitor(ref: RequestRef) -> bool:
+    """Cancel the monitor `ref` (from `gen_agent.monitor`): no `Down` record is delivered
+    for it afterwards. Returns False if it already fired or was cancelled.
+
+    Mirrors: `Process.demonitor/1`.
+    """
+    return calls.demonitor(ref)
+
+@system_renamed
 def poll(name: Any, ref: RequestRef, timeout: float | None = None, *,
-         _system: AgentSystem | None = None) -> PollResult:
+         agent_system: AgentSystem | None = None) -> PollResult:
     """Return the state of a tell request: pending, completed (with the response) or failed
     (with the reason; "not_found" for unknown or pruned refs, ask refs, or a missing agent).
 
     Mirrors: `GenAgent.poll/3` (contract §2.7; docs: the client API reference).
     """
     try:
-        handle = _lookup(_system, name)
+        handle = calls.lookup(agent_system, name)
     except AgentNotFound:
         return PollResult(status="failed", reason="not_found")
-    return handle.call(lambda r: PollMsg(ref, r), timeout)
+    return calls.run(handle, calls.poll(ref), timeout)  # type: ignore[no-any-return]
 
 
-def notify(name: Any, event: Any) -> None:
+def notify(name: Any, event: Any, *, agent_system: AgentSystem | None = None) -> None:
     """Deliver `event` to the agent's `handle_event` (at once when idle, after the current
     turn when busy). Always returns None, also for a missing agent; a rejection (overload,
     draining) shows only in `input.rejected` telemetry. Mirrors `GenAgent.notify/2`."""
-    _cast(None, name, NotifyMsg(event))
+    calls.cast(agent_system, name, NotifyMsg(event))
 
 
+@system_renamed
 def notify_ack(name: Any, event: Any, timeout: float | None = None, *,
-               _system: AgentSystem | None = None) -> None:
+               agent_system: AgentSystem | None = None) -> None:
     """Like `notify`, but wait for admission: returns None when handled (idle) or buffered.
 
     Raises:
@@ -291,17 +291,18 @@ def notify_ack(name: Any, event: Any, timeout: float | None = None, *,
 
     Mirrors: `GenAgent.notify_ack/3` (contract §2.9; docs: the client API reference).
     """
-    _unwrap(_lookup(_system, name).call(lambda r: NotifyMsg(event, r), timeout))
+    calls.run(calls.lookup(agent_system, name), calls.notify_ack(event), timeout)
 
 
-def interrupt(name: Any) -> None:
+def interrupt(name: Any, *, agent_system: AgentSystem | None = None) -> None:
     """Interrupt the active turn, if any: it fails with "interrupted". No-op when idle or
     missing. Mirrors `GenAgent.interrupt/1` (contract §2.10; docs: the client API reference)."""
-    _cast(None, name, InterruptMsg())
+    calls.cast(agent_system, name, InterruptMsg())
 
 
+@system_renamed
 def interrupt_request(name: Any, ref: RequestRef, timeout: float | None = None, *,
-                      _system: AgentSystem | None = None) -> str:
+                      agent_system: AgentSystem | None = None) -> str:
     """Interrupt the turn of `ref` only if it is the active one.
 
     Returns:
@@ -311,13 +312,15 @@ def interrupt_request(name: Any, ref: RequestRef, timeout: float | None = None, 
     Mirrors: `GenAgent.interrupt_request/3` (contract §2.11; docs: the client API reference).
     """
     try:
-        return _lookup(_system, name).call(lambda r: InterruptRequestMsg(ref, r), timeout)
+        handle = calls.lookup(agent_system, name)
     except AgentNotFound:
         return "not_found"
+    return calls.run(handle, calls.interrupt_request(ref), timeout)  # type: ignore[no-any-return]
 
 
+@system_renamed
 def cancel_request(name: Any, ref: RequestRef, timeout: float | None = None, *,
-                   _system: AgentSystem | None = None) -> str:
+                   agent_system: AgentSystem | None = None) -> str:
     """Remove a queued tell (or a pending retry of one) before dispatch.
 
     Returns:
@@ -327,25 +330,27 @@ def cancel_request(name: Any, ref: RequestRef, timeout: float | None = None, *,
     Mirrors: `GenAgent.cancel_request/3` (contract §2.12; docs: the client API reference).
     """
     try:
-        return _lookup(_system, name).call(lambda r: CancelRequestMsg(ref, r), timeout)
+        handle = calls.lookup(agent_system, name)
     except AgentNotFound:
         return "not_found"
+    return calls.run(handle, calls.cancel_request(ref), timeout)  # type: ignore[no-any-return]
 
 
-def halt(name: Any) -> None:
+def halt(name: Any, *, agent_system: AgentSystem | None = None) -> None:
     """Halt the agent: now when idle, after the current turn when busy. Idempotent.
     Mirrors `GenAgent.halt/1` (contract §2.13; docs: the client API reference)."""
-    _cast(None, name, HaltMsg())
+    calls.cast(agent_system, name, HaltMsg())
 
 
-def resume(name: Any) -> None:
+def resume(name: Any, *, agent_system: AgentSystem | None = None) -> None:
     """Leave the halted mode and dispatch pending work; while busy, cancel a pending halt.
     Mirrors `GenAgent.resume/1` (contract §2.14; docs: the client API reference)."""
-    _cast(None, name, ResumeMsg())
+    calls.cast(agent_system, name, ResumeMsg())
 
 
+@system_renamed
 def reset_session(name: Any, timeout: float | None = None, *,
-                  _system: AgentSystem | None = None) -> None:
+                  agent_system: AgentSystem | None = None) -> None:
     """Replace the backend conversation in place (idle only; state and queue are kept).
 
     Raises:
@@ -354,23 +359,28 @@ def reset_session(name: Any, timeout: float | None = None, *,
 
     Mirrors: `GenAgent.reset_session/2` (contract §2.15; docs: the client API reference).
     """
-    _request(_lookup(_system, name).call(ResetSessionMsg, timeout))
+    calls.run(calls.lookup(agent_system, name), calls.RESET_SESSION, timeout)
 
 
+@system_renamed
 def status(name: Any, timeout: float | None = None, *,
-           _system: AgentSystem | None = None) -> Status:
+           agent_system: AgentSystem | None = None) -> Status:
     """Return the agent's `Status`. Mirrors `GenAgent.status/2` (contract §2.16; docs: the client
     API reference)."""
-    return _lookup(_system, name).call(StatusMsg, timeout)
+    return calls.run(calls.lookup(agent_system, name), calls.STATUS,  # type: ignore[no-any-return]
+                     timeout)
 
 
+@system_renamed
 def runtime_snapshot(name: Any, timeout: float | None = None, *,
-                     _system: AgentSystem | None = None) -> RuntimeSnapshot:
+                     agent_system: AgentSystem | None = None) -> RuntimeSnapshot:
     """Return the payload-free `RuntimeSnapshot`. Mirrors `GenAgent.runtime_snapshot/2`."""
-    return _lookup(_system, name).call(SnapshotMsg, timeout)
+    return calls.run(calls.lookup(agent_system, name), calls.SNAPSHOT,  # type: ignore[no-any-return]
+                     timeout)
 
 
-def drain(name: Any, timeout: float | None = None) -> None:
+def drain(name: Any, timeout: float | None = None, *,
+          agent_system: AgentSystem | None = None) -> None:
     """Finish the active turn, reject everything queued with "draining", then stop.
 
     Returns once the agent exited normally. `timeout` (seconds) covers admission and the
@@ -384,10 +394,10 @@ def drain(name: Any, timeout: float | None = None) -> None:
 
     Mirrors: `GenAgent.drain/2` (contract §2.18; docs: the client API reference).
     """
-    _drain(_lookup(None, name), timeout)
+    calls.drain(calls.lookup(agent_system, name), timeout)
 
 
-def stop(name: Any) -> None:
+def stop(name: Any, *, agent_system: AgentSystem | None = None) -> None:
     """Stop the agent gracefully (reason "shutdown") within its `shutdown_ms`, then kill it.
 
     Waiting asks get `TurnError(("agent_terminated", "shutdown"))`; the turn task is
@@ -399,45 +409,48 @@ def stop(name: Any) -> None:
 
     Mirrors: `GenAgent.stop/2` (contract §2.19; docs: the client API reference).
     """
-    current_system().stop(name)
+    (agent_system or current_system()).stop(name)
 
 
-def whereis(name: Any) -> AgentRef | None:
+def whereis(name: Any, *, agent_system: AgentSystem | None = None) -> AgentRef | None:
     """Return the live agent's `AgentRef`, or None. Mirrors `GenAgent.whereis/1`."""
-    return current_system().whereis(name)
+    return (agent_system or current_system()).whereis(name)  # type: ignore[no-any-return]
 
 
-def list_agents() -> list[Any]:
+def list_agents(*, agent_system: AgentSystem | None = None) -> list[Any]:
     """Return the registered names (point in time, unordered). Mirrors `GenAgent.list/0`."""
-    return current_system().list_agents()
+    return (agent_system or current_system()).list_agents()
 
 
-def send(name: Any, message: Any) -> None:
+def send(name: Any, message: Any, *, agent_system: AgentSystem | None = None) -> None:
     """Send `message` to the agent's `handle_info` (Elixir's `send/2` to the agent).
 
     Buffered while a turn runs if the agent defines `handle_info`; dropped (debug log) if it
     does not. Never raises for a missing agent.
     """
-    _cast(None, name, InfoMsg(message))
+    calls.cast(agent_system, name, InfoMsg(message))
 
 
-def send_after(name: Any, message: Any, delay_ms: int) -> TimerHandle:
+def send_after(name: Any, message: Any, delay_ms: int, *,
+               agent_system: AgentSystem | None = None) -> TimerHandle:
     """Send `message` to `name`'s `handle_info` after `delay_ms` milliseconds.
 
     Returns a handle whose `cancel()` prevents delivery. Mirrors `Process.send_after/3`
     aimed at an agent.
     """
-    system = current_system()
-    return TIMERS.schedule(delay_ms / 1000, lambda: _cast(system, name, InfoMsg(message)))
+    system = agent_system or current_system()
+    return TIMERS.schedule(delay_ms / 1000,
+                           lambda: calls.cast(system, name, InfoMsg(message)))
 
 
-def backend_session(name: Any, timeout: float | None = None) -> Any:
+def backend_session(name: Any, timeout: float | None = None, *,
+                    agent_system: AgentSystem | None = None) -> Any:
     """Return the agent's raw backend session (for tests and `MockBackend.history`).
 
     Mirrors the internal `:get_backend_session` call (contract §2.23; docs: the client API
     reference).
     """
-    return _lookup(None, name).call(GetSessionMsg, timeout)
+    return calls.run(calls.lookup(agent_system, name), calls.BACKEND_SESSION, timeout)
 
 
 _ = current_name  # re-exported from here for the public API

@@ -32,7 +32,7 @@ from typing import Any
 
 import msgspec
 
-from gen_agent._runtime.timers import TIMERS
+from gen_agent._timers import TIMERS
 
 __all__ = ["LimitStatus", "ProviderLimit"]
 

@@ -54,7 +54,7 @@ from opentelemetry import metrics, propagate, trace
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
 from gen_agent import telemetry
-from gen_agent._runtime.context import set_trace_carrier_activation, set_trace_context_capture
+from gen_agent._context import set_trace_carrier_activation, set_trace_context_capture
 from gen_agent.telemetry import ToolCall
 
 __all__ = [

@@ -37,9 +37,9 @@ import msgspec
 from loguru import logger
 
 from gen_agent import telemetry
-from gen_agent._runtime.context import capture_trace_context
-from gen_agent._runtime.crash import log_exception
-from gen_agent._runtime.timers import TIMERS
+from gen_agent._context import capture_trace_context
+from gen_agent._runtime import log_exception
+from gen_agent._timers import TIMERS
 from gen_agent.agent_ref import AgentRef
 from gen_agent.backend import BackendError
 from gen_agent.errors import AgentDown, CallTimeout, GenAgentError, RequestError, TurnError

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from gen_agent._runtime.context import capture_trace_context, current_request
+from gen_agent._context import capture_trace_context, current_request
 from gen_agent.output import check_output_type
 from gen_agent.ref import RequestRef
 

@@ -36,11 +36,8 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
-from gen_agent._runtime.handle import AgentHandle
-from gen_agent._runtime.messages import InterruptRequestMsg
-from gen_agent._runtime.reply import Reply, await_reply, call_in_loop
-from gen_agent.agent_ref import _check_prompt, _tell_answered, _tell_message
-from gen_agent.client import _lookup
+from gen_agent._deprecate import system_renamed
+from gen_agent._runtime import AgentHandle, InterruptRequestMsg, Reply, call_in_loop, calls
 from gen_agent.errors import AgentDown, CallTimeout, TurnError
 from gen_agent.event import Event
 from gen_agent.ref import RequestRef
@@ -141,8 +138,8 @@ class _TurnStreamBase:
 
     def __init__(self, name: Any, prompt: str, *, interrupt_on_exit: bool = True,
                  max_buffered_events: int = 256, timeout: float | None = None,
-                 system: Any = None) -> None:
-        _check_prompt(prompt, "stream")
+                 agent_system: Any = None) -> None:
+        calls.check_prompt(prompt, "stream")
         if type(max_buffered_events) is not int or max_buffered_events < 1:
             raise ValueError("stream: max_buffered_events must be a positive int, "
                              f"got {max_buffered_events!r}")
@@ -151,16 +148,16 @@ class _TurnStreamBase:
         self.interrupt_on_exit = interrupt_on_exit
         self.max_buffered_events = max_buffered_events
         self.timeout = timeout
-        self._system = system
+        self._system = agent_system
         self._handle: AgentHandle | None = None
         self._buffer: _Buffer | None = None
         self._outcome: tuple[str, Any] | None = None
         self._deadline: float | None = None
         self.ref: RequestRef | None = None
 
-    def _message(self, handle: AgentHandle, buffer: _Buffer) -> tuple[Any, Any]:
-        return _tell_message(handle, self.prompt, self.timeout, recipient=buffer,
-                             completion=True, stream_to=buffer, monitor=True)
+    def _call(self, handle: AgentHandle, buffer: _Buffer) -> calls.Call:
+        return calls.tell(handle, self.prompt, self.timeout, recipient=buffer, completion=True,
+                          stream_to=buffer, monitor=True)
 
     def _started(self, handle: AgentHandle, buffer: _Buffer, ref: RequestRef) -> None:
         self._handle, self._buffer, self.ref = handle, buffer, ref
@@ -223,15 +220,10 @@ class TurnStream(_TurnStreamBase):
     """
 
     def __enter__(self) -> TurnStream:
-        handle = _lookup(self._system, self.name)
+        handle = calls.lookup(self._system, self.name)
         buffer = _Buffer(self.max_buffered_events, None)
-        make, watch = self._message(handle, buffer)
-        try:
-            outcome = handle.call(make, self.timeout)
-        except BaseException:
-            watch.claim()
-            raise
-        self._started(handle, buffer, _tell_answered(handle, watch, outcome))
+        ref = calls.run(handle, self._call(handle, buffer), self.timeout)
+        self._started(handle, buffer, ref)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -267,15 +259,10 @@ class AsyncTurnStream(_TurnStreamBase):
     `TurnStream`; same outcomes, awaited without blocking the loop)."""
 
     async def __aenter__(self) -> AsyncTurnStream:
-        handle = _lookup(self._system, self.name)
+        handle = calls.lookup(self._system, self.name)
         buffer = _Buffer(self.max_buffered_events, asyncio.get_running_loop())
-        make, watch = self._message(handle, buffer)
-        try:
-            outcome = await await_reply(handle.request(make), self.timeout)
-        except BaseException:
-            watch.claim()
-            raise
-        self._started(handle, buffer, _tell_answered(handle, watch, outcome))
+        ref = await calls.run_async(handle, self._call(handle, buffer), self.timeout)
+        self._started(handle, buffer, ref)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -313,9 +300,10 @@ class AsyncTurnStream(_TurnStreamBase):
         return self._raise_outcome()
 
 
+@system_renamed
 def stream(name: Any, prompt: str, *, interrupt_on_exit: bool = True,
            max_buffered_events: int = 256, timeout: float | None = None,
-           system: Any = None) -> TurnStream:
+           agent_system: Any = None) -> TurnStream:
     """Run `prompt` as a turn of agent `name` and stream it: use as `with stream(...) as turn:`
     and iterate `turn` for its `Event`s, then read `turn.response`.
 
@@ -325,7 +313,8 @@ def stream(name: Any, prompt: str, *, interrupt_on_exit: bool = True,
         max_buffered_events: events waiting for the reader before the agent holds the turn's
             relay back (the turn task then waits; the agent does not). Default 256.
         timeout: seconds for the whole turn (None = forever): `CallTimeout` when it passes.
-        system: the `AgentSystem` to look the name up in (default: the current one).
+        agent_system: the `AgentSystem` to look the name up in (default: the current one;
+            `system=` is its deprecated spelling).
 
     Returns:
         A `TurnStream` (a context manager).
@@ -343,4 +332,5 @@ def stream(name: Any, prompt: str, *, interrupt_on_exit: bool = True,
     (contract §2.6, §4.18; docs: the client API reference).
     """
     return TurnStream(name, prompt, interrupt_on_exit=interrupt_on_exit,
-                      max_buffered_events=max_buffered_events, timeout=timeout, system=system)
+                      max_buffered_events=max_buffered_events, timeout=timeout,
+                      agent_system=agent_system)

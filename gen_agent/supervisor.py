@@ -40,9 +40,13 @@ import msgspec
 from loguru import logger
 
 from gen_agent import telemetry
-from gen_agent._runtime.crash import log_exception
-from gen_agent._runtime.options import outside_level, validate_shutdown, warn_near_misses
-from gen_agent._runtime.server import RAISED_DURING_START
+from gen_agent._runtime import (
+    RAISED_DURING_START,
+    log_exception,
+    outside_level,
+    validate_shutdown,
+    warn_near_misses,
+)
 from gen_agent.errors import (
     AgentDown,
     AgentStartError,

@@ -20,12 +20,25 @@ from typing import Any
 import pykka
 from loguru import logger
 
-from gen_agent._runtime.context import current_handle
-from gen_agent._runtime.handle import AgentHandle
-from gen_agent._runtime.messages import InterruptMsg, StopMsg
-from gen_agent._runtime.options import build_options, split_options, validate_shutdown
-from gen_agent._runtime.reply import Reply
-from gen_agent._runtime.server import AgentActor
+from gen_agent._context import (
+    active_system,
+    current_handle,
+    default_system,
+    enter_system,
+    leave_system,
+    set_default_system,
+    systems_lock,
+)
+from gen_agent._runtime import (
+    AgentActor,
+    AgentHandle,
+    InterruptMsg,
+    Reply,
+    StopMsg,
+    build_options,
+    split_options,
+    validate_shutdown,
+)
 from gen_agent.agent_ref import AgentRef
 from gen_agent.errors import AgentNotFound, AgentStartError, AlreadyStarted, RequestError
 
@@ -259,39 +272,34 @@ class AgentSystem:
 
     # ------------------------------------------------------------------ context manager
     def __enter__(self) -> AgentSystem:
-        with _stack_lock:
-            _stack.append(self)
+        enter_system(self)
         return self
 
     def __exit__(self, *exc: object) -> None:
         try:
             self.shutdown()
         finally:
-            with _stack_lock:
-                if self in _stack:
-                    _stack.remove(self)
-
-
-_stack: list[AgentSystem] = []
-_stack_lock = threading.Lock()
-_default: AgentSystem | None = None
+            leave_system(self)
 
 
 def current_system() -> AgentSystem:
     """Return the innermost open `AgentSystem`, else the default one (created lazily)."""
-    global _default
-    if _stack:
-        return _stack[-1]
-    with _stack_lock:
-        if _default is None:
-            _default = AgentSystem()
+    system = active_system()
+    if system is not None:
+        return system  # type: ignore[no-any-return]
+    with systems_lock:
+        system = active_system()
+        if system is None:
+            system = AgentSystem()
+            set_default_system(system)
             atexit.register(_shutdown_default)
-        return _default
+        return system  # type: ignore[no-any-return]
 
 
 def _shutdown_default() -> None:
-    if _default is not None:
-        _default.shutdown()
+    system = default_system()
+    if system is not None:
+        system.shutdown()
 
 
 def shutdown() -> None:

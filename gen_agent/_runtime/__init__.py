@@ -1,19 +1,94 @@
-"""The actor runtime: everything behind the public client API.
+"""The actor runtime: everything behind the public client API, sealed behind this namespace.
 
-Private: nothing here is public API, and names may change between releases. The map:
+Private: nothing here is public API, and names may change between releases. Code outside
+`_runtime/` imports only the names below, never a submodule (`tests/test_layers.py` enforces
+it), so the runtime's insides can move without touching the rest of the package. The map:
 
-- `server`: `AgentActor`, the pykka actor that owns an agent's state machine (contract §4).
-- `controls`: control calls (status, poll, halt/resume, drain, reset, checkpoints, §7.3).
+- `calls`: every client call, defined once (exported as the namespace `calls`).
+- `agent_actor`: `AgentActor`, the pykka actor that owns an agent's state machine (see
+  docs/pages/contract.md for the contract it follows).
+- `controls`: control calls (status, poll, halt/resume, drain, reset, checkpoints).
 - `request`: the agent's bookkeeping records: requests, the self-chain retry slot, the active turn.
 - `turn`: turn tasks on pooled threads and the byte-bounded event channel back to the actor.
-- `capture`: per-turn event capture, compact retention and the lossless admission check (§6).
-- `pending`: bounded FIFO queues with count and byte limits (§4.17).
+- `capture`: per-turn event capture, compact retention and the lossless admission check.
+- `pending`: bounded FIFO queues with count and byte limits.
 - `handle`: the incarnation handle an `AgentRef` addresses.
 - `reply`: once-only deferred replies to blocked callers.
 - `results`: the poll cache of finished requests.
-- `timers`: the persistent timer service (watchdogs, delayed work).
-- `cancel`: `CancelSignal`, a turn's set-once cancel flag handed to backends.
-- `context`: thread-local identity of the agent a thread works for, `current_name()` (§2.22).
 - `messages`: the actor's mailbox message records.
-- `options`: parsing and validation of the reserved start options (§2.2).
+- `options`: parsing and validation of the reserved start options.
+
+Below the runtime, as leaves every layer may use: `gen_agent._cancel` (a turn's cancel
+signal), `gen_agent._context` (which agent and request a thread works for) and
+`gen_agent._timers` (the timer service).
 """
+
+from gen_agent._runtime import calls
+from gen_agent._runtime.agent_actor import RAISED_DURING_START, AgentActor
+from gen_agent._runtime.crash import log_exception
+from gen_agent._runtime.handle import AgentHandle
+from gen_agent._runtime.messages import (
+    AbandonAskMsg,
+    AskMsg,
+    CancelRequestMsg,
+    DrainMsg,
+    GetSessionMsg,
+    HaltMsg,
+    InfoMsg,
+    InterruptMsg,
+    InterruptRequestMsg,
+    NotifyMsg,
+    PollMsg,
+    ResetSessionMsg,
+    ResumeMsg,
+    SnapshotMsg,
+    StatusMsg,
+    StopMsg,
+    TellMsg,
+)
+from gen_agent._runtime.options import (
+    build_options,
+    outside_level,
+    split_options,
+    validate_shutdown,
+    warn_near_misses,
+)
+from gen_agent._runtime.reply import Reply, await_reply, call_in_loop, set_once
+from gen_agent._runtime.turn import WORKERS
+from gen_agent._runtime.watch import Watch
+
+__all__ = [
+    "RAISED_DURING_START",
+    "WORKERS",
+    "AbandonAskMsg",
+    "AgentActor",
+    "AgentHandle",
+    "AskMsg",
+    "CancelRequestMsg",
+    "DrainMsg",
+    "GetSessionMsg",
+    "HaltMsg",
+    "InfoMsg",
+    "InterruptMsg",
+    "InterruptRequestMsg",
+    "NotifyMsg",
+    "PollMsg",
+    "Reply",
+    "ResetSessionMsg",
+    "ResumeMsg",
+    "SnapshotMsg",
+    "StatusMsg",
+    "StopMsg",
+    "TellMsg",
+    "Watch",
+    "await_reply",
+    "build_options",
+    "call_in_loop",
+    "calls",
+    "log_exception",
+    "outside_level",
+    "set_once",
+    "split_options",
+    "validate_shutdown",
+    "warn_near_misses",
+]

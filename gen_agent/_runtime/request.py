@@ -8,7 +8,7 @@ from typing import Any, Literal
 import pykka
 from loguru import logger
 
-from gen_agent._runtime.cancel import CancelSignal
+from gen_agent._cancel import CancelSignal
 from gen_agent._runtime.capture import Capture
 from gen_agent._runtime.turn import TurnChannel
 from gen_agent.agent import Halt, NoReply, Prompt

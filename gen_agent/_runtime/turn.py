@@ -22,9 +22,9 @@ from typing import Any
 
 from loguru import logger
 
-from gen_agent._runtime.cancel import CancelSignal
+from gen_agent._cancel import CancelSignal
+from gen_agent._context import set_current, trace_carrier_activation
 from gen_agent._runtime.capture import LosslessBudget
-from gen_agent._runtime.context import set_current, trace_carrier_activation
 from gen_agent._runtime.messages import TurnDoneMsg, TurnWakeMsg
 from gen_agent.backend import DispatchError, TurnContext
 from gen_agent.event import TERMINAL_KINDS, Event, monotonic_ms

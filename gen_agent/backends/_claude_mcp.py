@@ -36,9 +36,9 @@ from typing import Any, Final
 
 import msgspec
 
+from gen_agent._tools import Tool, ToolCall, ToolResult, run_calls
 from gen_agent.backend import TurnContext
 from gen_agent.permission import Allow, Deny, PermissionDecision, ToolPermissionRequest
-from gen_agent.tools import Tool, ToolCall, ToolResult, run_calls
 
 __all__ = ["MCP_PROTOCOL_VERSION", "SERVER_NAME", "McpServer", "cli_tool_name"]
 

@@ -302,7 +302,7 @@ class WarmSlot(Slot[_ClaudeProcess, _TurnLines]):
         if lines.writing and process is not None:
             # The prompt is still being written: it normally finishes at once (the turn then
             # interrupts); a CLI that stopped reading stdin is killed past the grace.
-            from gen_agent._runtime.timers import TIMERS
+            from gen_agent._timers import TIMERS
 
             live = process.live
             TIMERS.schedule(lines.grace_s, lambda: live.kill() if lines.writing else None)

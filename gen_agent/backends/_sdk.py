@@ -36,7 +36,7 @@ from typing import Any, ClassVar, Final
 import msgspec
 from loguru import logger
 
-from gen_agent._runtime.timers import TIMERS
+from gen_agent._timers import TIMERS
 from gen_agent.backend import BackendError, SessionStartError, TurnContext
 from gen_agent.backends._option_checks import (
     Check,
@@ -266,7 +266,7 @@ class SDKOptions(msgspec.Struct, frozen=True, kw_only=True):
 
 def split_tools(tools: Sequence[Any]) -> tuple[tuple[dict[str, Any], ...], tuple[Any, ...]]:
     """`(provider tool definitions, Python tools)` of a `tools` option (`gen_agent.tools`)."""
-    from gen_agent.tools import as_tools
+    from gen_agent._tools import as_tools
 
     raw = tuple(dict(t) for t in tools if isinstance(t, Mapping))
     return raw, as_tools([t for t in tools if not isinstance(t, Mapping)])

@@ -29,10 +29,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from gen_agent._tools import Tool, ToolCall, ToolInterrupted, permission_check, run_calls
 from gen_agent.backend import BackendError
 from gen_agent.conversation import Message, ToolResultPart
 from gen_agent.event import Event
-from gen_agent.tools import Tool, ToolCall, ToolInterrupted, permission_check, run_calls
 
 DEFAULT_MAX_STEPS = 8
 """Requests one turn may make before a model that keeps calling tools is stopped (count)."""

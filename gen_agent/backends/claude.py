@@ -291,7 +291,7 @@ class ClaudeCLI(CLIBackend[ClaudeSession]):
                 ("invalid_option", "tools", opts.get("tools")),
                 "ClaudeCLI option 'tools': Python tools need warm mode (mode='warm', the "
                 "default); per-turn processes have no channel to call them back")
-        from gen_agent.tools import as_tools
+        from gen_agent._tools import as_tools
 
         try:
             tools = as_tools(o.tools)
@@ -540,7 +540,7 @@ def _json_schema(context: TurnContext) -> str | None:
 
 
 def _is_tool(value: Any) -> bool:
-    from gen_agent.tools import Tool
+    from gen_agent._tools import Tool
 
     return isinstance(value, Tool) or callable(value)
 

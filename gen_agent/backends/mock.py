@@ -144,7 +144,7 @@ def tool_round(calls: Sequence[Any], then: Any) -> ToolRound:
 
 
 def _tool_call(index: int, call: Any) -> Any:
-    from gen_agent.tools import ToolCall
+    from gen_agent._tools import ToolCall
 
     if isinstance(call, ToolCall):
         return call
@@ -638,9 +638,9 @@ class MockBackend(Backend):
         """
         if isinstance(session_or_name, MockSession):
             return session_or_name.history
-        from gen_agent.client import backend_session  # the client imports backends
+        from gen_agent._runtime import calls  # lazy: the runtime is not needed to script turns
 
-        session = backend_session(session_or_name)
+        session = calls.run(calls.lookup(None, session_or_name), calls.BACKEND_SESSION, None)
         if not isinstance(session, MockSession):
             raise RequestError("not_mock_backend")
         return session.history
@@ -683,7 +683,7 @@ def _known_script(script: Any) -> bool:
 
 
 def _validate_tools(tools: Any) -> tuple[Any, ...]:
-    from gen_agent.tools import as_tools
+    from gen_agent._tools import as_tools
 
     if not isinstance(tools, list | tuple):
         raise SessionStartError(("invalid_option", "tools"),

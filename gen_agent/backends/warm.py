@@ -298,7 +298,7 @@ class LiveProcess:
         if timer is not None:
             timer.cancel()
         if not busy and self._idle_timeout_ms is not None and self.alive:
-            from gen_agent._runtime.timers import TIMERS
+            from gen_agent._timers import TIMERS
 
             handle = TIMERS.schedule(self._idle_timeout_ms / 1000, self._idle_expired)
             with self._lock:

@@ -32,7 +32,7 @@ from typing import Any, Final
 
 import msgspec
 
-from gen_agent._runtime.context import current_name
+from gen_agent._context import current_name
 from gen_agent.agent import GenAgent, NoReply, Proceed, Prompt
 from gen_agent.backend import BackendError
 from gen_agent.cli.demo_script import (

@@ -30,6 +30,7 @@ from ray.exceptions import (
     RayActorError,
 )
 
+from gen_agent._runtime import calls
 from gen_agent.errors import AgentDown, AgentNotFound, CallTimeout, RequestError, TurnError
 from gen_agent.portable import from_portable, to_exception
 from gen_agent.ray.directory import (
@@ -280,11 +281,6 @@ def _call(op: str, name: Any, args: tuple[Any, ...], timeout: float | None,
     raise AssertionError("unreachable")
 
 
-def _check_prompt(prompt: Any, fn: str) -> None:
-    if type(prompt) is not str:
-        raise TypeError(f"{fn}: prompt must be a str, got {type(prompt).__name__}")
-
-
 # ---------------------------------------------------------------------------- nodes
 def start_node(name: Any, children: Iterable[ChildSpec | SupervisorSpec] = (), *,
                strategy: str = "one_for_one", max_restarts: int = 3, max_seconds: float = 5.0,
@@ -443,7 +439,7 @@ def ask(name: Any, prompt: str, timeout: float | None = None, *,
 
     Mirrors: `GenAgent.ask/3` across nodes.
     """
-    _check_prompt(prompt, "ask")
+    calls.check_prompt(prompt, "ask")
     return _call("ask", name, (prompt, timeout), timeout, namespace)
 
 
@@ -454,7 +450,7 @@ def tell(name: Any, prompt: str, timeout: float | None = None, *,
     Raises: as `gen_agent.tell`, plus AgentDown(("node_down", node)).
     Mirrors: `GenAgent.tell/3` across nodes.
     """
-    _check_prompt(prompt, "tell")
+    calls.check_prompt(prompt, "tell")
     return _call("tell", name, (prompt, timeout), timeout, namespace)
 
 
@@ -575,7 +571,7 @@ def stream(name: Any, prompt: str, timeout: float | None = None, *, batch_ms: in
 
     Mirrors: `tell_with_completion(..., stream_to=...)` across nodes.
     """
-    _check_prompt(prompt, "stream")
+    calls.check_prompt(prompt, "stream")
     node = _resolve(namespace, name)
     actor = _actor(namespace, node)
     stream_id = _remote(node, actor.stream_open.remote(name, prompt, timeout), timeout)

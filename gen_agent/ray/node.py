@@ -34,7 +34,7 @@ import ray.cloudpickle as cloudpickle
 from loguru import logger
 
 import gen_agent
-from gen_agent.agent_ref import _tell_message
+from gen_agent._runtime import calls
 from gen_agent.errors import AgentDown, AlreadyStarted, GenAgentError
 from gen_agent.portable import PortableObject, to_portable
 from gen_agent.ray.directory import (
@@ -217,10 +217,9 @@ class _NodeWorkers:
         sent = []
         for slot, handle, task_id, prompt in picks:
             recipient = functools.partial(self._completed, slot, task_id)
-            make, _watch = _tell_message(handle, prompt, None, recipient=recipient,
-                                         completion=True, on_halt="fail",
-                                         options=self._options)
-            sent.append((slot, handle, task_id, prompt, handle.request(make)))
+            call = calls.tell(handle, prompt, None, recipient=recipient, completion=True,
+                              on_halt="fail", options=self._options)
+            sent.append((slot, handle, task_id, prompt, handle.request(call.make)))
         for slot, handle, task_id, prompt, reply in sent:
             try:
                 outcome = reply.wait(None)

@@ -359,8 +359,8 @@ def find_leaks(threads_before: Iterable[threading.Thread], children_before: set[
         children_before: `child_processes()` taken before the test (None = skip processes).
         timeout: seconds, shared by every join and process wait.
     """
-    from gen_agent._runtime.timers import THREAD_NAME as TIMER_THREAD
-    from gen_agent._runtime.turn import WORKERS
+    from gen_agent._runtime import WORKERS
+    from gen_agent._timers import THREAD_NAME as TIMER_THREAD
 
     deadline = time.monotonic() + timeout
     before = set(threads_before)

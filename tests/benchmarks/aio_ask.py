@@ -79,7 +79,7 @@ def aio_ask(env: dict[str, Any], params: dict[str, Any]) -> Measured:
         clock, samples = time.perf_counter, []
         for _ in range(params["calls"]):
             started = clock()
-            await aio.ask("aio-one", "x", timeout=30, system=system)
+            await aio.ask("aio-one", "x", timeout=30, agent_system=system)
             samples.append((clock() - started) * 1e6)
         return samples
 
@@ -126,7 +126,8 @@ def loop_asks(env: dict[str, Any], params: dict[str, Any]) -> Measured:
         tick = asyncio.create_task(ticker())
         await asyncio.sleep(0)
         started = time.perf_counter()
-        await asyncio.gather(*(aio.ask(name, "x", timeout=60, system=system) for name in names))
+        await asyncio.gather(*(aio.ask(name, "x", timeout=60, agent_system=system)
+                               for name in names))
         elapsed = time.perf_counter() - started
         done.set()
         await tick

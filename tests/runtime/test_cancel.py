@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from gen_agent._runtime.cancel import CancelSignal
+from gen_agent._cancel import CancelSignal
 
 
 def test_flag_before_and_after_set() -> None:

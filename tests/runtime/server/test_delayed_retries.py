@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import gen_agent
-import gen_agent._runtime.server as server_module
+import gen_agent._runtime.agent_actor as server_module
 from gen_agent import NoReply, Prompt
 from gen_agent.backend import BackendError
 from gen_agent.backends import mock

@@ -23,15 +23,15 @@ from loguru import logger
 from pykka._envelope import Envelope
 
 from gen_agent import telemetry
-from gen_agent._runtime.cancel import CancelSignal
-from gen_agent._runtime.capture import Capture, LosslessBudget, tool_calls
-from gen_agent._runtime.context import (
+from gen_agent._cancel import CancelSignal
+from gen_agent._context import (
     current_handle,
     current_name,
     current_request,
     set_current,
     set_request,
 )
+from gen_agent._runtime.capture import Capture, LosslessBudget, tool_calls
 from gen_agent._runtime.controls import ControlsMixin
 from gen_agent._runtime.crash import log_exception
 from gen_agent._runtime.durable import Durable
@@ -82,8 +82,8 @@ from gen_agent._runtime.request import (
     valid_retry_delay,
 )
 from gen_agent._runtime.results import ResultCache
-from gen_agent._runtime.timers import TIMERS
 from gen_agent._runtime.turn import TurnChannel, TurnSpec, start_turn
+from gen_agent._timers import TIMERS
 from gen_agent.accounting import Spend, add_turn, check_budget
 from gen_agent.agent import BASE_STREAM_EVENT, GenAgent, Halt, NoReply, Proceed, Prompt, Skip
 from gen_agent.backend import ResetError, SessionStartError, TurnContext

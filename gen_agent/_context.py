@@ -83,3 +83,41 @@ def set_trace_carrier_activation(activate: Any) -> None:
 def trace_carrier_activation() -> Any:
     """The installed activation function, or None."""
     return _activate_trace_carrier
+
+
+# The registries (`gen_agent.system.AgentSystem`s) a by-name call may address: the open ones,
+# innermost last, then the default. Kept here, below every layer, so the runtime and the
+# backends can resolve a name without importing the API that owns the registry.
+_open_systems: list[Any] = []
+_default_system: Any = None
+systems_lock = threading.Lock()
+
+
+def enter_system(system: Any) -> None:
+    """Make `system` the innermost open registry (`with AgentSystem():`)."""
+    with systems_lock:
+        _open_systems.append(system)
+
+
+def leave_system(system: Any) -> None:
+    with systems_lock:
+        if system in _open_systems:
+            _open_systems.remove(system)
+
+
+def set_default_system(system: Any) -> None:
+    """Install the default registry (done once, lazily, by `gen_agent.system`)."""
+    global _default_system
+    _default_system = system
+
+
+def default_system() -> Any:
+    """The default registry, or None before it was made."""
+    return _default_system
+
+
+def active_system() -> Any:
+    """The innermost open registry, else the default one; None before any exists."""
+    if _open_systems:
+        return _open_systems[-1]
+    return _default_system
