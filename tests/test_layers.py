@@ -242,3 +242,25 @@ def test_every_module_has_a_layer() -> None:
     assert layer_of("gen_agent._runtime.agent_actor") == 2
     with pytest.raises(AssertionError, match="has no layer"):
         layer_of("gen_agent.brand_new")
+
+
+def _pykka_internals(tree: ast.AST) -> list[str]:
+    """Private pykka names `tree` reaches: `pykka._x` modules, `_Name`s imported from pykka."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("pykka"):
+            if "._" in f".{node.module}" or any(a.name.startswith("_") for a in node.names):
+                found.append(node.module or "")
+        elif isinstance(node, ast.Attribute) and node.attr.startswith("_") and isinstance(
+                node.value, ast.Attribute | ast.Name) and ast.unparse(node.value).startswith(
+                "pykka"):
+            found.append(ast.unparse(node))
+    return found
+
+
+def test_only_the_actor_base_touches_pykka_internals() -> None:
+    users = {module for module, path in _modules().items()
+             if _pykka_internals(ast.parse(path.read_text()))}
+    assert users == {"gen_agent._runtime.actor"}
+    assert _pykka_internals(ast.parse("import pykka.messages\npykka.messages._ActorStop")) == [
+        "pykka.messages._ActorStop"]

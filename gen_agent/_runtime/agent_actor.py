@@ -10,27 +10,20 @@ which are only logged (the protected callbacks).
 from __future__ import annotations
 
 import itertools
-import queue
-import sys
 import threading
 import time
 from typing import Any
 
 import msgspec
-import pykka
-import pykka.messages
 from loguru import logger
-from pykka._envelope import Envelope
 
 from gen_agent import telemetry
 from gen_agent._cancel import CancelSignal
 from gen_agent._context import (
-    current_handle,
-    current_name,
-    current_request,
     set_current,
     set_request,
 )
+from gen_agent._runtime.actor import ActorBase
 from gen_agent._runtime.capture import Capture, LosslessBudget, tool_calls
 from gen_agent._runtime.controls import ControlsMixin
 from gen_agent._runtime.crash import log_exception
@@ -66,7 +59,6 @@ from gen_agent._runtime.messages import (
 )
 from gen_agent._runtime.options import AgentOptions
 from gen_agent._runtime.pending import BoundedQueue, check_admission
-from gen_agent._runtime.reply import OnceEvent
 from gen_agent._runtime.request import (
     Request,
     Retry,
@@ -110,18 +102,6 @@ RAISED_DURING_START = "(raised during start; the original exception is __cause__
 _GRACEFUL = ("normal", "shutdown")
 
 
-class _HibernatingInbox(queue.SimpleQueue):  # type: ignore[type-arg]
-    """The inbox of an agent that may hibernate: a put wakes it when it is hibernated."""
-
-    __slots__ = ("actor", "hibernated")
-
-    actor: Any
-    hibernated: bool
-
-    def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
-        queue.SimpleQueue.put(self, item)
-        if self.hibernated:
-            self.actor._wake()
 _RETRY_GENERATED_S = 0.010
 _NO_CARRIER: dict[str, str] = {}  # the trace carrier of a turn nobody instruments (never written)
 
@@ -146,37 +126,17 @@ def _with_detail(reason: Any, exc: BaseException) -> str:
     return shown
 
 
-class AgentActor(ControlsMixin, pykka.ThreadingActor):
+class AgentActor(ControlsMixin, ActorBase):
     """The GenServer-like agent. Internal: users talk to it through `gen_agent.client`.
 
-    Two departures from a stock pykka actor, both for speed (issue 20): the inbox is a C
-    `queue.SimpleQueue` (pykka's default `queue.Queue` is pure Python, with three conditions:
-    most of a round trip's wake-up cost), and the actor is not entered in pykka's
-    `ActorRegistry` (a list, scanned on every stop: stopping N agents would cost O(N^2));
-    agents are registered in their `AgentSystem` instead, which stops them.
+    Its loop, teardown and hibernation are `ActorBase`'s (`_runtime/actor.py`); this class is
+    the agent's state machine on top: startup, the message `match`, admission, dispatch, the
+    turn's completion, the failure policy (`_finish_error` / `_deliver`) and termination.
     """
-
-    use_daemon_thread = True
-
-    @staticmethod
-    def _create_actor_inbox() -> Any:  # see _enable_hibernation for a hibernating agent
-        # SimpleQueue has what pykka uses (put, get, empty) and qsize; it is unbounded, like
-        # pykka's own inbox: the bounds of contract §3.9 are enforced by `self.mailbox`.
-        return queue.SimpleQueue()
-
-    @classmethod
-    def start(cls, *args: Any, **kwargs: Any) -> Any:
-        """Create the actor and start its thread, without pykka's `ActorRegistry` (see the
-        class docstring); returns its `ActorRef`."""
-        obj = cls(*args, **kwargs)
-        obj._start_actor_loop()
-        return obj.actor_ref
 
     def __init__(self, handle: AgentHandle, module: type, backend: Any, options: AgentOptions,
                  init_opts: dict[str, Any], init_reply: Any) -> None:
         super().__init__()
-        # pykka only sets and reads its stop flag: a lighter one (memory, issue 20).
-        self.actor_stopped = self.actor_ref.actor_stopped = OnceEvent()  # type: ignore[assignment]
         self.handle = handle
         handle.actor_ref = self.actor_ref
         self.name = handle.name
@@ -215,14 +175,10 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
         self._replies: list[tuple[Any, Any]] = []
         self._terminated = False
         self.log = logger.bind(gen_agent=self.name, gen_agent_module=module.__name__)
-        self._hibernate_s: float | None = None
-        self._wake_lock: threading.Lock | None = None
-        self._hibernating_inbox: _HibernatingInbox | None = None
-        self.hibernations = 0  # times this agent's thread ended while idle (tests, benches)
         # The agent's running totals (gen_agent.accounting); reset_session keeps them.
         self.spend = options.spend if options.spend is not None else Spend()
         if options.hibernate_after_ms is not None:
-            self._enable_hibernation(options.hibernate_after_ms)
+            self.enable_hibernation(options.hibernate_after_ms / 1000)
         self.durable: Durable | None = None
         if options.store is not None and options.session_key is not None:
             self.durable = Durable(options.store, options.session_key, self.name, backend,
@@ -235,178 +191,27 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
 
     __str__ = __repr__
 
-    # ------------------------------------------------------------------ hibernation
-    # BEAM's `:hibernate`, for threads (issue 20): an idle agent (no turn, no retry timer)
-    # whose inbox stays empty for `hibernate_after_ms` ends its actor thread; everything else
-    # (state, session, queues, caches) stays in this object, and its inbox keeps accepting.
-    # The next message put into the inbox starts a new actor thread that carries on with the
-    # same loop, so order is kept and nothing is lost. Race-free without a lock on the send
-    # path: the actor sets `inbox.hibernated` *before* its last emptiness check and a sender
-    # reads it *after* its put, so one of them always sees the other; `_wake_lock` makes the
-    # flag's True -> False transitions (resume, or the actor changing its mind) exclusive.
-
-    def _enable_hibernation(self, after_ms: int) -> None:
-        inbox = _HibernatingInbox()
-        inbox.actor = self
-        inbox.hibernated = False
-        self.actor_inbox = self._hibernating_inbox = inbox
-        self.actor_ref.actor_inbox = inbox  # the ref copied pykka's inbox when it was made
-        self._hibernate_s = after_ms / 1000
-        self._wake_lock = threading.Lock()
-
-    def _actor_loop(self) -> None:
-        self._actor_loop_setup()
-        self._run_loop()
-
-    def _start_actor_loop(self) -> None:
-        if self._hibernate_s != 0 or getattr(self.module, "pre_run", None) not in (
-                None, GenAgent.pre_run):
-            super()._start_actor_loop()
-            return
-        # hibernate_after_ms=0 and no pre_run (which must run after start_agent returned,
-        # §4.3): initialise in the starting thread and begin hibernated, so starting 100,000
-        # such agents starts no thread at all.
-        self._inline(self._start_hibernated)
-
-    def _start_hibernated(self) -> None:
-        self._actor_loop_setup()  # on_start: init_agent, start_session, pre_run
-        if not self._hibernate():
-            self._wake(force=True)  # messages arrived meanwhile (or it stopped): a thread
-
-    def _inline(self, body: Any) -> None:
-        # Run `body` as this agent's thread in the calling thread, then give the calling
-        # thread its own identity back (it may itself be another agent's thread).
-        name, handle, request = current_name(), current_handle(), current_request()
-        me = self.handle.actor_thread = threading.get_ident()
+    # ------------------------------------------------------------------ ActorBase hooks
+    def _bind_thread(self) -> None:
+        self.handle.actor_thread = threading.get_ident()
         set_current(self.name, self.handle)
-        try:
-            body()
-        finally:
-            if self.handle.actor_thread == me:
-                self.handle.actor_thread = None  # hibernated or stopped: no thread is its own
-            set_current(name, handle)
-            set_request(request)
 
-    def run_inline(self, message: Any) -> bool:
-        """If this agent hibernates, put `message` in its inbox and run the agent in the
-        calling thread until it hibernates again or stops; False (nothing done) if it is
-        awake. Used to stop hibernated agents without starting a thread for each."""
-        inbox, lock = self._hibernating_inbox, self._wake_lock
-        if inbox is None or lock is None:
-            return False
-        with lock:
-            if not inbox.hibernated:
-                return False
-            inbox.hibernated = False  # claimed: the put below wakes nobody
-        if self.actor_stopped.is_set():
-            return False
-        inbox.put(message)
-        self._inline(self._run_loop)
-        return True
+    def _unbind_thread(self) -> None:
+        self.handle.actor_thread = None
 
-    def _run_loop(self) -> None:
-        if self._hibernate_s is None:
-            inbox, stopped, receive = self.actor_inbox, self.actor_stopped, self._receive
-            while not stopped.is_set():
-                receive(inbox.get())
-        elif self._loop_until_hibernated():
-            return  # hibernated: this thread ends, the agent lives on
-        self._actor_loop_teardown()
+    def _thread_of(self) -> int | None:
+        return self.handle.actor_thread
 
-    def _loop_until_hibernated(self) -> bool:
-        """pykka's receive loop, but an idle agent hibernates. True when it did (the thread
-        must end at once), False when the actor stopped."""
-        inbox, stopped, after = self._hibernating_inbox, self.actor_stopped, self._hibernate_s
-        assert inbox is not None and after is not None
-        while not stopped.is_set():
-            try:
-                envelope = inbox.get(timeout=after) if after > 0 else inbox.get(block=False)
-            except queue.Empty:
-                if self._hibernate():
-                    return True
-                envelope = inbox.get()  # busy (a turn runs): wait for its next message
-            self._receive(envelope)
-        return False
+    def _starts_hibernated(self) -> bool:
+        # No pre_run, which must run after start_agent returned (§4.3): the agent may
+        # initialise in the starting thread and begin hibernated.
+        return getattr(self.module, "pre_run", None) in (None, GenAgent.pre_run)
 
-    def _receive(self, item: Any) -> None:
-        # As pykka's `_actor_loop_running` handles one envelope, but the runtime's own
-        # messages come bare (`AgentHandle.send`): no `Envelope` to build, no dispatch on
-        # pykka's message types (issue 20). pykka's own (stop, a user's `ActorRef.tell`) still
-        # come enveloped.
-        reply_to = item.reply_to if type(item) is Envelope else None
-        try:
-            if type(item) is not Envelope:
-                self.on_receive(item)
-            else:
-                response = self._handle_receive(item.message)
-                if reply_to is not None:
-                    reply_to.set(response)
-        except Exception:  # noqa: BLE001 - as pykka: to the asker, else logged
-            if reply_to is not None:
-                reply_to.set_exception()
-            else:
-                self._handle_failure(*sys.exc_info())
-                try:
-                    self.on_failure(*sys.exc_info())
-                except Exception:  # noqa: BLE001 - as pykka
-                    self._handle_failure(*sys.exc_info())
-        except BaseException:  # noqa: BLE001 - as pykka: stop on KeyboardInterrupt/SystemExit
-            self._stop()
-            pykka.ActorRegistry.stop_all()
-
-    def _actor_loop_teardown(self) -> None:
-        # pykka's teardown reads `reply_to` of every envelope left; bare messages carry
-        # `Reply`s, which `AgentHandle.close` has already failed (the handle closes first).
-        inbox = self.actor_inbox
-        while not inbox.empty():
-            item = inbox.get()
-            if type(item) is Envelope and item.reply_to is not None:
-                if isinstance(item.message, pykka.messages._ActorStop):
-                    item.reply_to.set(None)
-                else:
-                    item.reply_to.set_exception(exc_info=(
-                        pykka.ActorDeadError,
-                        pykka.ActorDeadError(f"{self.actor_ref} stopped before handling the "
-                                             "message"), None))
-
-    def _hibernate(self) -> bool:
+    def _may_hibernate(self) -> bool:
         if self.turn is not None or self._retry_timer is not None or self._terminated:
             return False
         self._disarm_watchdog()  # before the flag: once it is set, a wake may arm it anew
-        inbox, lock = self._hibernating_inbox, self._wake_lock
-        assert inbox is not None and lock is not None
-        with lock:
-            inbox.hibernated = True
-            if not inbox.empty() or self.actor_stopped.is_set():
-                inbox.hibernated = False  # a message came in meanwhile: carry on
-                return False
-            self.handle.actor_thread = None
-            self.hibernations += 1
         return True
-
-    def _wake(self, force: bool = False) -> None:
-        """Resume a hibernated agent on a new actor thread (called by `_HibernatingInbox.put`
-        in the sender's thread; `force`: start the thread even though the agent was not
-        marked hibernated). Raises RuntimeError when no thread can be started: the message
-        stays queued and the next put tries again."""
-        inbox, lock = self._hibernating_inbox, self._wake_lock
-        assert inbox is not None and lock is not None
-        with lock:
-            if not inbox.hibernated and not force:
-                return
-            inbox.hibernated = False
-            thread = threading.Thread(target=self._resumed, daemon=True,
-                                      name=f"{type(self).__name__}-{self.name!s:.40}")
-            try:
-                thread.start()
-            except BaseException:
-                inbox.hibernated = True
-                raise
-
-    def _resumed(self) -> None:
-        self.handle.actor_thread = threading.get_ident()
-        set_current(self.name, self.handle)
-        self._run_loop()
 
     # ------------------------------------------------------------------ startup (§4.3)
     def on_start(self) -> None:
