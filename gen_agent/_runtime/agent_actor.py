@@ -27,7 +27,7 @@ from gen_agent._runtime.actor import ActorBase
 from gen_agent._runtime.capture import Capture, LosslessBudget, tool_calls
 from gen_agent._runtime.controls import ControlsMixin
 from gen_agent._runtime.crash import log_exception
-from gen_agent._runtime.durable import Durable
+from gen_agent._runtime.durable import NO_DURABILITY, Durable, NoDurability
 from gen_agent._runtime.handle import AgentHandle
 from gen_agent._runtime.messages import (
     AbandonAskMsg,
@@ -179,7 +179,7 @@ class AgentActor(ControlsMixin, ActorBase):
         self.spend = options.spend if options.spend is not None else Spend()
         if options.hibernate_after_ms is not None:
             self.enable_hibernation(options.hibernate_after_ms / 1000)
-        self.durable: Durable | None = None
+        self.durable: Durable | NoDurability = NO_DURABILITY
         if options.store is not None and options.session_key is not None:
             self.durable = Durable(options.store, options.session_key, self.name, backend,
                                    self.log, lambda: not handle.closed)
@@ -222,14 +222,12 @@ class AgentActor(ControlsMixin, ActorBase):
             backend_opts, state = self._init_agent()
             self._backend_opts = backend_opts
             try:
-                if self.durable is not None:  # resume from the store (gen_agent.store)
-                    self.session, state = self.durable.open(
-                        self.impl, backend_opts, state, self._start_session)
-                    if self.durable.resumed and self.opts.spend is None:
-                        # The spend caps count what the stored session already spent.
-                        self.spend = _spend_of(self.durable.totals)
-                else:
-                    self.session = self._start_session(backend_opts)
+                # resumed from the store when the agent has one (gen_agent.store)
+                self.session, state = self.durable.open(
+                    self.impl, backend_opts, state, self._start_session)
+                if self.durable.resumed and self.opts.spend is None:
+                    # The spend caps count what the stored session already spent.
+                    self.spend = _spend_of(self.durable.totals)
             except SessionStartError as exc:
                 failed = ("backend_start_failed", exc.reason)
                 raise AgentStartError(failed, _with_detail(failed, exc)) from exc
@@ -256,8 +254,7 @@ class AgentActor(ControlsMixin, ActorBase):
         self._set_phase("idle")
         self._init_reply.resolve(self.handle)
         self._run_pre_run()
-        if self.durable is not None and self.durable.interrupted is not None \
-                and not self._terminated:
+        if self.durable.interrupted is not None and not self._terminated:
             self._on_info(self.durable.interrupted)  # the turn the last owner did not finish
 
     def _start_session(self, backend_opts: dict[str, Any]) -> Any:
@@ -282,8 +279,7 @@ class AgentActor(ControlsMixin, ActorBase):
     def _fail_start(self, error: AgentStartError) -> None:
         # Free the name before the starter hears of the failure, so it can retry at once.
         self._terminated = True
-        if self.durable is not None:
-            self.durable.close()
+        self.durable.close()
         self._exit(error.reason, unregister=True, cause=error.__cause__)
         self._init_reply.fail(error)
 
@@ -623,8 +619,7 @@ class AgentActor(ControlsMixin, ActorBase):
                     TurnChannel(self.handle, task_id, self.opts.max_event_bytes_per_turn,
                                 cancel_event), cancel_event)
         self.turn = turn
-        if self.durable is not None:
-            self.durable.turn_started(request, attempt)
+        self.durable.turn_started(request, attempt)
         if attached(telemetry.PROMPT_START):
             self._emit(telemetry.PROMPT_START, self._now(), self._turn_meta(
                 request, attempt, prompt=final_prompt, original_prompt=prompt,
@@ -816,12 +811,12 @@ class AgentActor(ControlsMixin, ActorBase):
                 return
             session = self._reapply_checkpoint(turn, msg.session)
             response, invalid = self._complete_record(turn.request, response)
-            if self.durable is not None:  # the conversation record, before the decision
-                kind = self.durable.turn_ended(turn.task_id, turn.request.ref, session, response)
-                if kind is not None:
-                    self._retire(turn)
-                    self._finish_error(("store_failed", kind), msg.stream_state, session, turn)
-                    return
+            # the conversation record, before the decision
+            kind = self.durable.turn_ended(turn.task_id, turn.request.ref, session, response)
+            if kind is not None:
+                self._retire(turn)
+                self._finish_error(("store_failed", kind), msg.stream_state, session, turn)
+                return
             if invalid is not None:
                 self._retire(turn)
                 self._finish_error(invalid, msg.stream_state, session, turn)
@@ -973,8 +968,7 @@ class AgentActor(ControlsMixin, ActorBase):
         outcome = ("ok", response)
         self.state = (decision.state if self._post_turn_cb is None
                       else self._post_turn(outcome, request.ref, decision.state))
-        if self.durable is not None:
-            self.durable.save_state(self.impl, self.state)
+        self.durable.save_state(self.impl, self.state)
         set_request(None)
         self._deliver(request, outcome)
         self._transition(decision, request.options)
@@ -984,8 +978,8 @@ class AgentActor(ControlsMixin, ActorBase):
         self._hold_limit(reason)
         elapsed = self._elapsed(turn)
         self.state, self.session = state, session
-        if self.durable is not None:  # the turn is over: clear its in-flight marker
-            self.durable.turn_ended(turn.task_id, request.ref, session, None, reason)
+        # the turn is over: clear its in-flight marker
+        self.durable.turn_ended(turn.task_id, request.ref, session, None, reason)
         self._emit(telemetry.PROMPT_ERROR, {"system_time": time.time_ns(),
                                             "duration": elapsed},
                    self._turn_meta(request, attempt, reason=reason, agent_state=state))
@@ -1001,8 +995,7 @@ class AgentActor(ControlsMixin, ActorBase):
         decision = self._call_handle_error(
             request.ref, reason, delay_ok=not request.generated and reason != "interrupted")
         self.state = self._post_turn(("error", reason), request.ref, decision.state)
-        if self.durable is not None:
-            self.durable.save_state(self.impl, self.state)
+        self.durable.save_state(self.impl, self.state)
         set_request(None)
         if (type(decision) is Prompt and not self.draining and reason != "interrupted"
                 and not request.generated):
@@ -1118,8 +1111,7 @@ class AgentActor(ControlsMixin, ActorBase):
         """Run handle_event/handle_info and apply its decision. Returns an admission error."""
         decision = self._call_input(kind, payload)
         self.state = decision.state
-        if self.durable is not None:  # state changed outside a turn is stored too
-            self.durable.save_state(self.impl, self.state)
+        self.durable.save_state(self.impl, self.state)  # outside a turn too
         if type(decision) is Halt:
             if not deferred:
                 self._enter_halted()
@@ -1162,8 +1154,7 @@ class AgentActor(ControlsMixin, ActorBase):
     def _apply_deferred(self, kind: str, payload: Any) -> bool:
         decision = self._call_input(kind, payload)
         self.state = decision.state
-        if self.durable is not None:  # state changed outside a turn is stored too
-            self.durable.save_state(self.impl, self.state)
+        self.durable.save_state(self.impl, self.state)  # outside a turn too
         if type(decision) is Prompt:
             request = Request("event", decision.text)
             reason = self._admit_prompt(request)
@@ -1204,8 +1195,7 @@ class AgentActor(ControlsMixin, ActorBase):
             self.backend.terminate_session(self.session)
         except Exception as exc:  # noqa: BLE001 - protected (§4.19)
             log_exception(self.log, "ERROR", "gen_agent terminate_session failed", exc)
-        if self.durable is not None:
-            self.durable.close()
+        self.durable.close()
         self._emit(telemetry.TERMINATED, self._now(), {"reason": reason})
         if reason not in _GRACEFUL:
             self.log.error("gen_agent agent stopped ({})", redacted(reason))

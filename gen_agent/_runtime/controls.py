@@ -240,7 +240,7 @@ class ControlsMixin:
             current_request=self.turn.request.ref if self.turn is not None else None,
             halted=self.halted, halt_pending=self.halt_pending, draining=self.draining,
             agent_state=self.state,
-            store=self.durable.status() if self.durable is not None else None,
+            store=self.durable.status(),
             provider_limit=None if self._limit is None else self._limit.status())
 
     def _snapshot(self) -> RuntimeSnapshot:
@@ -292,8 +292,8 @@ class ControlsMixin:
             try:
                 self.session = reset(self.session)
                 self._session_used = False
-                if self.durable is not None:  # a crash now must not resume the old one
-                    self.durable.session_replaced(self.session)
+                # a crash now must not resume the old one
+                self.durable.session_replaced(self.session)
                 reply.resolve(("ok", None))
             except ResetError as exc:
                 reply.resolve(("error", exc.reason))

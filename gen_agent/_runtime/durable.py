@@ -242,3 +242,38 @@ class Durable:
             self.store.release(lease)
         except StoreError as exc:
             self._failed("release", str(exc.reason))
+
+
+class NoDurability:
+    """The durability of an agent without a store: every write is a no-op, so the agent
+    calls its durability at each step without asking whether it has one (a null object)."""
+
+    resumed = False
+    interrupted: InterruptedTurn | None = None
+    totals = Totals()
+
+    def open(self, impl: Any, backend_opts: dict[str, Any], state: Any,
+             start_session: Any) -> tuple[Any, Any]:
+        return start_session(backend_opts), state
+
+    def turn_started(self, request: Any, attempt: int) -> None:
+        return None
+
+    def turn_ended(self, task_id: int, ref: Any, session: Any, response: Any,
+                   reason: Any = None) -> str | None:
+        return None
+
+    def session_replaced(self, session: Any) -> None:
+        return None
+
+    def save_state(self, impl: Any, state: Any) -> None:
+        return None
+
+    def status(self) -> StoreStatus | None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+NO_DURABILITY = NoDurability()
