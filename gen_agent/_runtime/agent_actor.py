@@ -28,6 +28,7 @@ from gen_agent._runtime.capture import Capture, LosslessBudget, tool_calls
 from gen_agent._runtime.controls import ControlsMixin
 from gen_agent._runtime.crash import log_exception
 from gen_agent._runtime.durable import NO_DURABILITY, Durable, NoDurability
+from gen_agent._runtime.gates import Gates
 from gen_agent._runtime.handle import AgentHandle
 from gen_agent._runtime.messages import (
     AbandonAskMsg,
@@ -76,7 +77,7 @@ from gen_agent._runtime.request import (
 from gen_agent._runtime.results import ResultCache
 from gen_agent._runtime.turn import TurnChannel, TurnSpec, start_turn
 from gen_agent._timers import TIMERS
-from gen_agent.accounting import Spend, add_turn, check_budget
+from gen_agent.accounting import Spend, add_turn
 from gen_agent.agent import BASE_STREAM_EVENT, GenAgent, Halt, NoReply, Proceed, Prompt, Skip
 from gen_agent.backend import ResetError, SessionStartError, TurnContext
 from gen_agent.errors import (
@@ -157,8 +158,7 @@ class AgentActor(ControlsMixin, ActorBase):
         self.self_chain: str | Retry | None = None
         self._chain_options = DEFAULT_OPTIONS  # the options of a str self_chain follow-up
         self._session_used = False  # a turn ran on the session since it started / was reset
-        self._limit = options.provider_limit  # a shared ProviderLimit, or None
-        self._permit = False  # holds one of its permits (between dispatch and the turn's end)
+        self.gates = Gates(options, handle)  # spend caps, provider permit, watchdog
         self.mailbox: BoundedQueue[Request] = BoundedQueue(
             "prompts", options.max_pending_prompts, options.max_pending_prompt_bytes)
         self.pending: BoundedQueue[tuple[str, Any]] = BoundedQueue(
@@ -170,8 +170,6 @@ class AgentActor(ControlsMixin, ActorBase):
         self._pre_turn_cb: Any = None  # set by on_start (see there)
         self._post_turn_cb: Any = None
         self._send_info: Any = None
-        self._watchdog: Any = None  # the agent's watchdog timer (see `_arm_watchdog`)
-        self._watchdog_armed = 0
         self._replies: list[tuple[Any, Any]] = []
         self._terminated = False
         self.log = logger.bind(gen_agent=self.name, gen_agent_module=module.__name__)
@@ -210,7 +208,7 @@ class AgentActor(ControlsMixin, ActorBase):
     def _may_hibernate(self) -> bool:
         if self.turn is not None or self._retry_timer is not None or self._terminated:
             return False
-        self._disarm_watchdog()  # before the flag: once it is set, a wake may arm it anew
+        self.gates.disarm()  # before the flag: once it is set, a wake may arm it anew
         return True
 
     # ------------------------------------------------------------------ startup (§4.3)
@@ -332,7 +330,7 @@ class AgentActor(ControlsMixin, ActorBase):
         # Reached through pykka's own stop (ActorRef.stop): stop gracefully.
         if not self._terminated:
             self._terminate("shutdown", stop_actor=False)
-        self._disarm_watchdog()
+        self.gates.disarm()
         self.handle.exited.set()
 
     def _killed(self) -> None:
@@ -383,15 +381,11 @@ class AgentActor(ControlsMixin, ActorBase):
             case PermissionMsg():
                 self._on_permission(msg)
             case WatchdogMsg():
-                if msg.armed == self._watchdog_armed:
-                    self._watchdog = None
-                    turn = self.turn
-                    if turn is not None and turn.deadline is not None:
-                        if time.monotonic() < turn.deadline:
-                            self._arm_watchdog(turn.deadline)  # armed for an earlier turn
-                        else:
-                            self._cancel_task(turn)
-                            self._finish_error("timeout", self.state, self.session, turn)
+                turn = self.turn
+                if self.gates.watchdog_fired(msg.armed, turn):
+                    assert turn is not None
+                    self._cancel_task(turn)
+                    self._finish_error("timeout", self.state, self.session, turn)
             case RetryDueMsg():
                 retry: Retry = msg.retry
                 if self.self_chain is retry:
@@ -480,7 +474,7 @@ class AgentActor(ControlsMixin, ActorBase):
         request that cannot have one is queued, and waits first in line)."""
         slot = self.self_chain
         return (self.turn is None and not self.halted and not self.draining
-                and not (type(slot) is Retry and not slot.due) and self._take_permit())
+                and not (type(slot) is Retry and not slot.due) and self.gates.take_permit())
 
     def _on_ask(self, msg: AskMsg) -> None:
         if self.draining:
@@ -561,10 +555,10 @@ class AgentActor(ControlsMixin, ActorBase):
             if isinstance(slot, Retry) and not slot.due:
                 return  # a delayed retry: nothing else runs before it (§4.21)
             if slot is None and not len(self.mailbox):
-                if self._limit is not None:
-                    self._drop_permit()
+                if self.gates.limit is not None:
+                    self.gates.drop_permit()
                 return
-            if not self._take_permit():
+            if not self.gates.take_permit():
                 return  # it waits for its provider limit, first in the queue (LimitWakeMsg)
             if isinstance(slot, Retry):
                 self.self_chain = None
@@ -591,18 +585,16 @@ class AgentActor(ControlsMixin, ActorBase):
         a provider-limit permit taken for it goes back unused)."""
         outcome = self._start_turn(request, prompt, attempt)
         if outcome != "started":
-            self._drop_permit()
+            self.gates.drop_permit()
         return outcome
 
     def _start_turn(self, request: Request, prompt: str, attempt: int) -> str:
         # The spend caps first (gen_agent.accounting): a refused turn runs no callback.
-        opts = self.opts
-        if opts.max_cost_usd is not None or opts.max_total_tokens is not None:
-            over = check_budget(self.spend, opts.max_cost_usd, opts.max_total_tokens)
-            if over is not None:
-                if request.generated:
-                    return self._reject_generated(request, attempt, ("budget_exceeded", over))
-                return self._reject_external(request, attempt, ("budget_exceeded", over))
+        over = self.gates.over_budget(self.spend)
+        if over is not None:
+            if request.generated:
+                return self._reject_generated(request, attempt, ("budget_exceeded", over))
+            return self._reject_external(request, attempt, ("budget_exceeded", over))
         accepted = self._pre_turn(request, prompt, attempt)
         if isinstance(accepted, str):
             return accepted
@@ -650,10 +642,7 @@ class AgentActor(ControlsMixin, ActorBase):
                               trace_carrier=carrier,
                               permission=self._permission_fn(turn), info=self._send_info)
         self._set_phase("processing")
-        if self.opts.watchdog_ms is not None:
-            turn.deadline = time.monotonic() + self.opts.watchdog_ms / 1000
-            if self._watchdog is None:
-                self._arm_watchdog(turn.deadline)
+        self.gates.start_watchdog(turn)
         thread = start_turn(TurnSpec(turn.channel, self.backend, self.session, final_prompt,
                                      context, self._stream_cb, self.state, budget))
         turn.thread_id = thread.ident
@@ -875,54 +864,9 @@ class AgentActor(ControlsMixin, ActorBase):
     def _elapsed(self, turn: Turn) -> int:
         return max(0, monotonic_ms() - turn.started_at)
 
-    def _arm_watchdog(self, deadline: float) -> None:
-        # One timer per agent, not one per turn (issue 20): it is left running when a turn
-        # ends; when it fires, the agent checks the turn running then, against that turn's
-        # own deadline, and arms it again for that deadline if it is not due yet. So a busy
-        # agent schedules about one timer per `watchdog_ms`, and a watchdog still fires
-        # exactly `watchdog_ms` after its turn started. Cancelled when the agent hibernates
-        # or stops.
-        armed = self._watchdog_armed = self._watchdog_armed + 1
-        tell = self.handle.tell_unchecked
-        self._watchdog = TIMERS.schedule(deadline - time.monotonic(),
-                                         lambda: tell(WatchdogMsg(armed)))
-
-    def _disarm_watchdog(self) -> None:
-        if self._watchdog is not None:
-            self._watchdog.cancel()
-            self._watchdog = None
-
     def _retire(self, turn: Turn) -> None:
         self.turn = None
-        if self._permit:
-            self._permit = False
-            self._limit.release(_tokens_spent(turn.capture.usage))  # type: ignore[union-attr]
-
-    # ------------------------------------------------------------------ provider limits
-    def _take_permit(self) -> bool:
-        """True when the next turn may dispatch: no `provider_limit`, a permit already held,
-        or one taken now; else the limit wakes this agent when one may be free."""
-        limit = self._limit
-        if limit is None or self._permit:
-            return True
-        self._permit = limit.try_acquire(self.handle, self._limit_wake)
-        return self._permit
-
-    def _drop_permit(self) -> None:
-        if self._permit:
-            self._permit = False
-            self._limit.release()  # type: ignore[union-attr]
-        elif self._limit is not None:
-            self._limit.forget(self.handle)
-
-    def _limit_wake(self) -> None:
-        self.handle.tell_unchecked(LimitWakeMsg())
-
-    def _hold_limit(self, reason: Any) -> None:
-        """A rate-limited or overloaded turn with `retry_after`: hold the whole key back."""
-        retry_after = getattr(reason, "retry_after_ms", None)
-        if self._limit is not None and isinstance(retry_after, (int, float)) and retry_after > 0:
-            self._limit.hold(retry_after)
+        self.gates.release_permit(turn.capture.usage)
 
     def _cancel_task(self, turn: Turn) -> None:
         turn.cancel_event.set()
@@ -975,7 +919,7 @@ class AgentActor(ControlsMixin, ActorBase):
 
     def _finish_error(self, reason: Any, state: Any, session: Any, turn: Turn) -> None:
         request, attempt = turn.request, turn.attempt
-        self._hold_limit(reason)
+        self.gates.hold(reason)
         elapsed = self._elapsed(turn)
         self.state, self.session = state, session
         # the turn is over: clear its in-flight marker
@@ -1203,7 +1147,7 @@ class AgentActor(ControlsMixin, ActorBase):
 
     def _exit(self, reason: Any, *, unregister: bool, stop_actor: bool = True,
               cause: BaseException | None = None) -> None:
-        self._drop_permit()
+        self.gates.drop_permit()
         if unregister:
             self.handle.system._unregister(self.handle)
         self.handle.close(reason, cause)
@@ -1212,14 +1156,6 @@ class AgentActor(ControlsMixin, ActorBase):
 
 
 __all__ = ["RAISED_DURING_START", "AgentActor", "TurnError", "deliver_to"]
-
-
-def _tokens_spent(usage: Any) -> int:
-    """Input + output tokens of a turn's latest usage (0 when unknown), for token rates."""
-    if not isinstance(usage, dict):
-        return 0
-    return sum(v for k in ("input_tokens", "output_tokens")
-               if isinstance(v := usage.get(k), int) and not isinstance(v, bool))
 
 
 def _spend_of(totals: Any) -> Spend:

@@ -36,7 +36,7 @@ class ControlsMixin:
     turn: Turn | None
     self_chain: Any
     _session_used: bool
-    _limit: Any
+    gates: Any
     mailbox: Any
     pending: Any
     results: Any
@@ -241,7 +241,7 @@ class ControlsMixin:
             halted=self.halted, halt_pending=self.halt_pending, draining=self.draining,
             agent_state=self.state,
             store=self.durable.status(),
-            provider_limit=None if self._limit is None else self._limit.status())
+            provider_limit=None if self.gates.limit is None else self.gates.limit.status())
 
     def _snapshot(self) -> RuntimeSnapshot:
         turn = self.turn

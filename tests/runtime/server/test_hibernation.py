@@ -175,7 +175,7 @@ def test_a_hibernated_agent_is_not_woken_by_its_watchdog_timer() -> None:
     threading.Event().wait(0.2)  # four watchdog windows
 
     assert ref._handle.hibernated and actor.hibernations == hibernations
-    assert actor._watchdog is None
+    assert actor.gates.watchdog is None
 
 
 def test_is_hibernated_reads_the_flag_without_waking_the_agent() -> None:
