@@ -23,8 +23,9 @@ from gen_agent._context import (
     set_current,
     set_request,
 )
+from gen_agent._runtime import record
 from gen_agent._runtime.actor import ActorBase
-from gen_agent._runtime.capture import Capture, LosslessBudget, tool_calls
+from gen_agent._runtime.capture import Capture, LosslessBudget
 from gen_agent._runtime.controls import ControlsMixin
 from gen_agent._runtime.crash import log_exception
 from gen_agent._runtime.durable import NO_DURABILITY, Durable, NoDurability
@@ -67,8 +68,6 @@ from gen_agent._runtime.request import (
     Turn,
     caller_alive,
     deliver_to,
-    error_type,
-    reason_kind,
     redacted,
     type_name,
     valid_decision,
@@ -77,7 +76,7 @@ from gen_agent._runtime.request import (
 from gen_agent._runtime.results import ResultCache
 from gen_agent._runtime.turn import TurnChannel, TurnSpec, start_turn
 from gen_agent._timers import TIMERS
-from gen_agent.accounting import Spend, add_turn
+from gen_agent.accounting import Spend
 from gen_agent.agent import BASE_STREAM_EVENT, GenAgent, Halt, NoReply, Proceed, Prompt, Skip
 from gen_agent.backend import ResetError, SessionStartError, TurnContext
 from gen_agent.errors import (
@@ -90,10 +89,8 @@ from gen_agent.errors import (
 )
 from gen_agent.event import monotonic_ms
 from gen_agent.messages import Completion, StreamEvent
-from gen_agent.output import InvalidOutput, parse_output
 from gen_agent.ref import RequestRef
 from gen_agent.request import DEFAULT_OPTIONS, RequestInfo, RequestOptions
-from gen_agent.response import Response
 from gen_agent.size import term_size
 from gen_agent.telemetry import attached
 
@@ -104,13 +101,6 @@ _GRACEFUL = ("normal", "shutdown")
 
 
 _RETRY_GENERATED_S = 0.010
-_NO_CARRIER: dict[str, str] = {}  # the trace carrier of a turn nobody instruments (never written)
-
-
-def _request_model(session: Any) -> str | None:
-    """The model a session's options name (the bundled backends' `model` option), or None."""
-    model = getattr(getattr(session, "options", None), "model", None)
-    return model if type(model) is str else None
 
 
 def _info(request: Request, prompt: str, attempt: int) -> RequestInfo:
@@ -225,7 +215,7 @@ class AgentActor(ControlsMixin, ActorBase):
                     self.impl, backend_opts, state, self._start_session)
                 if self.durable.resumed and self.opts.spend is None:
                     # The spend caps count what the stored session already spent.
-                    self.spend = _spend_of(self.durable.totals)
+                    self.spend = record.spend_of(self.durable.totals)
             except SessionStartError as exc:
                 failed = ("backend_start_failed", exc.reason)
                 raise AgentStartError(failed, _with_detail(failed, exc)) from exc
@@ -612,22 +602,10 @@ class AgentActor(ControlsMixin, ActorBase):
                                 cancel_event), cancel_event)
         self.turn = turn
         self.durable.turn_started(request, attempt)
-        if attached(telemetry.PROMPT_START):
-            self._emit(telemetry.PROMPT_START, self._now(), self._turn_meta(
-                request, attempt, prompt=final_prompt, original_prompt=prompt,
-                rewritten=final_prompt != prompt, agent_state=self.state))
-        carrier = _NO_CARRIER
-        if attached(telemetry.TURN_START):
-            carrier = {}
-            queued_at = request.queued_at
-            self._emit(telemetry.TURN_START, {
-                "system_time": time.time_ns(),
-                "queue_wait_ms": 0 if queued_at is None else max(0, monotonic_ms() - queued_at),
-                "queue_depth": len(self.mailbox),
-            }, self._turn_meta(
-                request, attempt, backend=self.backend, request_model=_request_model(self.session),
-                session_id=self.handle.session_id, trace_context=request.options.trace_context,
-                trace_carrier=carrier))
+        carrier = record.started(self._emit, self._turn_meta, turn, prompt, self.state,
+                                 backend=self.backend, session=self.session,
+                                 session_id=self.handle.session_id,
+                                 queue_depth=len(self.mailbox))
         request.queued_at = None
         budget = None
         if self.opts.event_retention == "lossless":
@@ -799,7 +777,9 @@ class AgentActor(ControlsMixin, ActorBase):
                 self._finish_error(turn.checkpoint_error, msg.stream_state, self.session, turn)
                 return
             session = self._reapply_checkpoint(turn, msg.session)
-            response, invalid = self._complete_record(turn.request, response)
+            output = turn.request.options.output
+            self.spend, response, invalid = record.complete(
+                self.spend, response, self.opts.output if output is None else output)
             # the conversation record, before the decision
             kind = self.durable.turn_ended(turn.task_id, turn.request.ref, session, response)
             if kind is not None:
@@ -810,19 +790,8 @@ class AgentActor(ControlsMixin, ActorBase):
                 self._retire(turn)
                 self._finish_error(invalid, msg.stream_state, session, turn)
                 return
-            if attached(telemetry.PROMPT_STOP):
-                self._emit(telemetry.PROMPT_STOP, {"duration": msg.duration_ms},
-                           self._turn_meta(turn.request, turn.attempt,
-                                           agent_state=msg.stream_state, response=response))
-            if attached(telemetry.TURN_STOP):
-                self._emit(telemetry.TURN_STOP, _stop_measurements(
-                               self._elapsed(turn), msg.duration_ms, response),
-                           self._turn_meta(
-                               turn.request, turn.attempt, model=response.model,
-                               provider=response.provider, finish_reason=response.stop_reason,
-                               usage=response.usage, cost_usd=response.cost_usd,
-                               session_id=response.session_id,
-                               tool_calls=tool_calls(response.events)))
+            record.stopped(self._emit, self._turn_meta, turn, response, msg.duration_ms,
+                           msg.stream_state)
             self._retire(turn)
             self._finish_turn(turn, response, session, msg.stream_state)
         elif msg.kind == "crashed":
@@ -835,34 +804,6 @@ class AgentActor(ControlsMixin, ActorBase):
             self._retire(turn)
             self._finish_error(turn.checkpoint_error or msg.reason, msg.stream_state, session,
                                turn)
-
-    def _complete_record(self, request: Request, response: Response) -> tuple[Response, Any]:
-        """Add the turn to the agent's totals and validate a structured reply.
-
-        Returns `(response, None)` with `session_usage`/`session_cost_usd` (and `parsed`)
-        filled, or `(response, ("invalid_output", InvalidOutput))` (gen_agent.output).
-        """
-        if response.usage is not None or response.cost_usd is not None:
-            self.spend = add_turn(self.spend, response.usage, response.cost_usd)
-        spend = self.spend
-        if spend.turns:
-            response = msgspec.structs.replace(
-                response, session_usage=dict(spend.usage) if spend.usage else None,
-                session_cost_usd=spend.cost_usd)
-        output = request.options.output
-        if output is None:
-            output = self.opts.output
-        if output is None:
-            return response, None
-        try:
-            parsed = parse_output(output, response)
-        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-            return response, ("invalid_output", InvalidOutput(message=str(exc),
-                                                              response=response))
-        return msgspec.structs.replace(response, parsed=parsed), None
-
-    def _elapsed(self, turn: Turn) -> int:
-        return max(0, monotonic_ms() - turn.started_at)
 
     def _retire(self, turn: Turn) -> None:
         self.turn = None
@@ -920,21 +861,12 @@ class AgentActor(ControlsMixin, ActorBase):
     def _finish_error(self, reason: Any, state: Any, session: Any, turn: Turn) -> None:
         request, attempt = turn.request, turn.attempt
         self.gates.hold(reason)
-        elapsed = self._elapsed(turn)
+        elapsed = record.elapsed_ms(turn)
         self.state, self.session = state, session
         # the turn is over: clear its in-flight marker
         self.durable.turn_ended(turn.task_id, request.ref, session, None, reason)
-        self._emit(telemetry.PROMPT_ERROR, {"system_time": time.time_ns(),
-                                            "duration": elapsed},
-                   self._turn_meta(request, attempt, reason=reason, agent_state=state))
-        if attached(telemetry.TURN_ERROR):
-            capture = turn.capture
-            terminal = capture.terminal.data if capture.terminal is not None else {}
-            self._emit(telemetry.TURN_ERROR, {"duration_ms": elapsed}, self._turn_meta(
-                request, attempt, reason_kind=reason_kind(reason), error_type=error_type(reason),
-                model=terminal.get("model"), provider=terminal.get("provider"),
-                usage=capture.usage, session_id=self.handle.session_id,
-                tool_calls=tool_calls(capture.events)))
+        record.failed(self._emit, self._turn_meta, turn, reason, state, elapsed,
+                      self.handle.session_id)
         set_request(_info(request, turn.prompt, attempt))
         decision = self._call_handle_error(
             request.ref, reason, delay_ok=not request.generated and reason != "interrupted")
@@ -1156,28 +1088,3 @@ class AgentActor(ControlsMixin, ActorBase):
 
 
 __all__ = ["RAISED_DURING_START", "AgentActor", "TurnError", "deliver_to"]
-
-
-def _spend_of(totals: Any) -> Spend:
-    """The accounting `Spend` of a store's `Totals` (gen_agent.store)."""
-    cost = totals.cost_usd if totals.cost_usd else None
-    return Spend(usage=dict(totals.usage), cost_usd=cost, turns=totals.turns)
-
-
-def _stop_measurements(duration_ms: int, backend_duration_ms: int,
-                       response: Any) -> dict[str, Any]:
-    """TURN_STOP measurements: `duration_ms`, `backend_duration_ms`, plus `input_tokens` /
-    `output_tokens` (ints) and `cost_usd` (float) when the backend reported them. Numbers
-    only, never content."""
-    measurements: dict[str, Any] = {"duration_ms": duration_ms,
-                                    "backend_duration_ms": backend_duration_ms}
-    usage = response.usage
-    if isinstance(usage, dict):
-        for key in ("input_tokens", "output_tokens"):
-            value = usage.get(key)
-            if type(value) is int:
-                measurements[key] = value
-    cost = response.cost_usd
-    if isinstance(cost, int | float) and not isinstance(cost, bool):
-        measurements["cost_usd"] = float(cost)
-    return measurements

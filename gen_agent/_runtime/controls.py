@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 from gen_agent import telemetry
+from gen_agent._runtime import record
 from gen_agent._runtime.crash import log_exception
 from gen_agent._runtime.messages import CheckpointMsg, InfoMsg, PermissionMsg
 from gen_agent._runtime.request import Request, Retry, StopAgent, Turn, type_name, valid_session_id
@@ -59,7 +60,6 @@ class ControlsMixin:
     _drain_pending: Any
     _optional: Any
     _process_next: Any
-    _elapsed: Any
     _drain_channel: Any
 
     def _checkpoint_fn(self, turn: Turn) -> Any:
@@ -249,7 +249,7 @@ class ControlsMixin:
         if turn is not None:
             current = CurrentTurn(
                 ref=turn.request.ref, origin=turn.request.origin, attempt=turn.attempt,
-                elapsed_ms=self._elapsed(turn), watchdog_ms=self.opts.watchdog_ms)
+                elapsed_ms=record.elapsed_ms(turn), watchdog_ms=self.opts.watchdog_ms)
         return RuntimeSnapshot(
             phase="processing" if turn is not None else "idle", halted=self.halted,
             halt_pending=self.halt_pending, draining=self.draining,
