@@ -24,7 +24,7 @@ signal), `gen_agent._context` (which agent and request a thread works for) and
 """
 
 from gen_agent._runtime import calls
-from gen_agent._runtime.agent_actor import RAISED_DURING_START, AgentActor
+from gen_agent._runtime.agent_actor import AgentActor
 from gen_agent._runtime.crash import log_exception
 from gen_agent._runtime.handle import AgentHandle
 from gen_agent._runtime.messages import (
@@ -54,6 +54,7 @@ from gen_agent._runtime.options import (
     warn_near_misses,
 )
 from gen_agent._runtime.reply import Reply, await_reply, call_in_loop, set_once
+from gen_agent._runtime.startup import RAISED_DURING_START
 from gen_agent._runtime.turn import WORKERS
 from gen_agent._runtime.watch import Watch
 

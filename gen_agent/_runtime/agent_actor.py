@@ -1,10 +1,16 @@
-"""The agent actor: the state machine of contract §4 on one pykka `ThreadingActor`.
+"""The agent actor: the contract's state machine on one pykka actor (`ActorBase`).
 
 One actor thread per agent runs every agent-side callback and owns all agent data; turns run
-in turn tasks (`_turn.py`) that report back through the mailbox. The failure policy lives in
-one place, `_finish_error` / `_deliver`: which errors reach the caller, which reach
-`handle_error`, which stop the agent (only `handle_response` and the runtime's own bugs), and
-which are only logged (the protected callbacks).
+in turn tasks (`turn.py`) that report back through the mailbox. The actor is made of named
+parts, each in its own module: startup (`startup.py`), admission (`admission.py`), dispatch
+and `pre_turn` (`dispatch.py`), notifications (`inputs.py`) and control calls (`controls.py`)
+are mixins over the actor's data; the gates before a turn (`gates.py`), its durability
+(`durable.py`, a null object without a store), its capture (`capture.py`) and its record and
+telemetry (`record.py`) are collaborators with their own state. What stays here is the
+message `match`, the running turn, and the failure policy in one place, `_finish_turn` /
+`_finish_error` / `_deliver`: which errors reach the caller, which reach `handle_error`,
+which stop the agent (only `handle_response` and the runtime's own bugs), and which are only
+logged (the protected callbacks).
 """
 
 from __future__ import annotations
@@ -14,23 +20,23 @@ import threading
 import time
 from typing import Any
 
-import msgspec
 from loguru import logger
 
 from gen_agent import telemetry
-from gen_agent._cancel import CancelSignal
 from gen_agent._context import (
     set_current,
     set_request,
 )
 from gen_agent._runtime import record
 from gen_agent._runtime.actor import ActorBase
-from gen_agent._runtime.capture import Capture, LosslessBudget
+from gen_agent._runtime.admission import AdmissionMixin
 from gen_agent._runtime.controls import ControlsMixin
 from gen_agent._runtime.crash import log_exception
+from gen_agent._runtime.dispatch import DispatchMixin, info_of
 from gen_agent._runtime.durable import NO_DURABILITY, Durable, NoDurability
 from gen_agent._runtime.gates import Gates
 from gen_agent._runtime.handle import AgentHandle
+from gen_agent._runtime.inputs import InputsMixin
 from gen_agent._runtime.messages import (
     AbandonAskMsg,
     AskMsg,
@@ -60,13 +66,12 @@ from gen_agent._runtime.messages import (
     WatchdogMsg,
 )
 from gen_agent._runtime.options import AgentOptions
-from gen_agent._runtime.pending import BoundedQueue, check_admission
+from gen_agent._runtime.pending import BoundedQueue
 from gen_agent._runtime.request import (
     Request,
     Retry,
     StopAgent,
     Turn,
-    caller_alive,
     deliver_to,
     redacted,
     type_name,
@@ -74,50 +79,26 @@ from gen_agent._runtime.request import (
     valid_retry_delay,
 )
 from gen_agent._runtime.results import ResultCache
-from gen_agent._runtime.turn import TurnChannel, TurnSpec, start_turn
+from gen_agent._runtime.startup import StartupMixin
 from gen_agent._timers import TIMERS
 from gen_agent.accounting import Spend
-from gen_agent.agent import BASE_STREAM_EVENT, GenAgent, Halt, NoReply, Proceed, Prompt, Skip
-from gen_agent.backend import ResetError, SessionStartError, TurnContext
+from gen_agent.agent import GenAgent, Halt, NoReply, Prompt
 from gen_agent.errors import (
-    AgentStartError,
-    InitAgentError,
-    PreRunError,
     RequestError,
-    TurnError,
-    describe_reason,
 )
 from gen_agent.event import monotonic_ms
 from gen_agent.messages import Completion, StreamEvent
 from gen_agent.ref import RequestRef
-from gen_agent.request import DEFAULT_OPTIONS, RequestInfo, RequestOptions
-from gen_agent.size import term_size
+from gen_agent.request import DEFAULT_OPTIONS, RequestOptions
 from gen_agent.telemetry import attached
-
-#: The detail of an `("init_failed", "error", T)` start error (the exception is chained).
-RAISED_DURING_START = "(raised during start; the original exception is __cause__)"
 
 _GRACEFUL = ("normal", "shutdown")
 
 
-_RETRY_GENERATED_S = 0.010
 
 
-def _info(request: Request, prompt: str, attempt: int) -> RequestInfo:
-    return RequestInfo(ref=request.ref, origin=request.origin, prompt=prompt, attempt=attempt,
-                       options=request.options)
-
-
-def _with_detail(reason: Any, exc: BaseException) -> str:
-    """`str()` of a start error: the reason, and the backend's own message when it has one."""
-    shown = describe_reason(reason)
-    detail = str(exc)
-    if detail and detail != describe_reason(getattr(exc, "reason", None)):
-        return f"{shown} ({detail})"
-    return shown
-
-
-class AgentActor(ControlsMixin, ActorBase):
+class AgentActor(StartupMixin, AdmissionMixin, DispatchMixin, InputsMixin, ControlsMixin,
+                 ActorBase):
     """The GenServer-like agent. Internal: users talk to it through `gen_agent.client`.
 
     Its loop, teardown and hibernation are `ActorBase`'s (`_runtime/actor.py`); this class is
@@ -200,96 +181,6 @@ class AgentActor(ControlsMixin, ActorBase):
             return False
         self.gates.disarm()  # before the flag: once it is set, a wake may arm it anew
         return True
-
-    # ------------------------------------------------------------------ startup (§4.3)
-    def on_start(self) -> None:
-        self.handle.actor_thread = threading.get_ident()
-        set_current(self.name, self.handle)
-        try:
-            self.impl = self.module()
-            backend_opts, state = self._init_agent()
-            self._backend_opts = backend_opts
-            try:
-                # resumed from the store when the agent has one (gen_agent.store)
-                self.session, state = self.durable.open(
-                    self.impl, backend_opts, state, self._start_session)
-                if self.durable.resumed and self.opts.spend is None:
-                    # The spend caps count what the stored session already spent.
-                    self.spend = record.spend_of(self.durable.totals)
-            except SessionStartError as exc:
-                failed = ("backend_start_failed", exc.reason)
-                raise AgentStartError(failed, _with_detail(failed, exc)) from exc
-            self.state = state
-        except AgentStartError as exc:
-            self._fail_start(exc)
-            return
-        except Exception as exc:  # noqa: BLE001 - reported as ("init_failed", kind, type)
-            log_exception(self.log, "ERROR", "gen_agent initialization failed", exc)
-            reason = ("init_failed", "error", type_name(exc))
-            error = AgentStartError(reason, f"{describe_reason(reason)} {RAISED_DURING_START}")
-            error.__cause__ = exc
-            self._fail_start(error)
-            return
-        self._stream_cb = self._optional("handle_stream_event")
-        if self._stream_cb is not None and getattr(
-                type(self.impl), "handle_stream_event", None) is BASE_STREAM_EVENT:
-            self._stream_cb = None  # the default returns state unchanged; skip it per event
-        self._handle_info_cb = self._optional("handle_info")
-        # The base class's pre_turn/post_turn change nothing: a turn skips calling them.
-        self._pre_turn_cb = self._overridden("pre_turn", GenAgent.pre_turn)
-        self._post_turn_cb = self._overridden("post_turn", GenAgent.post_turn)
-        self._send_info = self._info_fn()
-        self._set_phase("idle")
-        self._init_reply.resolve(self.handle)
-        self._run_pre_run()
-        if self.durable.interrupted is not None and not self._terminated:
-            self._on_info(self.durable.interrupted)  # the turn the last owner did not finish
-
-    def _start_session(self, backend_opts: dict[str, Any]) -> Any:
-        # A supervisor restarting an agent passes the old session id (resume_session_id);
-        # backends that can resume a conversation do, the others start afresh.
-        session_id = self.opts.resume_session_id
-        resume = getattr(self.backend, "resume_session", None)
-        if session_id is not None and resume is not None:
-            self.handle.session_id = session_id
-            return resume(session_id, backend_opts)
-        return self.backend.start_session(backend_opts)
-
-    def _init_agent(self) -> tuple[dict[str, Any], Any]:
-        try:
-            result = self.impl.init_agent(dict(self._init_opts))
-        except InitAgentError as exc:
-            raise AgentStartError(("init_agent_failed", exc.reason)) from exc
-        if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], dict)):
-            raise AgentStartError(("init_agent_failed", result))
-        return result
-
-    def _fail_start(self, error: AgentStartError) -> None:
-        # Free the name before the starter hears of the failure, so it can retry at once.
-        self._terminated = True
-        self.durable.close()
-        self._exit(error.reason, unregister=True, cause=error.__cause__)
-        self._init_reply.fail(error)
-
-    def _run_pre_run(self) -> None:
-        fn = self._optional("pre_run")
-        if fn is None:
-            return
-        try:
-            self.state = fn(self.state)
-        except PreRunError as exc:
-            self._terminate(("pre_run_failed", exc.reason), cause=exc)
-        except Exception as exc:  # noqa: BLE001 - stops the agent with the crash type
-            log_exception(self.log, "ERROR", "gen_agent pre_run/1 crashed", exc)
-            self._terminate(("pre_run_crashed", type_name(exc)), cause=exc)
-
-    def _optional(self, name: str) -> Any:
-        return getattr(self.impl, name, None)
-
-    def _overridden(self, name: str, base: Any) -> Any:
-        """The agent's callback `name`, or None when it has none or it is `base` itself."""
-        fn = self._optional(name)
-        return None if fn is None or getattr(fn, "__func__", None) is base else fn
 
     # ------------------------------------------------------------------ message loop
     def on_receive(self, message: Any) -> Any:
@@ -429,304 +320,9 @@ class AgentActor(ControlsMixin, ActorBase):
     def _input_rejected(self, reason: Any) -> None:
         self._emit(telemetry.INPUT_REJECTED, self._now(), {"reason": reason})
 
-    # ------------------------------------------------------------------ admission (§4.5)
-    def _admit_prompt(self, request: Request) -> Any:
-        """Queue `request` in the mailbox; return the overload reason or None."""
-        size = term_size(request.prompt)
-        info = self.mailbox.offer(request, size)
-        if info is not None and self._drop_dead_callers():
-            info = self.mailbox.offer(request, size)
-        if info is not None:
-            reason = ("overloaded", info)
-            self._input_rejected(reason)
-            self._rejected(Request(request.origin, ""), 1, "overloaded")
-            return reason
-        request.queued_at = monotonic_ms()
-        self._emit(telemetry.MAILBOX_QUEUED, {"depth": len(self.mailbox)}, {})
-        return None
-
-    def _drop_dead_callers(self) -> bool:
-        """Remove queued asks whose caller thread ended (§4.14); True if any were."""
-        dead = self.mailbox.remove_where(
-            lambda r: r.origin == "ask" and not caller_alive(r.caller))
-        for request in dead:
-            self._caller_gone(request)
-        return bool(dead)
-
-    def _caller_gone(self, request: Request) -> None:
-        """A queued ask is dropped because its caller is gone: no callbacks (§4.14)."""
-        self._emit(telemetry.TURN_CANCELLED,
-                   {"system_time": time.time_ns(), "queue_depth": len(self.mailbox)},
-                   self._turn_meta(request, 1, reason_kind="caller_down"))
-
-    def _can_dispatch_now(self) -> bool:
-        """True if a new request may start now; takes the provider-limit permit it needs (a
-        request that cannot have one is queued, and waits first in line)."""
-        slot = self.self_chain
-        return (self.turn is None and not self.halted and not self.draining
-                and not (type(slot) is Retry and not slot.due) and self.gates.take_permit())
-
-    def _on_ask(self, msg: AskMsg) -> None:
-        if self.draining:
-            self._input_rejected("draining")
-            msg.reply.resolve(("error", "draining"))
-            return
-        request = Request("ask", msg.prompt, ref=msg.ref, reply=msg.reply, caller=msg.caller,
-                          options=msg.options)
-        if self._can_dispatch_now():
-            self._dispatch_and_continue(request, request.prompt, 1)
-        elif (reason := self._admit_prompt(request)) is not None:
-            msg.reply.resolve(("error", reason))
-
-    def _on_tell(self, msg: TellMsg) -> None:
-        if self.draining:
-            self._input_rejected("draining")
-            msg.reply.resolve(("error", "draining"))
-            return
-        if msg.on_halt == "fail" and self.halted and self.turn is None:
-            msg.reply.resolve(("error", "halted"))
-            return
-        request = Request("tell", msg.prompt, ref=msg.ref, recipient=msg.recipient,
-                          completion=msg.completion, on_halt=msg.on_halt,
-                          stream_to=msg.stream_to, options=msg.options, watch=msg.watch)
-        if self._can_dispatch_now():
-            # The reply waits for pre_turn and the task start (§2.5); a completion may
-            # already have been delivered by then (§2.6).
-            outcome = self._dispatch(request, request.prompt, 1)
-            msg.reply.resolve(("ok", request.ref))
-            if outcome != "started":
-                self._after_rejection(outcome)
-        elif (reason := self._admit_prompt(request)) is not None:
-            msg.reply.resolve(("error", reason))
-        else:
-            msg.reply.resolve(("ok", request.ref))
-
-    def _abandon_ask(self, ref: RequestRef, timed_out: bool) -> None:
-        """The caller of ask `ref` gave up: drop it if queued; after its timeout with
-        `cancel_on_timeout=True` also drop its pending retry or interrupt its running turn."""
-        for request in self.mailbox.remove_where(lambda r: r.ref == ref and r.origin == "ask"):
-            self._caller_gone(request)
-        if not timed_out:
-            return
-        slot = self.self_chain
-        if isinstance(slot, Retry) and slot.request.ref == ref:
-            self.self_chain = None
-            self._caller_gone(slot.request)
-            slot.request.reply.resolve(("error", "cancelled"))
-        elif self.turn is not None and self.turn.request.ref == ref:
-            self._interrupt()
-
-    # ------------------------------------------------------------------ dispatch (§4.4, §4.6)
-    def _dispatch_and_continue(self, request: Request, prompt: str, attempt: int) -> None:
-        outcome = self._dispatch(request, prompt, attempt)
-        if outcome != "started":
-            self._after_rejection(outcome)
-
-    def _after_rejection(self, outcome: str) -> None:
-        # A generated prompt rejected by pre_turn whose handle_error queued yet another one is
-        # retried after a short timer, so pre_turn cannot spin the agent (§3.5).
-        if (outcome == "generated_rejected" and self.self_chain is not None
-                and not self.halted):
-            if self._retry_timer is None:
-                self._retry_timer = TIMERS.schedule(
-                    _RETRY_GENERATED_S, lambda: self.handle.tell_unchecked(RetryGeneratedMsg()))
-            return
-        self._process_next()
-
-    def _process_next(self) -> None:
-        while self.turn is None:
-            if self.handle.closed:
-                return  # killed after its shutdown window: nothing more runs (§2.19)
-            if self.draining:
-                raise StopAgent("normal")
-            if self.halted:
-                return
-            slot = self.self_chain
-            if isinstance(slot, Retry) and not slot.due:
-                return  # a delayed retry: nothing else runs before it (§4.21)
-            if slot is None and not len(self.mailbox):
-                if self.gates.limit is not None:
-                    self.gates.drop_permit()
-                return
-            if not self.gates.take_permit():
-                return  # it waits for its provider limit, first in the queue (LimitWakeMsg)
-            if isinstance(slot, Retry):
-                self.self_chain = None
-                outcome = self._dispatch(slot.request, slot.prompt, slot.attempt)
-            elif slot is not None:
-                self.self_chain = None
-                request = Request("self_chain", slot, options=self._chain_options)
-                outcome = self._dispatch(request, slot, 1)
-            elif len(self.mailbox):
-                request = self.mailbox.pop()
-                if request.origin == "ask" and not caller_alive(request.caller):
-                    self._caller_gone(request)
-                    continue
-                outcome = self._dispatch(request, request.prompt, 1)
-            else:
-                return
-            if outcome == "generated_rejected" and self.self_chain is not None \
-                    and not self.halted:
-                self._after_rejection(outcome)
-                return
-
-    def _dispatch(self, request: Request, prompt: str, attempt: int) -> str:
-        """Run pre_turn and start the turn task. Returns "started" or a rejection kind (then
-        a provider-limit permit taken for it goes back unused)."""
-        outcome = self._start_turn(request, prompt, attempt)
-        if outcome != "started":
-            self.gates.drop_permit()
-        return outcome
-
-    def _start_turn(self, request: Request, prompt: str, attempt: int) -> str:
-        # The spend caps first (gen_agent.accounting): a refused turn runs no callback.
-        over = self.gates.over_budget(self.spend)
-        if over is not None:
-            if request.generated:
-                return self._reject_generated(request, attempt, ("budget_exceeded", over))
-            return self._reject_external(request, attempt, ("budget_exceeded", over))
-        accepted = self._pre_turn(request, prompt, attempt)
-        if isinstance(accepted, str):
-            return accepted
-        final_prompt, self.state = accepted
-        if request.options.fresh_session and not request.generated and self._session_used:
-            failure = self._fresh_session()
-            if failure is not None:
-                return self._reject_external(request, attempt, failure)
-        self._session_used = True
-        task_id = next(self._task_ids)
-        cancel_event = CancelSignal()
-        turn = Turn(request, attempt, task_id, final_prompt,
-                    Capture(self.opts.max_events_per_turn, self.opts.max_event_bytes_per_turn),
-                    TurnChannel(self.handle, task_id, self.opts.max_event_bytes_per_turn,
-                                cancel_event), cancel_event)
-        self.turn = turn
-        self.durable.turn_started(request, attempt)
-        carrier = record.started(self._emit, self._turn_meta, turn, prompt, self.state,
-                                 backend=self.backend, session=self.session,
-                                 session_id=self.handle.session_id,
-                                 queue_depth=len(self.mailbox))
-        request.queued_at = None
-        budget = None
-        if self.opts.event_retention == "lossless":
-            budget = LosslessBudget(self.opts.max_events_per_turn,
-                                    self.opts.max_event_bytes_per_turn)
-        options = request.options
-        if options.output is None and self.opts.output is not None:
-            options = msgspec.structs.replace(options, output=self.opts.output)
-        context = TurnContext(agent=self.name, ref=request.ref, attempt=attempt,
-                              cancel_event=turn.cancel_event,
-                              checkpoint=self._checkpoint_fn(turn), options=options,
-                              trace_carrier=carrier,
-                              permission=self._permission_fn(turn), info=self._send_info)
-        self._set_phase("processing")
-        self.gates.start_watchdog(turn)
-        thread = start_turn(TurnSpec(turn.channel, self.backend, self.session, final_prompt,
-                                     context, self._stream_cb, self.state, budget))
-        turn.thread_id = thread.ident
-        return "started"
-
-    def _fresh_session(self) -> Any:
-        """Replace the session before a `fresh_session` request: the backend's
-        `reset_session`, else terminate it and start a new one with the start options.
-        Returns None, or the reason the request fails with (the old session is kept)."""
-        reset = getattr(self.backend, "reset_session", None)
-        try:
-            if reset is not None:
-                self.session = reset(self.session)
-            else:
-                fresh = self.backend.start_session(dict(self._backend_opts))
-                old, self.session = self.session, fresh
-                self.backend.terminate_session(old)
-        except ResetError as exc:
-            return ("fresh_session_failed", exc.reason)
-        except Exception as exc:  # noqa: BLE001 - the request fails; the agent survives
-            log_exception(self.log, "WARNING", "gen_agent fresh session failed", exc)
-            return ("fresh_session_failed", type_name(exc))
-        self._session_used = False
-        return None
-
-    def _pre_turn(self, request: Request, prompt: str, attempt: int) -> tuple[str, Any] | str:
-        """Apply pre_turn (§3.5): `(prompt, state)` when accepted, else the rejection kind."""
-        fn = self._pre_turn_cb
-        if fn is None:
-            return prompt, self.state
-        set_request(_info(request, prompt, attempt))
-        try:
-            result = fn(prompt, self.state)
-        except Exception as exc:  # noqa: BLE001 - protected callback (§3.5)
-            set_request(None)
-            log_exception(self.log, "WARNING", "gen_agent pre_turn/2 raised", exc)
-            if request.generated:
-                return self._reject_generated(request, attempt, ("pre_turn_crashed",
-                                                                 type_name(exc)))
-            return self._reject_external(request, attempt, "pre_turn_skipped")
-        set_request(None)
-        if type(result) is Proceed and type(result.prompt) is str:
-            return result.prompt, result.state
-        if type(result) is Skip:
-            self.state = result.state
-            if request.generated:
-                return self._reject_generated(request, attempt, "pre_turn_skipped")
-            return self._reject_external(request, attempt, "pre_turn_skipped")
-        if type(result) is Halt:
-            self.state = result.state
-            self._rejected(request, attempt, "pre_turn_halted")
-            if not request.generated:
-                self._deliver(request, ("error", "pre_turn_halted"))
-            self._enter_halted()
-            return "halted"
-        self.log.warning("gen_agent pre_turn/2 returned unexpected shape")
-        if request.generated:
-            return self._reject_generated(request, attempt, "pre_turn_invalid")
-        return self._reject_external(request, attempt, "pre_turn_invalid")
-
-    def _reject_external(self, request: Request, attempt: int, reason: Any) -> str:
-        self._rejected(request, attempt, reason)
-        self._deliver(request, ("error", reason))
-        return "rejected"
-
-    def _reject_generated(self, request: Request, attempt: int, reason: Any) -> str:
-        self._rejected(request, attempt, reason)
-        self._generated_failure(request.ref, reason)
-        return "generated_rejected"
-
-    def _generated_failure(self, ref: RequestRef, reason: Any) -> None:
-        """A generated prompt failed before dispatch: prompt.error + handle_error (§4.9)."""
-        self._emit(telemetry.PROMPT_ERROR, self._now(),
-                   {"ref": ref, "attempt": 1, "reason": reason, "agent_state": self.state})
-        decision = self._call_handle_error(ref, reason)
-        self.state = decision.state
-        if type(decision) is Prompt:
-            if not self.draining:
-                self._offer_self_chain(decision.text, recovery=True)
-        elif type(decision) is Halt:
-            self._enter_halted()
-
-    def _self_chain_overload(self, prompt: str) -> Any:
-        """Why `prompt` may not take the reserved slot (§4.9), or None if it fits."""
-        occupied = 1 if self.self_chain is not None else 0
-        return check_admission("self_chain", occupied, 0, term_size(prompt), 1,
-                               self.opts.max_pending_prompt_bytes)
-
-    def _offer_self_chain(self, prompt: str, *, recovery: bool = False,
-                          options: RequestOptions = DEFAULT_OPTIONS) -> bool:
-        """Put a follow-up in the reserved slot (§4.9); on overload tell handle_error.
-        The follow-up carries `options`, those of the request that chained it."""
-        info = self._self_chain_overload(prompt)
-        if info is None:
-            self.self_chain = prompt
-            self._chain_options = options
-            return True
-        reason = ("overloaded", info)
-        self._input_rejected(reason)
-        if not recovery:
-            self._generated_failure(RequestRef.new(), reason)
-        return False
-
     # ------------------------------------------------------------------ the running turn
     def _drain_channel(self, task_id: int) -> None:
-        """Take everything the current turn task queued, in order (see `_turn.TurnChannel`)."""
+        """Take everything the current turn task queued, in order (see `turn.TurnChannel`)."""
         turn = self.turn
         if turn is None or turn.task_id != task_id:
             return  # a retired task's late wake-up: its channel is no longer read
@@ -838,7 +434,7 @@ class AgentActor(ControlsMixin, ActorBase):
     # ------------------------------------------------------------------ turn completion (§4.7)
     def _finish_turn(self, turn: Turn, response: Any, session: Any, stream_state: Any) -> None:
         request = turn.request
-        set_request(_info(request, turn.prompt, turn.attempt))
+        set_request(info_of(request, turn.prompt, turn.attempt))
         try:
             decision = self.impl.handle_response(request.ref, response, stream_state)
         except Exception as exc:  # noqa: BLE001 - not protected: the agent stops (§3.7)
@@ -867,7 +463,7 @@ class AgentActor(ControlsMixin, ActorBase):
         self.durable.turn_ended(turn.task_id, request.ref, session, None, reason)
         record.failed(self._emit, self._turn_meta, turn, reason, state, elapsed,
                       self.handle.session_id)
-        set_request(_info(request, turn.prompt, attempt))
+        set_request(info_of(request, turn.prompt, attempt))
         decision = self._call_handle_error(
             request.ref, reason, delay_ok=not request.generated and reason != "interrupted")
         self.state = self._post_turn(("error", reason), request.ref, decision.state)
@@ -952,93 +548,6 @@ class AgentActor(ControlsMixin, ActorBase):
             if request.completion and (request.watch is None or request.watch.claim()):
                 deliver_to(request.recipient, Completion.of(self.name, request.ref, outcome))
 
-    # ------------------------------------------------------------------ notifications (§4.10)
-    def _on_notify(self, msg: NotifyMsg) -> None:
-        if self.draining:
-            self._input_rejected("draining")
-            if msg.reply is not None:
-                msg.reply.resolve(("error", "draining"))
-            return
-        self._emit(telemetry.EVENT_RECEIVED, self._now(), {"event": msg.event})
-        if self.turn is not None:
-            info = self.pending.offer(("event", msg.event), term_size(msg.event))
-            if info is not None:
-                self._input_rejected(("overloaded", info))
-            if msg.reply is not None:
-                msg.reply.resolve(("ok", None) if info is None else ("error", ("overloaded", info)))
-            return
-        error = self._apply_input("event", msg.event, deferred=False)
-        if msg.reply is not None:
-            msg.reply.resolve(("ok", None) if error is None else ("error", error))
-
-    def _on_info(self, message: Any) -> None:
-        if self.draining:
-            return
-        if self._handle_info_cb is None:
-            self.log.debug("gen_agent dropped an unexpected info message")
-            return
-        if self.turn is not None:
-            if self.pending.offer(("info", message), term_size(("info", message))) is not None:
-                self.log.warning("gen_agent dropped an info message: buffer full")
-            return
-        self._apply_input("info", message, deferred=False)
-
-    def _apply_input(self, kind: str, payload: Any, *, deferred: bool) -> Any:
-        """Run handle_event/handle_info and apply its decision. Returns an admission error."""
-        decision = self._call_input(kind, payload)
-        self.state = decision.state
-        self.durable.save_state(self.impl, self.state)  # outside a turn too
-        if type(decision) is Halt:
-            if not deferred:
-                self._enter_halted()
-            return None
-        if type(decision) is not Prompt:
-            return None
-        request = Request("event", decision.text)
-        if not deferred and self._can_dispatch_now():
-            self._dispatch_and_continue(request, request.prompt, 1)
-            return None
-        reason = self._admit_prompt(request)
-        if reason is not None:
-            self._generated_failure(request.ref, reason)
-        return reason
-
-    def _call_input(self, kind: str, payload: Any) -> Any:
-        fn = self._optional("handle_event" if kind == "event" else "handle_info")
-        label = "handle_event/2" if kind == "event" else "handle_info/2"
-        if fn is None:
-            return NoReply(self.state)
-        try:
-            decision = fn(payload, self.state)
-        except Exception as exc:  # noqa: BLE001 - protected (§3.9)
-            log_exception(self.log, "ERROR", f"gen_agent {label} failed", exc)
-            return NoReply(self.state)
-        if not valid_decision(decision):
-            self.log.error("gen_agent {} returned unexpected shape", label)
-            return NoReply(self.state)
-        return decision
-
-    def _drain_pending(self) -> bool:
-        """Apply buffered notifications in arrival order; True if one of them halted."""
-        halt = False
-        while len(self.pending):
-            kind, payload = self.pending.pop()
-            decision_halted = self._apply_deferred(kind, payload)
-            halt = halt or decision_halted
-        return halt
-
-    def _apply_deferred(self, kind: str, payload: Any) -> bool:
-        decision = self._call_input(kind, payload)
-        self.state = decision.state
-        self.durable.save_state(self.impl, self.state)  # outside a turn too
-        if type(decision) is Prompt:
-            request = Request("event", decision.text)
-            reason = self._admit_prompt(request)
-            if reason is not None:
-                self._generated_failure(request.ref, reason)
-            return False
-        return type(decision) is Halt
-
     # ------------------------------------------------------------------ termination (§4.19)
     def _terminate(self, reason: Any, *, stop_actor: bool = True,
                    cause: BaseException | None = None) -> None:
@@ -1087,4 +596,4 @@ class AgentActor(ControlsMixin, ActorBase):
             self.stop()  # on_stop, run next in this thread, marks the handle exited
 
 
-__all__ = ["RAISED_DURING_START", "AgentActor", "TurnError", "deliver_to"]
+__all__ = ["AgentActor"]

@@ -1,8 +1,8 @@
 """Control requests and the checkpoint protocol of the agent actor, as a mixin.
 
-Split from `_server.py` along a concept boundary: everything here answers a client's control
+Split from `agent_actor.py` along a concept boundary: everything here answers a client's control
 call (poll, status, runtime_snapshot, cancel_request, reset_session, drain, halt, resume) or a
-turn task's checkpoint call (§7.3); the turn lifecycle itself stays in `_server.py`.
+turn task's checkpoint call (§7.3); the turn lifecycle itself stays in `agent_actor.py`.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from gen_agent.status import CurrentTurn, PollResult, RuntimeSnapshot, Status
 
 
 class ControlsMixin:
-    """Control-call and checkpoint handlers of `AgentActor` (see `_server.py`)."""
+    """Control-call and checkpoint handlers of `AgentActor` (see `agent_actor.py`)."""
 
     # Provided by AgentActor.
     impl: Any

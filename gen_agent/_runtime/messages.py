@@ -112,7 +112,7 @@ class CallMsg(Msg, frozen=True):
 
 # --- turn task → agent -----------------------------------------------------------------------
 class TurnWakeMsg(Msg, frozen=True):
-    """The turn task put items in its channel (see `_turn.TurnChannel`)."""
+    """The turn task put items in its channel (see `turn.TurnChannel`)."""
 
     task_id: int
 
