@@ -112,7 +112,7 @@ class _OneLineErrors(TyperGroup):
 
 
 def _usage_message(exc: Any) -> str:
-    """click's message on one line, with where to find help (`... (see 'gen-agent run -h')`)."""
+    """click's message on one line, with where to find help (`... (see 'gen-agent run --help')`)."""
     message = " ".join(exc.format_message().split()).rstrip(".")
     message = message[:1].lower() + message[1:]
     ctx = getattr(exc, "ctx", None)
