@@ -2,15 +2,36 @@
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
 
 .PHONY: test lint demo bench docs clean observer-screenshot
 
+# Two install sets, one stamp each: the demo's (the core and the Anthropic SDK) and the full
+# one (every test and dev extra, a superset of the demo's). `make demo` installs the demo's
+# set unless the full one is already in place; `make test` installs the full one, adding to
+# the demo's. Either order works on a fresh clone and nothing is installed twice.
+STAMP := $(VENV)/.installed
+DEMO_STAMP := $(VENV)/.installed-demo
+NEW_VENV := test -x $(BIN)/python || $(PY) -m venv $(VENV)
+PIP := $(BIN)/python -m pip install --quiet
+
 $(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,dev]'
+	@echo "Installing gen-agent and its test and dev extras into $(VENV) (pytest, ruff, mypy," \
+		"both SDKs, Ray, mkdocs, ...)"
+	$(NEW_VENV)
+	$(PIP) --upgrade pip
+	$(PIP) -e '.[test,dev]'
 	touch $(STAMP)
+
+$(DEMO_STAMP): pyproject.toml
+	@echo "Installing what the demo needs into $(VENV): gen-agent and the Anthropic SDK" \
+		"(make test adds the test and dev extras)"
+	$(NEW_VENV)
+	$(PIP) --upgrade pip
+	$(PIP) -e '.[anthropic]'
+	touch $(DEMO_STAMP)
+
+# The full set, when installed and newer than pyproject.toml, already holds the demo's.
+DEMO_INSTALL := $(if $(shell test $(STAMP) -nt pyproject.toml && echo full),,$(DEMO_STAMP))
 
 # The real agent CLIs for the `real_cli` tests, from npm into the git-ignored venv. Without
 # node and npm this step is skipped and those tests skip, saying what to install.
@@ -74,7 +95,7 @@ DEMO_ARGS ?=
 DEMO_CLAUDE := $(filter claude,$(DEMO_BACKEND))
 DEMO_CLI_ARGS := $(if $(DEMO_CLAUDE),--cli-path $(NPM_PREFIX)/node_modules/.bin/claude)
 
-demo: $(STAMP) $(if $(DEMO_CLAUDE),$(CLAUDE_STAMP))
+demo: $(DEMO_INSTALL) $(if $(DEMO_CLAUDE),$(CLAUDE_STAMP))
 	$(BIN)/python -m gen_agent demo --backend $(DEMO_BACKEND) $(DEMO_CLI_ARGS) $(DEMO_ARGS)
 
 # Bench-only packages, never runtime deps: the claude-agent-sdk parser that stream decoding is

@@ -215,7 +215,8 @@ class Pool:
         module: the `GenAgent` subclass every worker runs (it should not halt).
         size: how many workers (>= 1).
         backend: the workers' backend.
-        name_prefix: workers are named `f"{name_prefix}-{i}"`; default `"pool<N>"`.
+        name_prefix: workers are named `f"{name_prefix}-{i}"`; default `"pool<N>"`. (A
+            `name=` option raises `TypeError` pointing here.)
         routing: `"least_loaded"` (default: an idle worker, else the one with the fewest
             tasks in flight) or `"round_robin"` (task k goes to worker k mod size, fixed at
             submit time: deterministic shares, e.g. 400 tasks on 4 workers give 100 each).
@@ -258,6 +259,9 @@ class Pool:
                  max_seconds: float = 5.0, shutdown_ms: Any = 5_000,
                  shared_conversation: bool = False, retry: RetryPolicy | None = None,
                  system: AgentSystem | None = None, **opts: Any) -> None:
+        if "name" in opts:  # each worker gets its own name; `name` would reach every one
+            raise TypeError(f"Pool() takes no name= (got {opts['name']!r}): its workers are "
+                            "named '<name_prefix>-<i>'; pass name_prefix= instead")
         _check_count("size", size, 1)
         _check_count("max_in_flight", max_in_flight, 1)
         if max_queued_tasks is not None:

@@ -339,6 +339,9 @@ def test_invalid_arguments_are_usage_errors(holds):
         make_pool(holds, routing="random")
     with pytest.raises(ValueError, match="max_in_flight"):
         make_pool(holds, max_in_flight=0)
+    with pytest.raises(TypeError, match=r"takes no name= \(got 'workers'\).*name_prefix="):
+        Pool(PoolWorker, size=2, backend=MockBackend, name="workers")
+    assert gen_agent.list_agents() == []  # refused before any worker started
     with make_pool(holds, size=1) as pool:
         with pytest.raises(TypeError, match="prompt"):
             pool.submit(b"bytes")

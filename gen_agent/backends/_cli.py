@@ -57,7 +57,8 @@ class CLIOptions(msgspec.Struct, frozen=True, kw_only=True):
     """The options every CLI backend takes (each backend's options Struct extends it).
 
     Fields:
-        cli_path: the executable (a name looked up on PATH, or a path).
+        cli_path: the executable (a name looked up on PATH, or a path; a relative path is
+            resolved against the caller's working directory when the session starts).
         cwd: the working directory of the CLI, or None for ours. It need not exist when the
             session starts (an agent may create it in `pre_run`, contract §10 Workspace); a
             turn dispatched while it is missing fails with `"cwd_not_found"`.
@@ -412,7 +413,9 @@ class CLIBackend(Backend, Generic[SessionT]):
                 options.cli_path,
                 message=f"executable {options.cli_path!r} not found; {cls._INSTALL_HINT}",
             )
-        return path
+        # Absolute, against the caller's working directory now: the CLI runs in `cwd`, where
+        # a relative path (e.g. `.venv/npm/node_modules/.bin/claude`) would name nothing.
+        return os.path.abspath(path)
 
 
 class _Ending:

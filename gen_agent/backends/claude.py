@@ -104,7 +104,8 @@ class ClaudeOptions(CLIOptions, frozen=True, kw_only=True):
     """The validated options of a `ClaudeCLI` session (see `OPTIONS` for the accepted keys).
 
     Fields:
-        cli_path: the `claude` executable (a name looked up on PATH, or a path).
+        cli_path: the `claude` executable (a name looked up on PATH, or a path, relative to
+            the caller's working directory at `start_agent`).
         cwd: the working directory of the CLI (an existing directory), or None for ours.
         env: environment variables for the CLI, over our own environment (or alone, see
             `inherit_env`).

@@ -112,7 +112,8 @@ class CodexOptions(CLIOptions, frozen=True, kw_only=True):
     """The validated options of a `CodexCLI` session (see `OPTIONS` for the accepted keys).
 
     Fields:
-        cli_path: the `codex` executable (a name looked up on PATH, or a path).
+        cli_path: the `codex` executable (a name looked up on PATH, or a path, relative to
+            the caller's working directory at `start_agent`).
         cwd: the working directory of the CLI and its `--cd` root (an existing directory), or
             None for ours.
         env: environment variables for the CLI, over our own environment (or alone, see

@@ -6,6 +6,15 @@ An agent's `init_agent` returns the backend options, all optional:
     {"scripts": [...], "fallback": script, "session_id": "s-1", "start_error": reason,
      "reset_error": reason, "tools": [fn_or_tool, ...]}
 
+The options of the bundled real backends (`model`, `system`, `max_tokens`, `system_prompt`,
+`cwd`, `api_key`, ...: every key of `claude.OPTIONS`, `codex.OPTIONS`, `anthropic.OPTIONS` and
+`openai.OPTIONS`, see `provider_options()`) are accepted too, and recorded as given in
+`MockSession.options` for the test to assert on: an agent class written for a real backend
+runs on the mock unchanged. Its scripts then come from the backend itself,
+`MockBackend.with_options(scripts=[...])`, a `MockBackend` whose every session starts with
+those options under the agent's own. A key no backend knows still fails the start with
+`("unknown_option", key)`.
+
 Each dispatched prompt pops the next script and is recorded in the history (also when no
 script is left). A script is one of:
 
@@ -33,8 +42,11 @@ Example:
 
 from __future__ import annotations
 
+import functools
+import importlib
 import threading
 import time
+import types
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -59,6 +71,7 @@ __all__ = [
     "error",
     "error_turn",
     "gate",
+    "provider_options",
     "raising",
     "text_turn",
     "tool_round",
@@ -66,7 +79,27 @@ __all__ = [
 
 OPTIONS: Final = frozenset({"scripts", "fallback", "session_id", "start_error", "reset_error",
                            "tools"})
-"""The option keys `MockBackend.start_session` accepts."""
+"""The mock's own option keys (`MockBackend.start_session` also accepts `provider_options()`)."""
+
+_SCRIPTING: Final = frozenset({"scripts", "fallback", "start_error", "reset_error"})
+# The bundled real backends, whose declared `OPTIONS` the mock accepts and records.
+_REAL_BACKENDS: Final = ("claude", "codex", "anthropic", "openai")
+
+
+@functools.cache
+def provider_options() -> frozenset[str]:
+    """The option keys of the bundled real backends that are not the mock's own: the union of
+    the `OPTIONS` of `gen_agent.backends.claude`, `codex`, `anthropic` and `openai` (imported
+    on the first call), minus `OPTIONS`.
+
+    Returns:
+        A frozenset of str, e.g. containing `"model"`, `"system"`, `"max_tokens"`,
+        `"system_prompt"`, `"cwd"`.
+    """
+    keys: set[str] = set()
+    for name in _REAL_BACKENDS:
+        keys |= importlib.import_module(f"gen_agent.backends.{name}").OPTIONS
+    return frozenset(keys - OPTIONS)
 
 # A gate wakes at once on release() and MockBackend.cancel(); a cancel_event set without a
 # cancel() call (the runtime always makes both) is noticed within this many seconds.
@@ -373,6 +406,10 @@ class MockSession:
     """The mock's session: scripts, dispatched prompts and the session id. Thread-safe.
 
     Members (read-only snapshots):
+        options: the options the session was started with but the mock's scripting ones
+            (`scripts`, `fallback`, `start_error`, `reset_error`): the real backends'
+            options (`model`, `system`, ...), `session_id` and `tools`, as given (a read-only
+            mapping).
         session_id: the current session id (str) or None.
         history: the dispatched prompts, in order, including failed attempts.
         remaining: how many scripts are not consumed yet.
@@ -384,9 +421,11 @@ class MockSession:
     """
 
     def __init__(self, scripts: Iterable[Script], session_id: str | None, reset_error: Any,
-                 fallback: Script | None = None, tools: tuple[Any, ...] = ()) -> None:
+                 fallback: Script | None = None, tools: tuple[Any, ...] = (),
+                 options: Mapping[str, Any] | None = None) -> None:
         self._lock = threading.Lock()
         self.tools = tools  # the agent's `gen_agent.tools.Tool`s (the `tools` option)
+        self.options: Mapping[str, Any] = types.MappingProxyType(dict(options or {}))
         self._scripts: deque[Script] = deque(scripts)
         self._fallback = fallback
         self._history: list[str] = []
@@ -472,6 +511,29 @@ class MockBackend(Backend):
     Mirrors: `GenAgent.Backends.Mock` (contract §7.5; docs: the backend guide).
     """
 
+    # Options every session of this class starts with, under the agent's (`with_options`).
+    _preset: Mapping[str, Any] = types.MappingProxyType({})
+
+    @classmethod
+    def with_options(cls, **options: Any) -> type[MockBackend]:
+        """A `MockBackend` (subclass) whose every session starts with `options` under the
+        agent's own: the agent's `init_agent` keeps returning its real backend's options,
+        the test gives the scripts.
+
+            backend = MockBackend.with_options(scripts=[mock.text_turn("LGTM")])
+            gen_agent.start_agent(Reviewer, name="r", backend=backend)
+
+        Args:
+            **options: mock options (`scripts`, `fallback`, `session_id`, ...), checked at
+                each start like the agent's.
+
+        Returns:
+            A new class, named `MockBackend` too; `MockBackend.history` and the other
+            helpers work on its sessions.
+        """
+        preset = types.MappingProxyType({**cls._preset, **options})
+        return type(cls.__name__, (cls,), {"_preset": preset, "__module__": cls.__module__})
+
     @classmethod
     def start_session(cls, opts: Mapping[str, Any]) -> MockSession:
         """Create a `MockSession` from the backend options. Agent thread.
@@ -481,15 +543,19 @@ class MockBackend(Backend):
                 `fallback` (a script used whenever `scripts` is empty, never consumed; not a
                 gate), `session_id` (str or None), `start_error` (a reason; when not None the start
                 fails with it), `reset_error` (a reason; when not None `reset_session` fails
-                with it).
+                with it), `tools` (Python tools, which `tool_round` runs, and provider tool
+                definitions, dicts, only recorded), and any key of `provider_options()`
+                (recorded in `MockSession.options`, not checked). Merged over the options of
+                `with_options`.
 
         Returns:
             A new `MockSession`.
 
         Raises:
             SessionStartError: `start_error` was given (nothing is created); or the options
-                are malformed: `("unknown_option", key)`, `("invalid_option", key)` for a
-                `scripts` that is no list/tuple or a `session_id` that is no str, or
+                are malformed: `("unknown_option", key)` for a key neither the mock nor a
+                bundled backend takes, `("invalid_option", key)` for a `scripts` that is no
+                list/tuple or a `session_id` that is no str, or
                 `("invalid_script", index)` for a script of no known form,
                 `("invalid_option", "fallback")` for a fallback of no known form or a gate.
         """
@@ -497,11 +563,14 @@ class MockBackend(Backend):
             raise SessionStartError(
                 ("invalid_option", "opts"), "mock backend options must be a dict"
             )
+        if cls._preset:
+            opts = {**cls._preset, **opts}
         for key in opts:
-            if key not in OPTIONS:
+            if key not in OPTIONS and key not in provider_options():
                 raise SessionStartError(
                     ("unknown_option", key),
-                    f"unknown mock backend option {key!r}; known: {sorted(OPTIONS)}",
+                    f"unknown mock backend option {key!r}; known: the mock's {sorted(OPTIONS)} "
+                    f"and the bundled backends' {sorted(provider_options())}",
                 )
         if opts.get("start_error") is not None:
             raise SessionStartError(opts["start_error"])
@@ -519,8 +588,9 @@ class MockBackend(Backend):
                 "mock fallback must be a list of Event, a callable, error() or raising() (a "
                 f"gate serves one turn); got {type(fallback).__name__}",
             )
+        recorded = {key: value for key, value in opts.items() if key not in _SCRIPTING}
         return MockSession(scripts, session_id, opts.get("reset_error"), fallback,
-                           _validate_tools(opts.get("tools", ())))
+                           _validate_tools(opts.get("tools", ())), recorded)
 
     @classmethod
     def prompt(
@@ -683,13 +753,15 @@ def _known_script(script: Any) -> bool:
 
 
 def _validate_tools(tools: Any) -> tuple[Any, ...]:
+    """The Python tools of the `tools` option; provider tool definitions (dicts, as the API
+    backends take them) are left to `MockSession.options`."""
     from gen_agent._tools import as_tools
 
     if not isinstance(tools, list | tuple):
         raise SessionStartError(("invalid_option", "tools"),
                                 f"mock tools must be a list, got {type(tools).__name__}")
     try:
-        return as_tools(tools)
+        return as_tools([item for item in tools if not isinstance(item, Mapping)])
     except (TypeError, ValueError) as exc:
         raise SessionStartError(("invalid_option", "tools"), str(exc)) from exc
 

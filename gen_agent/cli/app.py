@@ -16,8 +16,11 @@ Commands:
   (see `gen_agent.cli.sessions`).
 
 Exit codes: 0 all turns succeeded; 1 a turn failed; 2 bad input or set-up (unknown backend,
-missing CLI / SDK / API key, unreadable file); 130 Ctrl-C ended `run`. Errors are one line
-on stderr, `error: ...`, never a traceback.
+missing CLI / SDK / API key, unreadable file, and every usage error click finds: a missing
+argument, an unknown option or command, a bad value); 130 Ctrl-C ended `run`. Errors are one
+line on stderr, `error: ...`, never a traceback or a box. Text from the model, its tools and
+the provider is shown without terminal escape sequences (`gen_agent.cli.terminal`); `--json`
+keeps it as it came.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from __future__ import annotations
 import functools
 import json
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Annotated, Any, TypeVar
 
@@ -36,8 +39,17 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
+from typer.core import TyperGroup
 
 import gen_agent
+from gen_agent.cli.inputs import (
+    STDIN,
+    expand_prompts,
+    label,
+    read_line,
+    read_prompt_file,
+    strict_stdin,
+)
 from gen_agent.cli.sessions import sessions_app
 from gen_agent.cli.support import (
     BACKENDS,
@@ -54,15 +66,64 @@ from gen_agent.cli.support import (
     run_turn,
     start_error_message,
 )
+from gen_agent.cli.terminal import TerminalText, strip_controls
 from gen_agent.errors import AgentStartError, CallTimeout, GenAgentError, TurnError
 from gen_agent.event import Event
 from gen_agent.response import Response
 
+try:  # a recent typer carries its own copy of click
+    from typer._click import exceptions as click_errors
+except ImportError:  # older typer runs on click itself
+    from click import exceptions as click_errors  # type: ignore[no-redef]
+
 __all__ = ["app", "main"]
 
 _CONTEXT = {"help_option_names": ["-h", "--help"]}
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  context_settings=_CONTEXT, help="Run long-lived LLM agents as supervised actors.")
+
+
+class _OneLineErrors(TyperGroup):
+    """The root command: a usage error click finds while parsing (a missing argument, an
+    unknown option or command, a bad or out-of-range value) is one `error:` line on stderr
+    and exit code 2, as the commands' own bad-input errors are, instead of a usage box."""
+
+    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,  # type: ignore[override]
+             complete_var: str | None = None, standalone_mode: bool = True,
+             **extra: Any) -> Any:
+        # (typer's own `main` has a few more keywords, which **extra passes on.)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click_errors.NoArgsIsHelpError as exc:  # the help is printed already
+            if not standalone_mode:
+                raise
+            sys.exit(exc.exit_code)
+        except click_errors.ClickException as exc:
+            if not standalone_mode:
+                raise
+            _print_error(_usage_message(exc))
+            sys.exit(exc.exit_code)
+        except typer.Abort:
+            if not standalone_mode:
+                raise
+            _print_error("aborted")
+            sys.exit(EXIT_FAILED)
+        if not standalone_mode:
+            return code
+        sys.exit(code if isinstance(code, int) else EXIT_OK)
+
+
+def _usage_message(exc: Any) -> str:
+    """click's message on one line, with where to find help (`... (see 'gen-agent run --help')`)."""
+    message = " ".join(exc.format_message().split()).rstrip(".")
+    message = message[:1].lower() + message[1:]
+    ctx = getattr(exc, "ctx", None)
+    if ctx is None:
+        return message
+    return f"{message} (see '{ctx.command_path} --help')"
+
+
+app = typer.Typer(cls=_OneLineErrors, add_completion=False, no_args_is_help=True,
+                  pretty_exceptions_enable=False, context_settings=_CONTEXT,
+                  help="Run long-lived LLM agents as supervised actors.")
 
 
 def _show_version(value: bool) -> None:
@@ -125,8 +186,13 @@ def _guarded(command: _F) -> _F:
     return wrapper  # type: ignore[return-value]
 
 
+def _print_error(message: str) -> None:
+    # The message may quote a provider's or a model's text: no escape sequence gets through.
+    _err().print(f"[bold red]error:[/] {escape(strip_controls(message))}", soft_wrap=True)
+
+
 def _fail(message: str, code: int) -> None:
-    _err().print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
+    _print_error(message)
     raise typer.Exit(code)
 
 
@@ -157,26 +223,27 @@ def _emit_json(record: dict[str, Any]) -> None:
 
 
 class _TurnPrinter:
-    """Prints a turn's text deltas and tool calls as they arrive."""
+    """Prints a turn's text deltas and tool calls as they arrive, without escape sequences
+    (a sequence split between two deltas is removed whole: `TerminalText`)."""
 
     def __init__(self, console: Console) -> None:
         self.console = console
         self.printed_text = False
         self._line_open = False
+        self._text = TerminalText()
 
     def __call__(self, event: Event) -> None:
         if event.kind == "text":
             text = str(event.data.get("text") or "")
             if event.data.get("message_boundary") and self.printed_text:
+                self._print_text(self._text.flush())  # a sequence never ends across messages
                 text = "\n\n" + text
-            self.console.print(text, end="", markup=False, soft_wrap=True)
-            self.printed_text = self.printed_text or bool(text)
-            self._line_open = bool(text) or self._line_open
+            self._print_text(self._text.feed(text))
         elif event.kind == "tool_use":
             self._close_line()
             data = event.data
             shown = json.dumps(data.get("input"), ensure_ascii=False, default=repr)
-            self.console.print(f"[cyan]→ tool[/] {escape(str(data.get('name')))} "
+            self.console.print(f"[cyan]→ tool[/] {escape(_clip(str(data.get('name')), 120))} "
                                f"{escape(_clip(shown, 120))}", soft_wrap=True)
         elif event.kind == "tool_result":
             self._close_line()
@@ -184,7 +251,13 @@ class _TurnPrinter:
             shown = content if isinstance(content, str) else json.dumps(content, default=repr)
             self.console.print(f"[cyan]← result[/] {escape(_clip(shown, 120))}", soft_wrap=True)
 
+    def _print_text(self, text: str) -> None:
+        self.console.print(text, end="", markup=False, soft_wrap=True)
+        self.printed_text = self.printed_text or bool(text)
+        self._line_open = bool(text) or self._line_open
+
     def _close_line(self) -> None:
+        self._print_text(self._text.flush())
         if self._line_open:
             self.console.print()
             self._line_open = False
@@ -192,13 +265,14 @@ class _TurnPrinter:
     def finish(self, response: Response | None) -> None:
         """End the turn's output; print the text if nothing was streamed."""
         if response is not None and not self.printed_text and response.text:
-            self.console.print(response.text, markup=False, soft_wrap=True)
+            self.console.print(strip_controls(response.text), markup=False, soft_wrap=True)
             self._line_open = False
         self._close_line()
 
 
 def _clip(text: str, limit: int) -> str:
-    text = text.replace("\n", " ")
+    """`text` on one line, at most `limit` characters, without escape sequences."""
+    text = strip_controls(text).replace("\n", " ").replace("\t", " ")
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
@@ -214,7 +288,7 @@ def _summary_line(response: Response) -> str:
         parts.append(f"stop {response.stop_reason}")
     if isinstance(response.model, str):
         parts.append(f"model {response.model}")
-    return " · ".join(parts)
+    return strip_controls(" · ".join(parts))  # the ids and names come from the provider
 
 
 def _show_turn(console: Console, prompt: str, agent: Any) -> TurnResult:
@@ -225,9 +299,9 @@ def _show_turn(console: Console, prompt: str, agent: Any) -> TurnResult:
         console.print(f"[dim]{escape(_summary_line(result.response))}[/]", soft_wrap=True)
     elif result.interrupted:
         console.print("[yellow]interrupted[/]")
-    else:
-        console.print(f"[red]turn failed:[/] {escape(describe_reason(result.reason))}",
-                      soft_wrap=True)
+    else:  # on stderr: stdout holds only the answers
+        reason = strip_controls(describe_reason(result.reason))
+        _err().print(f"[red]turn failed:[/] {escape(reason)}", soft_wrap=True)
     return result
 
 
@@ -237,13 +311,17 @@ def _show_turn(console: Console, prompt: str, agent: Any) -> TurnResult:
 @app.command()
 @_guarded
 def run(
-    prompts: Annotated[list[str], typer.Argument(help="Prompts, sent as successive turns.")],
+    prompts: Annotated[list[str], typer.Argument(
+        help="Prompts, sent as successive turns: '-' reads one from stdin, '@FILE' one from "
+             "a file, '@@text' is the prompt '@text'.")],
     backend: BackendOpt = None, model: ModelOpt = None, cwd: CwdOpt = None,
     base_url: BaseUrlOpt = None, cli_path: CliPathOpt = None, json_out: JsonOpt = False,
     timeout: TimeoutOpt = 600.0, version: VersionOpt = False,
 ) -> None:
     """Send PROMPTS as successive turns of one conversation with one agent."""
-    setup = backend_setup(_require_backend(backend), model=model, cwd=cwd, base_url=base_url,
+    name = _require_backend(backend)
+    prompts = expand_prompts(prompts)
+    setup = backend_setup(name, model=model, cwd=cwd, base_url=base_url,
                           cli_path=cli_path, mock_turns=len(prompts))
     console = _out()
     code = EXIT_OK
@@ -282,12 +360,13 @@ def chat(
     setup = backend_setup(name, model=model, cwd=cwd, base_url=base_url, cli_path=cli_path,
                           mock_turns=10_000)
     console = _out()
+    strict_stdin()
     with _agent(setup, "gen-agent-chat", timeout) as agent:
         console.print(f"[bold]gen-agent chat[/] ({name} backend). {_CHAT_HELP}", soft_wrap=True)
         session: list[Any] = [None]
         while True:
             try:
-                line = console.input("[bold green]you>[/] ").strip()
+                line = read_line(console, "[bold green]you>[/] ")
             except EOFError:
                 console.print()
                 break
@@ -316,26 +395,27 @@ def _chat_command(console: Console, agent: Any, line: str, backend: str,
         status = agent.status(timeout=10)
         turns = (status.agent_state or {}).get("turns", 0)
         plural = "" if turns == 1 else "s"
-        console.print(f"agent {status.name} · {status.state} · {turns} turn{plural} · "
-                      f"session {session[0] or '-'} · backend {backend}", markup=False,
-                      soft_wrap=True)
+        console.print(strip_controls(f"agent {status.name} · {status.state} · {turns} "
+                                     f"turn{plural} · session {session[0] or '-'} · backend "
+                                     f"{backend}"), markup=False, soft_wrap=True)
     elif command == "/reset":
         try:
             agent.reset_session(timeout=10)
         except GenAgentError as exc:
-            console.print(f"[red]reset refused:[/] {escape(describe_reason(exc.reason))}")
+            _err().print(f"[red]reset refused:[/] {escape(describe_reason(exc.reason))}")
         else:
             old = session[0] or "-"
             raw = gen_agent.backend_session(agent.name, timeout=10)
             new = getattr(raw, "session_id", None)
             session[0] = new
             shown = new or "a new one, its id assigned by the next turn"
-            console.print(f"conversation reset: session {old} ended; new session: {shown}",
-                          markup=False, soft_wrap=True)
+            console.print(strip_controls(f"conversation reset: session {old} ended; new "
+                                         f"session: {shown}"), markup=False, soft_wrap=True)
     elif command == "/help":
         console.print(_CHAT_HELP, soft_wrap=True)
     else:
-        console.print(f"unknown command {command}; {_CHAT_HELP}", markup=False, soft_wrap=True)
+        console.print(f"unknown command {strip_controls(command)}; {_CHAT_HELP}", markup=False,
+                      soft_wrap=True)
     return True
 
 
@@ -343,26 +423,18 @@ def _chat_command(console: Console, agent: Any, line: str, backend: str,
 
 
 def _read_prompts(file: str) -> list[str]:
-    try:
-        if file == "-":
-            text = sys.stdin.read()
-        else:
-            with open(file, encoding="utf-8") as handle:
-                text = handle.read()
-    except OSError as exc:
-        raise CliError(f"cannot read prompt file {file!r}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise CliError(f"cannot read prompt file {file!r}: it is not UTF-8 text") from None
+    text = read_prompt_file(file)
     prompts = [line.strip() for line in text.splitlines() if line.strip()]
     if not prompts:
-        raise CliError(f"prompt file {file!r} has no prompts (one prompt per line)")
+        raise CliError(f"{label(file)} has no prompts (one prompt per line)")
     return prompts
 
 
 @app.command()
 @_guarded
 def pool(
-    file: Annotated[str, typer.Argument(help="A text file with one prompt per line ('-': stdin).")],
+    file: Annotated[str, typer.Argument(
+        help=f"A text file with one prompt per line ('{STDIN}': stdin).")],
     backend: BackendOpt = None,
     workers: Annotated[int, typer.Option("--workers", "-w", min=1, max=64,
                                          help="Pool size.")] = 4,

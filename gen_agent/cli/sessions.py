@@ -9,8 +9,8 @@
   agent is refused unless `--force`.
 
 `--db` defaults to the `GEN_AGENT_STORE` environment variable. `--json` prints JSON instead of
-tables. Exit codes: 0 done, 1 a key was not found (or refused), 2 bad input (no such file, a
-newer schema, not a session store).
+tables. Exit codes: 0 done, 1 a key was not found (or refused), 2 bad input (no such file, an
+empty file, not a SQLite file, a SQLite file of something else, a newer schema).
 """
 
 from __future__ import annotations
@@ -27,8 +27,10 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from gen_agent.cli.support import EXIT_FAILED, CliError
+from gen_agent.cli.terminal import strip_controls
 from gen_agent.store import LeaseHeld, SessionRecord, SQLiteStore, StoreError
 from gen_agent.store.lease import holder_alive
 
@@ -53,21 +55,37 @@ def _guarded(command: _F) -> _F:
             return command(*args, **kwargs)
         except CliError as exc:
             Console(stderr=True, highlight=False).print(
-                f"[bold red]error:[/] {escape(exc.message)}", soft_wrap=True)
+                f"[bold red]error:[/] {escape(strip_controls(exc.message))}", soft_wrap=True)
             raise typer.Exit(exc.exit_code) from None
 
     return wrapper  # type: ignore[return-value]
 
 
+_SQLITE_HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite 3 file
+
+
 def _open(db: str | None) -> SQLiteStore:
+    """The store at `db`, checked first to be one: a look never writes to another file."""
     if not db:
         raise CliError("give the session store file with --db (or set GEN_AGENT_STORE)")
-    if not os.path.isfile(os.path.expanduser(db)):
-        raise CliError(f"no session store at {db!r}")
+    path = os.path.expanduser(db)
+    if not os.path.isfile(path):
+        raise CliError(f"no session store at {db!r}" + (
+            " (it is a directory)" if os.path.isdir(path) else ""))
+    try:
+        with open(path, "rb") as handle:
+            header = handle.read(len(_SQLITE_HEADER))
+    except OSError as exc:
+        raise CliError(f"cannot read the session store {db!r}: {exc.strerror or exc}") from None
+    if not header:
+        raise CliError(f"{db!r} is an empty file, not a session store (a SQLite file that "
+                       "SQLiteStore wrote)")
+    if header != _SQLITE_HEADER:
+        raise CliError(f"{db!r} is not a session store: it is not a SQLite database file")
     try:
         return SQLiteStore(db, busy_timeout=10.0)
     except StoreError as exc:
-        raise CliError(str(exc)) from None
+        raise CliError(f"cannot open the session store: {exc}") from None
 
 
 def _time(value: float) -> str:
@@ -169,7 +187,7 @@ def list_sessions(db: DbOpt = None, json_out: JsonOpt = False) -> None:
                   "updated")
     for item in records:
         if isinstance(item, str):
-            table.add_row(item, "[red]corrupt[/]", "", "", "", "", "", "")
+            table.add_row(Text(strip_controls(item)), "[red]corrupt[/]", "", "", "", "", "", "")
             continue
         usage = item.totals.usage
         owner = _owner(item, store.lease_ttl_s)
@@ -177,9 +195,12 @@ def list_sessions(db: DbOpt = None, json_out: JsonOpt = False) -> None:
             f"pid {owner['pid']}@{owner['host']}" + ("" if owner["alive"] else " (dead)"))
         turn = ("running" if item.in_flight is not None
                 else "interrupted" if item.interrupted is not None else "-")
-        table.add_row(item.key, item.backend or "-", str(item.totals.turns),
+        # Text cells (no markup) without escape sequences: a store file may come from anywhere.
+        table.add_row(Text(strip_controls(item.key)), Text(strip_controls(item.backend or "-")),
+                      str(item.totals.turns),
                       f"{usage.get('input_tokens', 0)}/{usage.get('output_tokens', 0)}",
-                      f"{item.totals.cost_usd:.4f}", owner_text, turn, _time(item.updated_at))
+                      f"{item.totals.cost_usd:.4f}", Text(strip_controls(owner_text)), turn,
+                      _time(item.updated_at))
     Console(highlight=False).print(table)
 
 

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+import gen_agent
 from gen_agent.backend import BackendError, DispatchError, SessionStartError
 from gen_agent.backends import _process
 from gen_agent.backends._jsonl import translate_line
@@ -26,12 +27,13 @@ from gen_agent.backends.claude import (
     ClaudeStreamTranslator,
     translate_lines,
 )
-from gen_agent.errors import CheckpointError
+from gen_agent.errors import AgentStartError, CheckpointError
 from gen_agent.event import Event
 from gen_agent.response import Response
 
 from .conftest import (
     FIXTURES,
+    Agent,
     FakeClaude,
     TurnRecorder,
     kinds,
@@ -638,6 +640,33 @@ def test_missing_cli_fails_the_start_naming_what_to_install(tmp_path: Path):
     assert (reason.provider, reason.kind) == ("claude", "cli_not_found")
     assert "@anthropic-ai/claude-code" in reason.message
     assert "@anthropic-ai/claude-code" in str(info.value)
+
+
+def test_a_relative_cli_path_is_resolved_against_the_caller_s_cwd_at_start(
+        fake_claude: FakeClaude, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, agent_system):
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(tmp_path)
+    options = fake_claude.options(cli_path="bin/claude", cwd=str(work))
+    gen_agent.start_agent(Agent, name="relative", backend=ClaudeCLI, backend_opts=options)
+    assert gen_agent.backend_session("relative").cli == str(fake_claude.cli)
+    # The turn runs in `work`, where "bin/claude" names nothing: the absolute path works.
+    assert gen_agent.ask("relative", "hi", timeout=30).text == "you said: hi"
+    assert fake_claude.calls()[0]["cwd"] == str(work)
+
+
+def test_a_relative_cli_path_missing_from_the_caller_s_cwd_fails_the_start(
+        fake_claude: FakeClaude, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, agent_system):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # bin/claude is in tmp_path, the CLI's cwd, not here
+    options = fake_claude.options(cli_path="bin/claude", cwd=str(tmp_path))
+    with pytest.raises(AgentStartError) as info:
+        gen_agent.start_agent(Agent, name="missing", backend=ClaudeCLI, backend_opts=options)
+    kind, reason = info.value.reason
+    assert kind == "backend_start_failed"
+    assert (reason.provider, reason.kind, reason.raw) == ("claude", "cli_not_found", "bin/claude")
+    assert gen_agent.list_agents() == []
 
 
 def test_command_line_puts_the_prompt_after_the_option_terminator(fake_claude: FakeClaude):

@@ -315,6 +315,14 @@ def test_a_missing_cli_is_a_start_error_naming_what_to_install(tmp_path: Path) -
     assert "@openai/codex" in INSTALL_HINT
 
 
+def test_a_relative_cli_path_becomes_absolute_at_start(
+        fake_codex: FakeCodex, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    session = CodexCLI.start_session(fake_codex.options(cli_path="bin/codex", cwd="/"))
+    assert session.cli == str(fake_codex.cli)
+    assert CodexCLI.command(session, "hi")[0] == str(fake_codex.cli)
+
+
 def test_command_for_a_new_thread_and_for_a_resumed_one(fake_codex: FakeCodex) -> None:
     session = CodexCLI.start_session(
         fake_codex.options(

@@ -106,6 +106,71 @@ def test_start_session_rejects_malformed_options(opts: dict[str, Any], reason: A
     assert info.value.reason == reason
 
 
+# --- the options of the real backends ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("module", ["claude", "codex", "anthropic", "openai"])
+def test_every_option_of_a_bundled_backend_is_accepted_and_recorded(module: str) -> None:
+    import importlib
+
+    declared = importlib.import_module(f"gen_agent.backends.{module}").OPTIONS
+    assert declared <= mock.OPTIONS | mock.provider_options()
+    given = {key: f"value of {key}" for key in declared - {"session_id", "tools"}}
+    session = MockBackend.start_session({**given, "scripts": [mock.text_turn("hi")]})
+    assert dict(session.options) == given  # as given, the scripts left out
+    with pytest.raises(TypeError):
+        session.options["model"] = "changed"  # type: ignore[index]
+
+
+def test_the_real_options_are_recorded_beside_the_mock_s_own() -> None:
+    def word_count(text: str) -> int:
+        """Count the words of `text`."""
+        return len(text.split())
+
+    definition = {"name": "web_search", "type": "web_search_20250305"}
+    session = MockBackend.start_session({
+        "model": "claude-sonnet-4-5", "system": "Be brief.", "max_tokens": 256,
+        "tools": [word_count, definition], "session_id": "s-1",
+        "scripts": [mock.text_turn("ok")], "reset_error": None})
+    assert dict(session.options) == {"model": "claude-sonnet-4-5", "system": "Be brief.",
+                                     "max_tokens": 256, "tools": [word_count, definition],
+                                     "session_id": "s-1"}
+    # The Python tool runs in a tool_round; the provider definition is only recorded.
+    assert [tool.name for tool in session.tools] == ["word_count"]
+
+
+def test_an_option_no_backend_knows_still_fails_the_start_listing_the_known_ones() -> None:
+    with pytest.raises(SessionStartError) as info:
+        MockBackend.start_session({"model": "m", "colour": "red"})
+    assert info.value.reason == ("unknown_option", "colour")
+    message = str(info.value)
+    assert "'scripts'" in message and "'system'" in message and "'system_prompt'" in message
+
+
+def test_with_options_gives_the_scripts_under_the_agent_s_options(agent_system) -> None:
+    class Reviewer(gen_agent.GenAgent):
+        def init_agent(self, opts: Any) -> Any:
+            return {"model": "claude-sonnet-4-5", "system": "Review.", "max_tokens": 64}, None
+
+        def handle_response(self, ref: Any, response: Any, state: Any) -> Any:
+            return gen_agent.NoReply(state)
+
+    backend = MockBackend.with_options(scripts=[mock.text_turn("LGTM")], session_id="s-9")
+    assert issubclass(backend, MockBackend) and backend.__name__ == "MockBackend"
+    gen_agent.start_agent(Reviewer, name="reviewer", backend=backend)
+    assert gen_agent.ask("reviewer", "Review this diff.", timeout=JOIN_S).text == "LGTM"
+    session = gen_agent.backend_session("reviewer")
+    assert dict(session.options) == {"model": "claude-sonnet-4-5", "system": "Review.",
+                                     "max_tokens": 64, "session_id": "s-9"}
+    assert MockBackend.history("reviewer") == ["Review this diff."]
+    # Presets stack, the later winning; they stay checked at each start.
+    again = backend.with_options(session_id="s-10")
+    assert again.start_session({}).session_id == "s-10"
+    with pytest.raises(SessionStartError) as info:
+        MockBackend.with_options(colour="red").start_session({})
+    assert info.value.reason == ("unknown_option", "colour")
+
+
 def test_start_session_rejects_a_non_mapping() -> None:
     with pytest.raises(SessionStartError) as info:
         MockBackend.start_session([("scripts", [])])  # type: ignore[arg-type]

@@ -129,8 +129,10 @@ def test_run_stops_at_a_failed_turn_with_exit_code_1(server: ScriptedModelServer
                     "claude-test", "First", "Never sent")
 
     assert result.exit_code == 1
-    assert "turn failed: anthropic invalid_request (HTTP 400): prompt is too long" in result.stdout
-    assert "Never sent" not in result.stdout
+    # The answers on stdout, the failure on stderr.
+    assert result.stdout == "> First\n"
+    assert result.stderr == ("turn failed: anthropic invalid_request (HTTP 400): prompt is too "
+                             "long\n")
     assert len(server.model_requests()) == 1
 
 

@@ -18,6 +18,7 @@ first_agent = load_example("guide/first_agent")
 echo_backend = load_example("guide/echo_backend")
 telemetry_logging = load_example("guide/telemetry_logging")
 offline_backends = load_example("guide/offline_backends")
+reviewer = load_example("guide/reviewer")
 
 
 def test_first_agent(capsys) -> None:
@@ -139,3 +140,53 @@ def test_an_http_backend_against_the_scripted_server(agent_system,
     assert scripted_model_server.model_requests()[-1].body["messages"][-1] == {
         "role": "user", "content": "Does it work?"}
 # --8<-- [end:server-test]
+
+
+# --8<-- [start:mock-test]
+def test_the_reviewer_on_the_mock(agent_system) -> None:
+    from gen_agent.backends import mock
+    from gen_agent.backends.mock import MockBackend
+
+    # The Reviewer class, unchanged: the scripts come with the backend.
+    backend = MockBackend.with_options(scripts=[mock.tool_round(
+        [("count_lines", {"text": "a\nb\nc"})],
+        mock.text_turn('{"approve": false, "reason": "Too long."}'))])
+    agent = gen_agent.start_agent(reviewer.Reviewer, name="reviewer", backend=backend)
+    response = agent.ask("Review this diff:\na\nb\nc", output=reviewer.Verdict, timeout=10)
+
+    assert response.parsed == reviewer.Verdict(approve=False, reason="Too long.")
+    results = [e.data["content"] for e in response.events if e.kind == "tool_result"]
+    assert results == ["3"]                   # the agent's real count_lines ran
+    options = gen_agent.backend_session("reviewer").options  # recorded by the mock
+    assert options["model"] == "claude-sonnet-4-5" and "count_lines" in options["system"]
+    assert agent.status().agent_state == {"reviewed": 1}
+# --8<-- [end:mock-test]
+
+
+def test_the_same_reviewer_on_the_anthropic_api(scripted_model_server, monkeypatch) -> None:
+    from gen_agent.backends.anthropic import AnthropicAPI
+    from gen_agent.testing import Reply
+
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", scripted_model_server.url)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "offline")
+    scripted_model_server.enqueue(
+        Reply.tool_use("count_lines", {"text": reviewer.DIFF}),
+        Reply.text('{"approve": true, "reason": "A one-word change."}'))
+    verdict = reviewer.review(reviewer.DIFF, AnthropicAPI)
+
+    assert verdict == reviewer.Verdict(approve=True, reason="A one-word change.")
+    first, second = (r.body for r in scripted_model_server.model_requests())
+    assert (first["model"], first["max_tokens"]) == ("claude-sonnet-4-5", 1024)
+    assert first["system"].startswith("You review diffs.")
+    assert [tool["name"] for tool in first["tools"]] == ["count_lines"]
+    assert first["output_config"]["format"]["type"] == "json_schema"
+    [result] = [block for block in second["messages"][-1]["content"]
+                if block["type"] == "tool_result"]
+    assert result["content"] == "4"           # the same count_lines ran, on the real client
+
+
+def test_the_reviewer_script_runs_offline(monkeypatch, capsys) -> None:
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    reviewer.main()
+    assert capsys.readouterr().out == (
+        "Verdict(approve=True, reason='A one-word change.')\n")
