@@ -42,8 +42,11 @@ def _stamp(checkout: Path, name: str) -> None:
 
 def _dry_run(checkout: Path, target: str) -> str:
     assert MAKE is not None
-    done = subprocess.run([MAKE, "-n", target], cwd=checkout, capture_output=True, text=True,
-                          timeout=60, check=True)
+    # Run as a top-level make even under `make test`: a nested one would inherit MAKEFLAGS and
+    # MAKELEVEL and print "Entering/Leaving directory" lines around the commands.
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
+    done = subprocess.run([MAKE, "--no-print-directory", "-n", target], cwd=checkout,
+                          capture_output=True, text=True, timeout=60, check=True, env=env)
     return done.stdout
 
 
