@@ -184,9 +184,11 @@ class AgentActor(StartupMixin, AdmissionMixin, DispatchMixin, InputsMixin, Contr
 
     # ------------------------------------------------------------------ message loop
     def on_receive(self, message: Any) -> Any:
-        if self.handle.closed and not self.stopping:
+        stopping = self.phase is Phase.STOPPING  # inline: this runs for every message
+        if self.handle.closed and not stopping:
             self._killed()  # cut off by a supervisor after its shutdown window
-        if self.stopping:
+            stopping = True
+        if stopping:
             self._refuse(message)
             return None
         try:
