@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import threading
 import time
 from typing import Any
 
@@ -33,6 +32,7 @@ from gen_agent._runtime import (
     AgentActor,
     AgentHandle,
     InterruptMsg,
+    Registry,
     Reply,
     StopMsg,
     build_options,
@@ -40,14 +40,11 @@ from gen_agent._runtime import (
     validate_shutdown,
 )
 from gen_agent.agent_ref import AgentRef
-from gen_agent.errors import AgentNotFound, AgentStartError, AlreadyStarted, RequestError
+from gen_agent.errors import AgentStartError, AlreadyStarted, RequestError
 
 __all__ = ["AgentSystem", "current_system", "shutdown"]
 
-_ENDED_KEPT = 256  # ended incarnations remembered for AgentNotFound's last_exit (count)
-
-
-class AgentSystem:
+class AgentSystem(Registry):
     """A registry of named agents plus the supervisor that owns them. Thread-safe.
 
     Names are any hashable value and unique within the system. A name is taken from the
@@ -62,11 +59,7 @@ class AgentSystem:
     """
 
     def __init__(self) -> None:
-        self._lock = threading.RLock()
-        self._agents: dict[Any, AgentHandle] = {}
-        # The last few ended incarnations by name, so a by-name call that misses can say why
-        # the name is gone (bounded: a long-lived system must not grow with every stop).
-        self._ended: dict[Any, tuple[Any, BaseException | None]] = {}
+        super().__init__()  # the names (`Registry`, which the runtime uses)
         self._shutdown_hooks: list[Any] = []
         self._supervisors: list[Any] = []
         self._pools: list[Any] = []
@@ -79,34 +72,6 @@ class AgentSystem:
         """
         with self._lock:
             self._shutdown_hooks.append(hook)
-
-    # ------------------------------------------------------------------ registry
-    def lookup(self, name: Any) -> AgentHandle:
-        """Return the live handle registered under `name`.
-
-        Raises:
-            AgentNotFound: nothing (alive) is registered under `name`.
-        """
-        handle = self._agents.get(name)
-        if handle is None or handle.closed:
-            raise self._not_found(name, handle)
-        return handle
-
-    def _not_found(self, name: Any, handle: AgentHandle | None) -> AgentNotFound:
-        """`AgentNotFound` for `name`, naming the exit of its last incarnation when known."""
-        if handle is not None and handle.closed:
-            ended: tuple[Any, BaseException | None] | None = (handle.exit_reason,
-                                                               handle.exit_cause)
-        else:
-            try:
-                ended = self._ended.get(name)
-            except TypeError:  # an unhashable name was never registered
-                ended = None
-        if ended is None or ended[0] is None:
-            return AgentNotFound(name)
-        error = AgentNotFound(name, last_exit=ended[0])
-        error.__cause__ = ended[1]
-        return error
 
     def whereis(self, name: Any) -> Any:
         """Return the `AgentRef` of `name`, or None (dead agents are ignored). Never messages
@@ -144,20 +109,6 @@ class AgentSystem:
             items = self._supervisors if kind == "supervisor" else self._pools
             if item in items:
                 items.remove(item)
-
-    def _unregister(self, handle: AgentHandle) -> None:
-        with self._lock:
-            if self._agents.get(handle.name) is handle:
-                del self._agents[handle.name]
-
-    def _remember_exit(self, handle: AgentHandle) -> None:
-        """Keep a closed incarnation's exit reason and cause for `AgentNotFound.last_exit`
-        (the newest `_ENDED_KEPT` names; a name registered again replaces its entry)."""
-        with self._lock:
-            self._ended.pop(handle.name, None)
-            self._ended[handle.name] = (handle.exit_reason, handle.exit_cause)
-            if len(self._ended) > _ENDED_KEPT:
-                del self._ended[next(iter(self._ended))]
 
     # ------------------------------------------------------------------ start / stop
     def start_agent(self, module: type, *, name: Any, backend: Any, **opts: Any) -> Any:

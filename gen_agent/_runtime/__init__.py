@@ -13,6 +13,7 @@ it), so the runtime's insides can move without touching the rest of the package.
 - `capture`: per-turn event capture, compact retention and the lossless admission check.
 - `pending`: bounded FIFO queues with count and byte limits.
 - `handle`: the incarnation handle an `AgentRef` addresses.
+- `registry`: the names of an `AgentSystem`, as the runtime resolves and releases them.
 - `reply`: once-only deferred replies to blocked callers.
 - `results`: the poll cache of finished requests.
 - `messages`: the actor's mailbox message records.
@@ -53,6 +54,7 @@ from gen_agent._runtime.options import (
     validate_shutdown,
     warn_near_misses,
 )
+from gen_agent._runtime.registry import Registry
 from gen_agent._runtime.reply import Reply, await_reply, call_in_loop, set_once
 from gen_agent._runtime.startup import RAISED_DURING_START
 from gen_agent._runtime.turn import WORKERS
@@ -74,6 +76,7 @@ __all__ = [
     "InterruptRequestMsg",
     "NotifyMsg",
     "PollMsg",
+    "Registry",
     "Reply",
     "ResetSessionMsg",
     "ResumeMsg",

@@ -68,6 +68,7 @@ from gen_agent._runtime.messages import (
 from gen_agent._runtime.options import AgentOptions
 from gen_agent._runtime.pending import BoundedQueue
 from gen_agent._runtime.request import (
+    Phase,
     Request,
     Retry,
     StopAgent,
@@ -121,7 +122,7 @@ class AgentActor(StartupMixin, AdmissionMixin, DispatchMixin, InputsMixin, Contr
         self.impl: Any = None
         self.session: Any = None
         self.state: Any = None
-        self.phase: str | None = None
+        self.phase = Phase.STARTING
         self.halted = False
         self.halt_pending = False
         self.draining = False
@@ -142,7 +143,6 @@ class AgentActor(StartupMixin, AdmissionMixin, DispatchMixin, InputsMixin, Contr
         self._post_turn_cb: Any = None
         self._send_info: Any = None
         self._replies: list[tuple[Any, Any]] = []
-        self._terminated = False
         self.log = logger.bind(gen_agent=self.name, gen_agent_module=module.__name__)
         # The agent's running totals (gen_agent.accounting); reset_session keeps them.
         self.spend = options.spend if options.spend is not None else Spend()
@@ -155,7 +155,7 @@ class AgentActor(StartupMixin, AdmissionMixin, DispatchMixin, InputsMixin, Contr
 
     def __repr__(self) -> str:
         # Redacted (§3.14): never the session, state, prompts or queues.
-        return (f"<AgentActor module={self.module.__name__} phase={self.phase} "
+        return (f"<AgentActor module={self.module.__name__} phase={self.phase.value} "
                 f"halted={self.halted} draining={self.draining}>")
 
     __str__ = __repr__
@@ -177,16 +177,18 @@ class AgentActor(StartupMixin, AdmissionMixin, DispatchMixin, InputsMixin, Contr
         return getattr(self.module, "pre_run", None) in (None, GenAgent.pre_run)
 
     def _may_hibernate(self) -> bool:
-        if self.turn is not None or self._retry_timer is not None or self._terminated:
+        if self.turn is not None or self._retry_timer is not None or self.stopping:
             return False
         self.gates.disarm()  # before the flag: once it is set, a wake may arm it anew
         return True
 
     # ------------------------------------------------------------------ message loop
     def on_receive(self, message: Any) -> Any:
-        if self.handle.closed and not self._terminated:
+        stopping = self.phase is Phase.STOPPING  # inline: this runs for every message
+        if self.handle.closed and not stopping:
             self._killed()  # cut off by a supervisor after its shutdown window
-        if self._terminated:
+            stopping = True
+        if stopping:
             self._refuse(message)
             return None
         try:
@@ -209,14 +211,14 @@ class AgentActor(StartupMixin, AdmissionMixin, DispatchMixin, InputsMixin, Contr
 
     def on_stop(self) -> None:
         # Reached through pykka's own stop (ActorRef.stop): stop gracefully.
-        if not self._terminated:
+        if not self.stopping:
             self._terminate("shutdown", stop_actor=False)
         self.gates.disarm()
         self.handle.exited.set()
 
     def _killed(self) -> None:
         # A kill runs no cleanup callbacks (§2.19); only the turn task is told to stop.
-        self._terminated = True
+        self.phase = Phase.STOPPING
         if self.turn is not None:
             self._cancel_task(self.turn)
         self.stop()
@@ -278,7 +280,7 @@ class AgentActor(StartupMixin, AdmissionMixin, DispatchMixin, InputsMixin, Contr
                 if self.turn is None:
                     self._process_next()
             case LimitWakeMsg():
-                if self.turn is None and not self._terminated:
+                if self.turn is None and not self.stopping:
                     self._process_next()
             case ResetSessionMsg():
                 self._on_reset_session(msg.reply)
@@ -303,11 +305,17 @@ class AgentActor(StartupMixin, AdmissionMixin, DispatchMixin, InputsMixin, Contr
     def _now(self) -> dict[str, Any]:
         return {"system_time": time.time_ns()}
 
-    def _set_phase(self, phase: str) -> None:
-        if self.phase != phase:
+    @property
+    def stopping(self) -> bool:
+        """True once the agent terminates (or failed to start): it handles nothing more."""
+        return self.phase is Phase.STOPPING
+
+    def _set_phase(self, phase: Phase) -> None:
+        if self.phase is not phase:
             previous, self.phase = self.phase, phase
             if attached(telemetry.STATE_CHANGED):
-                self._emit(telemetry.STATE_CHANGED, self._now(), {"from": previous, "to": phase})
+                self._emit(telemetry.STATE_CHANGED, self._now(),
+                           {"from": previous.reported, "to": phase.reported})
 
     def _turn_meta(self, request: Request, attempt: int, **extra: Any) -> dict[str, Any]:
         origin = "tell" if request.origin == "tell" else request.origin
@@ -508,7 +516,7 @@ class AgentActor(StartupMixin, AdmissionMixin, DispatchMixin, InputsMixin, Contr
         if halt or (self.halt_pending and not self.draining):
             self._enter_halted()
         self.halt_pending = False
-        self._set_phase("idle")
+        self._set_phase(Phase.IDLE)
         self._process_next()
 
     def _post_turn(self, outcome: tuple[str, Any], ref: RequestRef, state: Any) -> Any:
@@ -551,7 +559,7 @@ class AgentActor(StartupMixin, AdmissionMixin, DispatchMixin, InputsMixin, Contr
     # ------------------------------------------------------------------ termination (§4.19)
     def _terminate(self, reason: Any, *, stop_actor: bool = True,
                    cause: BaseException | None = None) -> None:
-        self._terminated = True
+        self.phase = Phase.STOPPING
         set_request(None)
         self._flush_replies()
         turn = self.turn

@@ -97,7 +97,7 @@ def lookup(agent_system: Any, name: Any) -> AgentHandle:
 def cast(agent_system: Any, name: Any, message: Any) -> None:
     """Send `message` to `name` if it is alive; nothing otherwise (a cast never fails)."""
     system = agent_system if agent_system is not None else active_system()
-    handle = None if system is None else system._agents.get(name)
+    handle = None if system is None else system.handle_of(name)
     if handle is not None:
         handle.send(message)
 

@@ -17,7 +17,15 @@ from gen_agent._runtime.capture import Capture, LosslessBudget
 from gen_agent._runtime.crash import log_exception
 from gen_agent._runtime.messages import RetryGeneratedMsg
 from gen_agent._runtime.pending import check_admission
-from gen_agent._runtime.request import Request, Retry, StopAgent, Turn, caller_alive, type_name
+from gen_agent._runtime.request import (
+    Phase,
+    Request,
+    Retry,
+    StopAgent,
+    Turn,
+    caller_alive,
+    type_name,
+)
 from gen_agent._runtime.turn import TurnChannel, TurnSpec, start_turn
 from gen_agent._timers import TIMERS
 from gen_agent.agent import Halt, Proceed, Prompt, Skip
@@ -178,7 +186,7 @@ class DispatchMixin:
                               checkpoint=self._checkpoint_fn(turn), options=options,
                               trace_carrier=carrier,
                               permission=self._permission_fn(turn), info=self._send_info)
-        self._set_phase("processing")
+        self._set_phase(Phase.PROCESSING)
         self.gates.start_watchdog(turn)
         thread = start_turn(TurnSpec(turn.channel, self.backend, self.session, final_prompt,
                                      context, self._stream_cb, self.state, budget))

@@ -3,6 +3,7 @@ and small pure helpers of the state machine (contract §4.1)."""
 
 from __future__ import annotations
 
+import enum
 from typing import Any, Literal
 
 import pykka
@@ -37,6 +38,22 @@ def valid_retry_delay(value: Any) -> bool:
         return False
     delay = value.delay_ms
     return type(value.text) is str and type(delay) is int and delay >= 0
+
+
+class Phase(enum.Enum):
+    """The agent's exclusive state. `halted`, `halt_pending` and `draining` are independent
+    flags beside it (the contract keeps them apart: a halted agent can be idle or processing).
+    STATE_CHANGED telemetry reports the value, and None for STARTING (the original's initial
+    state has no name)."""
+
+    STARTING = "starting"  # init_agent and the backend session are being set up
+    IDLE = "idle"  # no turn runs
+    PROCESSING = "processing"  # a turn runs
+    STOPPING = "stopping"  # terminating or failed to start: nothing more is handled
+
+    @property
+    def reported(self) -> str | None:
+        return None if self is Phase.STARTING else self.value
 
 
 class StopAgent(Exception):

@@ -11,7 +11,7 @@ from typing import Any
 from gen_agent._context import set_current
 from gen_agent._runtime import record
 from gen_agent._runtime.crash import log_exception
-from gen_agent._runtime.request import type_name
+from gen_agent._runtime.request import Phase, type_name
 from gen_agent.agent import BASE_STREAM_EVENT, GenAgent
 from gen_agent.backend import SessionStartError
 from gen_agent.errors import AgentStartError, InitAgentError, PreRunError, describe_reason
@@ -44,7 +44,7 @@ class StartupMixin:
     spend: Any
     durable: Any
     log: Any
-    _terminated: bool
+    phase: Any
     _init_opts: dict[str, Any]
     _backend_opts: dict[str, Any]
     _init_reply: Any
@@ -96,10 +96,10 @@ class StartupMixin:
         self._pre_turn_cb = self._overridden("pre_turn", GenAgent.pre_turn)
         self._post_turn_cb = self._overridden("post_turn", GenAgent.post_turn)
         self._send_info = self._info_fn()
-        self._set_phase("idle")
+        self._set_phase(Phase.IDLE)
         self._init_reply.resolve(self.handle)
         self._run_pre_run()
-        if self.durable.interrupted is not None and not self._terminated:
+        if self.durable.interrupted is not None and self.phase is not Phase.STOPPING:
             self._on_info(self.durable.interrupted)  # the turn the last owner did not finish
 
     def _start_session(self, backend_opts: dict[str, Any]) -> Any:
@@ -123,7 +123,7 @@ class StartupMixin:
 
     def _fail_start(self, error: AgentStartError) -> None:
         # Free the name before the starter hears of the failure, so it can retry at once.
-        self._terminated = True
+        self.phase = Phase.STOPPING
         self.durable.close()
         self._exit(error.reason, unregister=True, cause=error.__cause__)
         self._init_reply.fail(error)
