@@ -69,6 +69,7 @@ __all__ = [
     "stream_turn",
     "transport_error",
     "trim_history",
+    "unsendable",
     "with_prompt",
 ]
 
@@ -556,6 +557,8 @@ def _wire_error(provider: str, exc: BaseException) -> BackendError | None:
     """A failure of the body itself (the bytes, or the HTTP client reading them)."""
     if isinstance(exc, SSEProtocolError | _MalformedEvent):
         return BackendError.new(provider, "protocol_error", None, message=str(exc))
+    if isinstance(exc, UnicodeEncodeError):
+        return unsendable(provider, exc)
     for name in ("httpx2", "httpx"):  # the SDKs' HTTP client, under either package name
         httpx = sys.modules.get(name)
         if httpx is None:
@@ -569,6 +572,24 @@ def _wire_error(provider: str, exc: BaseException) -> BackendError | None:
     if isinstance(exc, OSError):
         return transport_error(provider, exc, timeout=False)
     return None
+
+
+def unsendable(provider: str, exc: UnicodeEncodeError) -> BackendError:
+    """The request body could not be encoded as UTF-8: kind `"invalid_request"`, not
+    retryable, nothing sent.
+
+    The SDKs encode the body as JSON with `ensure_ascii=False` and then as UTF-8, which a
+    lone surrogate (U+D800..U+DFFF without its pair) cannot pass. An escaped `\\ud800` would
+    be valid JSON, but both providers refuse such a body (HTTP 400, `invalid_request_error`),
+    so the turn fails here with the kind that answer would have had, without the round trip.
+    The message names the code point, never the text; `raw` is None (the exception holds
+    the whole body, prompt included).
+    """
+    bad = exc.object[exc.start : exc.start + 1] if isinstance(exc.object, str) else ""
+    point = f"U+{ord(bad):04X}" if bad else "a character"
+    message = (f"the {provider} request was not sent: a prompt, tool result or other text of "
+               f"it holds a lone surrogate ({point}), which UTF-8 cannot encode")
+    return BackendError.new(provider, "invalid_request", None, retryable=False, message=message)
 
 
 def _close_quietly(stream: Any) -> None:
