@@ -9,9 +9,10 @@ Encoding: the length in bytes of the value's MessagePack encoding by msgspec
 (`msgspec.msgpack.encode`). msgspec Structs (e.g. `Event`) encode as maps of their fields,
 tuples as arrays. A value msgspec cannot encode natively is encoded as the bytes of
 `pickle.dumps(value, protocol=5)` (a value holding an int beyond 64 bits, or a `str` with a
-lone surrogate, which UTF-8 cannot encode, is pickled whole) and, if pickling fails too, as the UTF-8 bytes of `type(value).__qualname__`. A `str` of
-n ASCII characters therefore measures n + 1 to n + 5 bytes. The result is the same for
-equal values in every process and on every platform.
+lone surrogate, which UTF-8 cannot encode, is pickled whole) and, if pickling fails too, as
+the UTF-8 bytes of `type(value).__qualname__`. A `str` of n ASCII characters therefore
+measures n + 1 to n + 5 bytes. The result is the same for equal values in every process and
+on every platform.
 """
 
 from __future__ import annotations
