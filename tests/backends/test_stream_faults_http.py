@@ -351,6 +351,19 @@ def test_anthropic_mid_stream_error_event_keeps_the_partial_text(server: RawServ
     next_ask_works(server, ANTHROPIC, agent)
 
 
+def test_openai_mid_stream_error_event_keeps_the_partial_text(server: RawServer) -> None:
+    frames = openai_events(("Half ", "an "))[:-1]
+    error = frame("error", {"type": "error", "code": "server_error", "message": "Broken"})
+    server.enqueue([chunked_head(), *[chunk(f) for f in [*frames, error]], chunk(b"")])
+    agent = OPENAI.start(server)
+
+    reason = failed(agent)
+
+    assert (reason.kind, reason.retryable, reason.message) == ("stream_error", True, "Broken")
+    assert reason.diagnostics.partial_text == "Half an "
+    assert reason.diagnostics.response_id == "resp_1"
+    next_ask_works(server, OPENAI, agent)
+
 def _openai_final(kind: str, status: str, **extra: Any) -> bytes:
     response = {"id": "resp_1", "object": "response", "status": status, "model": "gpt-test",
                 "output": [], "usage": {"input_tokens": 4, "output_tokens": 16,
