@@ -129,7 +129,9 @@ class Transport:
         self._cancelled_turn = -1
         self._closed = False
         self._parked: tuple[Any, Iterator[bytes]] | None = None
-        http_client = sdk.DefaultHttpxClient(event_hooks={"request": [self._on_request]})
+        self.status: int | None = None  # the current turn's last response status
+        http_client = sdk.DefaultHttpxClient(event_hooks={"request": [self._on_request],
+                                                          "response": [self._on_response]})
         self.client = make_client(http_client)
 
     def park(self, stream: Any, rest: Iterator[bytes]) -> None:
@@ -172,6 +174,7 @@ class Transport:
         """Start a turn; returns its token (a cancel before this call does not affect it)."""
         with self._lock:
             self._turn += 1
+            self.status = None
             return self._turn
 
     def cancelled(self, token: int) -> bool:
@@ -211,6 +214,11 @@ class Transport:
         # The HTTP core calls the `trace` extension of each request at every step; the one
         # that opens a connection reports its network stream, whose socket we keep (weakly).
         request.extensions["trace"] = self._trace
+
+    def _on_response(self, response: Any) -> None:
+        # Its head arrived: a body that then fails (a corrupt error body the SDK reads
+        # itself) still reports the status in the diagnostics.
+        self.status = response.status_code
 
     def _trace(self, name: str, info: dict[str, Any]) -> None:
         if not name.endswith(_CONNECT_DONE):
@@ -470,8 +478,11 @@ def stream_turn(
     - an SDK failure → `error_from_sdk` (HTTP status, connection failure before the body);
     - the connection closed (FIN) or reset (RST) mid-body, or another failure of the HTTP
       client → kind `"transport"`, retryable; its read timeout → `"timeout"`, retryable;
-    - bytes that are not an event stream, or a `data:` payload that is not a JSON object →
-      `"protocol_error"`, not retryable;
+    - bytes that are not an event stream, a `data:` payload that is not a JSON object, or a
+      body that does not decompress (gzip garbage under `content-encoding: gzip`, also in an
+      error answer the SDK reads) → `"protocol_error"`, not retryable, with the HTTP status;
+    - a request body UTF-8 cannot encode (a lone surrogate) → `"invalid_request"`, not
+      retryable, nothing sent (`unsendable`);
     - a failure after a cancel (of the transport or the turn) → `"cancelled"`;
     - a body that ends without an outcome → the translator's `truncated()` error.
 
@@ -530,6 +541,8 @@ def stream_turn(
         if mapped is None:
             raise  # not a failure of the SDK or the wire: a bug, reported as a task crash
         logger.debug("gen_agent {} turn failed with {}", sdk.provider, type(exc).__name__)
+        if translator.http_status is None:
+            translator.http_status = transport.status
         yield translator.error(mapped)
     finally:
         if stream is not None:
@@ -554,7 +567,8 @@ def _frame_event(frame: SSEFrame) -> Mapping[str, Any] | None:
 
 
 def _wire_error(provider: str, exc: BaseException) -> BackendError | None:
-    """A failure of the body itself (the bytes, or the HTTP client reading them)."""
+    """A failure of the body itself (the bytes, the HTTP client reading or decompressing
+    them), or of the request body (a text UTF-8 cannot encode)."""
     if isinstance(exc, SSEProtocolError | _MalformedEvent):
         return BackendError.new(provider, "protocol_error", None, message=str(exc))
     if isinstance(exc, UnicodeEncodeError):
@@ -563,6 +577,10 @@ def _wire_error(provider: str, exc: BaseException) -> BackendError | None:
         httpx = sys.modules.get(name)
         if httpx is None:
             continue
+        if isinstance(exc, httpx.DecodingError):  # e.g. gzip garbage under content-encoding
+            message = (f"the {provider} response body could not be decoded "
+                       f"({type(exc).__name__}: its content-encoding does not match its bytes)")
+            return BackendError.new(provider, "protocol_error", None, message=message)
         if isinstance(exc, httpx.TimeoutException):
             return transport_error(provider, exc, timeout=True)
         if isinstance(exc, httpx.TransportError):
