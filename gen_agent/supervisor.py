@@ -96,6 +96,16 @@ class ChildSpec(msgspec.Struct, frozen=True, kw_only=True):
     resume_session: bool = False
     type: Literal["worker"] = "worker"
 
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={value!r}" for name, value in self.__rich_repr__())
+        return f"ChildSpec({fields})"
+
+    def __rich_repr__(self) -> list[tuple[str, Any]]:
+        # The options' values are the caller's data (API keys among them): names only.
+        shown = {key: "<redacted>" for key in self.opts}
+        return [(name, shown if name == "opts" else getattr(self, name))
+                for name in self.__struct_fields__]
+
 
 class SupervisorSpec(msgspec.Struct, frozen=True, kw_only=True):
     """How to start a nested `Supervisor` as a child. Build it with `supervisor_spec`.
