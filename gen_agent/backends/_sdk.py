@@ -44,6 +44,8 @@ from gen_agent.backends._option_checks import (
     is_positive_number,
     is_str_map,
     is_text,
+    rich_fields,
+    shown_options,
 )
 from gen_agent.backends._sse import SSEDecoder, SSEFrame, SSEProtocolError
 from gen_agent.conversation import Message, TextPart, user_message
@@ -271,6 +273,12 @@ class SDKOptions(msgspec.Struct, frozen=True, kw_only=True):
     max_history_bytes: int = 4 * 1024 * 1024
     session_id: str | None = None
     history: tuple[Message, ...] = ()
+
+    def __repr__(self) -> str:
+        return shown_options(self)  # the API key and credential headers masked
+
+    def __rich_repr__(self) -> list[tuple[str, Any]]:
+        return rich_fields(self)
 
 
 def split_tools(tools: Sequence[Any]) -> tuple[tuple[dict[str, Any], ...], tuple[Any, ...]]:
