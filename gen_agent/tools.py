@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import math
 import re
 import threading
 import time
@@ -156,8 +157,11 @@ class Tool:
         self.name = name or getattr(fn, "__name__", None) or type(fn).__name__
         if not _NAME.match(self.name):
             raise ValueError(f"tool: name must match [A-Za-z0-9_-]{{1,64}}, got {self.name!r}")
-        if timeout_s is not None and not (isinstance(timeout_s, (int, float)) and timeout_s > 0):
-            raise ValueError(f"tool: timeout_s must be positive seconds or None, got {timeout_s!r}")
+        if timeout_s is not None and not (
+                isinstance(timeout_s, int | float) and not isinstance(timeout_s, bool)
+                and math.isfinite(timeout_s) and timeout_s > 0):
+            raise ValueError("tool: timeout_s must be positive seconds (a finite number > 0) or "
+                             f"None (no bound), got {timeout_s!r}")
         doc = inspect.getdoc(fn) or inspect.getdoc(target) or ""
         summary, arg_docs = _parse_doc(doc)
         self.description = description if description is not None else summary

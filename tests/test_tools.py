@@ -92,8 +92,9 @@ def test_a_raising_tool_is_an_error_result_without_its_message() -> None:
 def test_bad_tools_are_refused_when_made() -> None:
     with pytest.raises(ValueError, match="name must match"):
         tool(lambda: None, name="has space")
-    with pytest.raises(ValueError, match="timeout_s must be positive"):
-        tool(add.fn, timeout_s=0)
+    for bad in (0, float("nan"), float("inf"), True):
+        with pytest.raises(ValueError, match=r"timeout_s must be positive seconds \(a finite "):
+            tool(add.fn, timeout_s=bad)
     with pytest.raises(TypeError, match="cannot validate"):
         tool(_takes_a_plain_class)
 

@@ -24,6 +24,7 @@ option is masked in the error's reason and message alike (`masked`).
 from __future__ import annotations
 
 import functools
+import math
 import os
 import re
 from collections.abc import Callable, Collection, Mapping
@@ -50,6 +51,7 @@ __all__ = [
     "is_text",
     "keys_other_than",
     "masked",
+    "number_between",
     "one_of",
     "rich_fields",
     "shown_options",
@@ -109,13 +111,19 @@ def int_at_least(minimum: int) -> Callable[[Any], bool]:
 
 
 def is_number(value: Any) -> bool:
-    """True for an `int` or `float` (not a `bool`)."""
-    return isinstance(value, int | float) and not isinstance(value, bool)
+    """True for a finite `int` or `float` (not a `bool`; never nan or an infinity)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def is_positive_number(value: Any) -> bool:
-    """True for an `int` or `float` (not a `bool`) > 0."""
+    """True for a finite `int` or `float` (not a `bool`) > 0."""
     return is_number(value) and value > 0
+
+
+def number_between(low: float, high: float) -> Callable[[Any], bool]:
+    """A predicate: a finite `int` or `float` (not a `bool`) from `low` to `high`, both
+    included."""
+    return lambda value: is_number(value) and low <= value <= high
 
 
 def is_str_map(value: Any) -> bool:

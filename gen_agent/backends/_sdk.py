@@ -307,7 +307,7 @@ SDK_CHECKS: Final[Mapping[str, Check]] = {
     "model": (is_text, "a non-empty str"),
     "tools": (is_tool_seq, "a list of tool definitions (dicts) or Python tools (functions)"),
     "max_steps": (int_at_least(1), "an int >= 1 (requests)"),
-    "timeout": (is_positive_number, "a number > 0 (seconds)"),
+    "timeout": (is_positive_number, "a finite number > 0 (seconds)"),
     "max_retries": (int_at_least(0), "an int >= 0"),
     "default_headers": (is_str_map, "a dict of str to str"),
     "max_history_messages": (int_at_least(1), "an int >= 1 (messages)"),

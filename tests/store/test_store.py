@@ -197,7 +197,6 @@ def test_values_msgspec_cannot_encode_are_refused(store: SessionStore) -> None:
         store.update(lease, nonsense=1)
 
 
-
 def test_a_lone_surrogate_is_stored_as_a_replacement_character(store: SessionStore) -> None:
     from gen_agent.portable import to_portable
     from gen_agent.store import TurnOutcome
@@ -227,6 +226,10 @@ def test_options_are_checked(tmp_path: Path) -> None:
         SQLiteStore(tmp_path / "s.db", synchronous="OFF")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="session key"):
         MemoryStore().acquire("")
+    for name in ("busy_timeout", "lease_ttl_s"):
+        for bad in (0, float("nan"), float("inf"), True):
+            with pytest.raises(ValueError, match=rf"{name} must be a finite number > 0 \(sec"):
+                SQLiteStore(tmp_path / "s.db", **{name: bad})
 
 
 def test_full_durability_is_set_on_the_connection(tmp_path: Path) -> None:
