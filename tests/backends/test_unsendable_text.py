@@ -8,6 +8,7 @@ failure (never killing the agent), and the agent answers the next ask."""
 
 from __future__ import annotations
 
+import queue
 from pathlib import Path
 from typing import Any
 
@@ -92,8 +93,14 @@ def test_a_prompt_with_a_lone_surrogate_fails_its_turn_as_invalid_request(
 
     invalid_request(info.value.reason)
     assert Recording.errors == [info.value.reason]  # through handle_error, once
+    inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
+    ref = agent.tell_with_completion(BAD, inbox, timeout=WAIT_S)
+    completion = inbox.get(timeout=WAIT_S)
+    assert completion.ref == ref and completion.outcome[0] == "error"
+    invalid_request(completion.outcome[1])
     assert server.model_requests() == []  # nothing was sent
     assert agent.ask("and now?", timeout=WAIT_S).text == "fine"
+    assert inbox.empty()  # the teller got exactly one answer
     [sent] = server.model_requests()
     assert BAD not in sent.raw_body.decode()  # the failed prompt is not resent
     if store is not None:
