@@ -33,6 +33,7 @@ and the in-process tools of claude-agent-sdk (`@tool`).
 from __future__ import annotations
 
 import inspect
+import math
 import re
 import threading
 import time
@@ -155,8 +156,11 @@ class Tool:
         self.name = name or getattr(fn, "__name__", None) or type(fn).__name__
         if not _NAME.match(self.name):
             raise ValueError(f"tool: name must match [A-Za-z0-9_-]{{1,64}}, got {self.name!r}")
-        if timeout_s is not None and not (isinstance(timeout_s, (int, float)) and timeout_s > 0):
-            raise ValueError(f"tool: timeout_s must be positive seconds or None, got {timeout_s!r}")
+        if timeout_s is not None and not (
+                isinstance(timeout_s, int | float) and not isinstance(timeout_s, bool)
+                and math.isfinite(timeout_s) and timeout_s > 0):
+            raise ValueError("tool: timeout_s must be positive seconds (a finite number > 0) or "
+                             f"None (no bound), got {timeout_s!r}")
         doc = inspect.getdoc(fn) or inspect.getdoc(target) or ""
         summary, arg_docs = _parse_doc(doc)
         self.description = description if description is not None else summary
@@ -180,7 +184,10 @@ class Tool:
 
         Returns:
             A `ToolResult`: the encoded return value, or `is_error=True` with
-            `"invalid arguments: ..."` (the validation message) or `"tool raised <Type>"`.
+            `"invalid arguments: ..."` (the validation message), `"tool raised <Type>"`
+            (an `Exception` or `SystemExit`), or `"tool result cannot be encoded: ..."` (a
+            value msgspec cannot encode as JSON, or text with a lone surrogate, which no
+            wire can carry).
         """
         try:
             args: Any = msgspec.convert(call.input if call.input is not None else {},
@@ -197,10 +204,15 @@ class Tool:
             value = self.fn(**kwargs)
         except ToolRefused as exc:  # an agent tool's own, content-free explanation
             return ToolResult(tool_use_id=call.id, content=str(exc), is_error=True)
-        except Exception as exc:  # noqa: BLE001 - becomes an error result for the model
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - an error result for the model
             return ToolResult(tool_use_id=call.id, content=f"tool raised {type(exc).__name__}",
                               is_error=True)
-        return ToolResult(tool_use_id=call.id, content=_encode(value))
+        try:
+            content = _encode(value)
+        except Exception as exc:  # noqa: BLE001 - the value's fault: an error result
+            return ToolResult(tool_use_id=call.id, is_error=True,
+                              content=f"tool result cannot be encoded: {_unencodable(exc)}")
+        return ToolResult(tool_use_id=call.id, content=content)
 
 
 def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None,
@@ -291,7 +303,11 @@ def run_calls(tools: Sequence[Tool], calls: Sequence[ToolCall], *, agent: Any = 
 
         def work(i: int = index, t: Tool = found, c: ToolCall = call,
                  s: threading.Event = stop) -> None:
-            results[i] = t.call(c, agent=agent, cancelled=s, chain=chain, records=records)
+            try:
+                results[i] = t.call(c, agent=agent, cancelled=s, chain=chain, records=records)
+            except BaseException as exc:  # noqa: BLE001 - nobody else sees this thread's raise
+                results[i] = ToolResult(tool_use_id=c.id, is_error=True,
+                                        content=f"tool raised {type(exc).__name__}")
 
         thread = threading.Thread(target=work, name="gen_agent-tool", daemon=True)
         thread.start()
@@ -358,10 +374,19 @@ def _wait(thread: threading.Thread, deadline: float | None, cancel: Any) -> None
 
 def _encode(value: Any) -> str:
     if isinstance(value, str):
+        value.encode("utf-8")  # a lone surrogate raises here, not on the wire
         return value
     if value is None:
         return ""
     return msgspec.json.encode(value).decode()
+
+
+def _unencodable(exc: BaseException) -> str:
+    """Why a tool's value cannot be encoded, without quoting it."""
+    if isinstance(exc, UnicodeEncodeError) and isinstance(exc.object, str):
+        point = ord(exc.object[exc.start])
+        return f"a lone surrogate (U+{point:04X}), which UTF-8 cannot encode"
+    return f"{type(exc).__name__} (not a JSON value)"
 
 
 def _parse_doc(doc: str) -> tuple[str, dict[str, str]]:

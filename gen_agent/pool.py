@@ -391,8 +391,13 @@ class Pool:
             return_exceptions: bool = False, output: Any = None) -> list[Any]:
         """Submit every prompt, then return their responses in the order of `prompts`.
 
+        `prompts` is read to its end and every item checked before anything is submitted: a
+        bad item fails the call, and no task is made (nothing to leak). So `prompts` must be
+        finite; for an endless iterable, or to have results while prompts are still being
+        made, use `imap`.
+
         Args:
-            prompts: an iterable of `str` prompts (a bare `str` is refused).
+            prompts: a finite iterable of `str` prompts (a bare `str` is refused).
             timeout: seconds for the whole batch; None = forever.
             return_exceptions: False (default): raise the first failure. True: a failed
                 task's `TurnError` takes its place in the list (as `asyncio.gather` does),
@@ -404,14 +409,28 @@ class Pool:
             One `Response` (or, with `return_exceptions`, `TurnError`) per prompt, in order.
 
         Raises:
-            TypeError: `prompts` is a `str` or holds a non-`str`.
+            TypeError: `prompts` is a `str`, or holds a non-`str` (the message gives its
+                index; nothing was submitted), or `output` is not a type msgspec validates.
             TurnError: the first failed task, in order (the others still run; their outcomes
                 are dropped). CallTimeout: the batch did not finish in time (the tasks go on).
+            RequestError: `"pool_stopped"` (the tasks already submitted are cancelled).
         """
         if isinstance(prompts, (str, bytes)):
             raise TypeError("map: prompts must be an iterable of str prompts, got a single "
                             f"{type(prompts).__name__} (wrap it in a list: [prompt])")
-        refs = [self.submit(prompt, output=output) for prompt in prompts]
+        batch = list(prompts)
+        for index, prompt in enumerate(batch):
+            if type(prompt) is not str:
+                raise TypeError(f"map: prompts[{index}] must be a str, got "
+                                f"{type(prompt).__name__}; no task was submitted")
+        check_options(self._task_options, "map", output)
+        refs: list[PoolRef] = []
+        try:
+            for prompt in batch:
+                refs.append(self.submit(prompt, output=output))
+        except BaseException:
+            self._drop_tasks(refs)
+            raise
         deadline = None if timeout is None else time.monotonic() + timeout
         responses: list[Any] = []
         try:
@@ -426,6 +445,99 @@ class Pool:
         finally:
             self._forget(refs)
         return responses
+
+    def imap(self, prompts: Iterable[str], timeout: float | None = None, *,
+             return_exceptions: bool = False, output: Any = None,
+             window: int | None = None) -> Iterator[Any]:
+        """Stream `prompts` through the pool: yield their responses in order, taking each
+        prompt from `prompts` only when there is room for it.
+
+        At most `window` tasks are submitted and not yet yielded, so an endless iterable
+        streams in bounded memory, and work starts before the last prompt is made. A bad
+        item fails only itself: its place holds a `TypeError` (naming its index), as a failed
+        task's place holds its `TurnError`. When the iteration ends early (`break`, `close`,
+        a raised failure, a timeout, or `prompts` raising), the tasks taken ahead that have
+        not started are cancelled and every outcome not yielded is dropped: nothing is left
+        in the pool.
+
+        Args:
+            prompts: an iterable of `str` prompts, possibly endless (a bare `str` is refused).
+            timeout: seconds for the whole iteration from this call (None = forever), as
+                `concurrent.futures.Executor.map` counts it.
+            return_exceptions: False (default): the first failure (a `TurnError`, or the
+                `TypeError` of a bad item) is raised when its turn comes, ending the
+                iteration. True: it is yielded in its place and the iteration goes on.
+            output: the type of every task's structured reply, or None (as for `map`).
+            window: the most tasks submitted ahead of the consumer (>= 1); None: twice the
+                pool's capacity (`size * max_in_flight`) when each prompt is taken.
+
+        Returns:
+            An iterator of one `Response` (or, with `return_exceptions`, `TurnError` /
+            `TypeError`) per prompt, in order.
+
+        Raises:
+            TypeError: at the call, `prompts` is a `str` or `output` not a type msgspec
+                validates; while iterating, a non-`str` item (see `return_exceptions`).
+            ValueError: `window` is not an int >= 1.
+            TurnError: the first failed task, in order (see `return_exceptions`).
+            CallTimeout: the iteration did not finish within `timeout`.
+            RequestError: `"pool_stopped"`.
+
+        Mirrors: `multiprocessing.pool.Pool.imap`; `concurrent.futures.Executor.map` with
+        its `buffersize` (Python 3.14).
+        """
+        if isinstance(prompts, (str, bytes)):
+            raise TypeError("imap: prompts must be an iterable of str prompts, got a single "
+                            f"{type(prompts).__name__} (wrap it in a list: [prompt])")
+        if window is not None and (type(window) is not int or window < 1):
+            raise ValueError(f"imap: window must be an int >= 1 (tasks) or None, got {window!r}")
+        check_options(self._task_options, "imap", output)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        return self._stream(iter(prompts), deadline, return_exceptions, output, window)
+
+    def _stream(self, prompts: Iterator[Any], deadline: float | None,
+                return_exceptions: bool, output: Any, window: int | None) -> Iterator[Any]:
+        ahead: deque[PoolRef | TypeError] = deque()  # in prompt order
+        taken = 0
+        exhausted = False
+        try:
+            while True:
+                room = window or 2 * self.size * self.max_in_flight
+                while not exhausted and len(ahead) < room:
+                    try:
+                        prompt = next(prompts)
+                    except StopIteration:
+                        exhausted = True
+                        break
+                    if type(prompt) is str:
+                        ahead.append(self.submit(prompt, output=output))
+                    else:
+                        ahead.append(TypeError(f"imap: prompt {taken} must be a str, got "
+                                               f"{type(prompt).__name__}"))
+                    taken += 1
+                if not ahead:
+                    return
+                head = ahead[0]
+                if isinstance(head, PoolRef):
+                    remaining = (None if deadline is None
+                                 else max(0.0, deadline - time.monotonic()))
+                    try:
+                        value: Any = self.result(head, remaining)
+                    except TurnError as exc:
+                        ahead.popleft()
+                        if not return_exceptions:
+                            raise
+                        value = exc
+                    else:
+                        ahead.popleft()
+                else:
+                    ahead.popleft()
+                    if not return_exceptions:
+                        raise head
+                    value = head
+                yield value
+        finally:
+            self._drop_tasks([ref for ref in ahead if isinstance(ref, PoolRef)])
 
     def as_completed(self, refs: Iterable[PoolRef],
                      timeout: float | None = None) -> Iterator[PoolRef]:
@@ -666,6 +778,15 @@ class Pool:
                 task.on_done(task.ref)
             except Exception as exc:  # noqa: BLE001 - a caller's hook must not break the pool
                 logger.warning("gen_agent pool on_done raised {}", type(exc).__name__)
+
+    def _drop_tasks(self, refs: list[PoolRef]) -> None:
+        """Drop tasks nobody will collect: those not started are cancelled (never run), the
+        others run on and their outcomes are dropped."""
+        with self._cond:
+            for ref in refs:
+                task = self._tasks.pop(ref.id, None)
+                if task is not None and task.outcome is None and self._unqueue(task):
+                    self._resolve(task, ("error", "cancelled"))
 
     def _forget(self, refs: list[PoolRef]) -> None:
         with self._cond:

@@ -113,6 +113,10 @@ class PortableError(msgspec.Struct, frozen=True, tag="error"):
     def __hash__(self) -> int:
         return hash((self.type_name, self.module, self.message))
 
+    def __describe__(self) -> str:
+        # As `describe_reason` shows a live exception: its type, never its message or args.
+        return self.type_name
+
 
 class PortableObject(msgspec.Struct, frozen=True, tag="object"):
     """The portable record of a value that is not data (a handle, a lock, a client...).

@@ -8,10 +8,11 @@ as `max_pending_prompt_bytes` and `max_event_bytes_per_turn` are configured in i
 Encoding: the length in bytes of the value's MessagePack encoding by msgspec
 (`msgspec.msgpack.encode`). msgspec Structs (e.g. `Event`) encode as maps of their fields,
 tuples as arrays. A value msgspec cannot encode natively is encoded as the bytes of
-`pickle.dumps(value, protocol=5)` (a value holding an int beyond 64 bits is pickled whole)
-and, if pickling fails too, as the UTF-8 bytes of `type(value).__qualname__`. A `str` of
-n ASCII characters therefore measures n + 1 to n + 5 bytes. The result is the same for
-equal values in every process and on every platform.
+`pickle.dumps(value, protocol=5)` (a value holding an int beyond 64 bits, or a `str` with a
+lone surrogate, which UTF-8 cannot encode, is pickled whole) and, if pickling fails too, as
+the UTF-8 bytes of `type(value).__qualname__`. A `str` of n ASCII characters therefore
+measures n + 1 to n + 5 bytes. The result is the same for equal values in every process and
+on every platform.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ def term_size(value: Any) -> int:
     """
     try:
         return len(_encoder.encode(value))
-    except OverflowError:
-        # ints beyond 64 bits never reach enc_hook; measure the whole value pickled instead
+    except (OverflowError, UnicodeEncodeError):
+        # ints beyond 64 bits and strs with a lone surrogate never reach enc_hook; measure
+        # the whole value pickled instead (pickle keeps surrogates)
         return len(_encoder.encode(_fallback(value)))

@@ -26,6 +26,7 @@ says `resume_session=True` and the backend implements `resume_session`.
 from __future__ import annotations
 
 import itertools
+import math
 import queue
 import threading
 import time
@@ -99,6 +100,16 @@ class ChildSpec(msgspec.Struct, frozen=True, kw_only=True):
     shutdown_ms: int | None = 5_000
     resume_session: bool = False
     type: Literal["worker"] = "worker"
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={value!r}" for name, value in self.__rich_repr__())
+        return f"ChildSpec({fields})"
+
+    def __rich_repr__(self) -> list[tuple[str, Any]]:
+        # The options' values are the caller's data (API keys among them): names only.
+        shown = {key: "<redacted>" for key in self.opts}
+        return [(name, shown if name == "opts" else getattr(self, name))
+                for name in self.__struct_fields__]
 
 
 class SupervisorSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -295,8 +306,8 @@ def _check_tree_args(children: Sequence[Any], strategy: Any, max_restarts: Any,
     if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
         raise ValueError(f"max_restarts must be a non-negative int, got {max_restarts!r}")
     if isinstance(max_seconds, bool) or not isinstance(max_seconds, int | float) \
-            or max_seconds <= 0:
-        raise ValueError(f"max_seconds must be a positive number, got {max_seconds!r}")
+            or not math.isfinite(max_seconds) or max_seconds <= 0:
+        raise ValueError(f"max_seconds must be a finite number > 0 (seconds), got {max_seconds!r}")
     seen: set[Any] = set()
     for spec in children:
         if not isinstance(spec, ChildSpec | SupervisorSpec):

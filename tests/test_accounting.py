@@ -85,7 +85,9 @@ def test_the_token_cap_and_a_restored_spend() -> None:
 
 
 @pytest.mark.parametrize(("options", "message"), [
-    ({"max_cost_usd": -1}, "max_cost_usd must be a number >= 0"),
+    ({"max_cost_usd": -1}, "max_cost_usd must be a finite number >= 0 (US dollars; None: no"),
+    ({"max_cost_usd": float("nan")}, "max_cost_usd must be a finite number >= 0"),
+    ({"max_cost_usd": float("inf")}, "max_cost_usd must be a finite number >= 0"),
     ({"max_total_tokens": 1.5}, "max_total_tokens must be an int >= 0"),
     ({"spend": {"usage": {}}}, "spend must be a gen_agent.accounting.Spend"),
 ])

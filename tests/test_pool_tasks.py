@@ -5,6 +5,7 @@ per-pool `RetryPolicy` honouring `retry_after`, and a worker that ends under a t
 
 from __future__ import annotations
 
+import itertools
 import threading
 from typing import Any
 
@@ -28,12 +29,14 @@ class Worker(GenAgent):
     release = threading.Event()
     held = threading.Event()
     limited_seen: set[str] = set()
+    seen: list[str] = []
 
     def init_agent(self, opts: dict[str, Any]) -> Any:
         return {"scripts": [self.script] * 300}, None
 
     @classmethod
     def script(cls, prompt: str) -> list[gen_agent.Event]:
+        cls.seen.append(prompt)
         if prompt == "hold":
             cls.held.set()
             assert cls.release.wait(10), "the test never released the held turn"
@@ -56,6 +59,7 @@ def _fresh_worker_class() -> None:
     Worker.release = threading.Event()
     Worker.held = threading.Event()
     Worker.limited_seen = set()
+    Worker.seen = []
 
 
 def test_tasks_are_independent_by_default() -> None:
@@ -109,6 +113,86 @@ def test_a_queued_task_can_be_cancelled_through_its_ref() -> None:
         assert info.value.reason == "cancelled"
         assert pool.cancel(queued) == "not_found"
 
+
+# -- map and imap: bad items, endless iterables, nothing left behind ---------------------------
+# `pool._tasks` holds every outcome not yet collected: empty means no task was leaked.
+
+
+def test_map_checks_every_prompt_before_submitting_any() -> None:
+    def prompts() -> Any:
+        yield from ("a", "b", 3, "c")
+
+    with Pool(Worker, size=2, backend=MockBackend) as pool:
+        with pytest.raises(TypeError, match=r"prompts\[2\] must be a str, got int; no task"):
+            pool.map(prompts(), timeout=T)
+        assert [r.text for r in pool.map(["after"], timeout=T)] == ["echo:after"]
+        assert Worker.seen == ["after"]  # "a" and "b" never ran
+        assert not pool._tasks
+
+
+def test_imap_streams_an_endless_iterable_taking_prompts_only_as_room_frees() -> None:
+    taken: list[int] = []
+
+    def endless() -> Any:
+        for i in itertools.count():
+            taken.append(i)
+            yield f"t{i}"
+
+    with Pool(Worker, size=2, backend=MockBackend) as pool:
+        stream = pool.imap(endless(), timeout=T, window=3)
+        assert [next(stream).text for _ in range(5)] == [f"echo:t{i}" for i in range(5)]
+        assert len(taken) == 5 + 3 - 1  # the yielded ones and the window, no more
+        stream.close()
+        pool.wait_idle(timeout=T)
+        assert set(Worker.seen) <= {f"t{i}" for i in range(7)}
+        assert not pool._tasks
+        assert [r.text for r in pool.imap(["after"], timeout=T)] == ["echo:after"]
+
+
+def test_imap_a_bad_item_fails_only_itself() -> None:
+    with Pool(Worker, size=2, backend=MockBackend) as pool:
+        results = list(pool.imap(["a", 7, "fail", "b"], timeout=T, return_exceptions=True))
+        assert not pool._tasks
+    assert (results[0].text, results[3].text) == ("echo:a", "echo:b")
+    assert isinstance(results[1], TypeError)
+    assert str(results[1]) == "imap: prompt 1 must be a str, got int"
+    assert isinstance(results[2], TurnError) and results[2].reason == "boom"
+
+
+def test_imap_raises_the_first_failure_in_order_and_leaves_nothing_behind() -> None:
+    with Pool(Worker, size=1, backend=MockBackend) as pool:
+        stream = pool.imap(["a", 7, "b", "c"], timeout=T)
+        assert next(stream).text == "echo:a"
+        with pytest.raises(TypeError, match="prompt 1 must be a str, got int"):
+            next(stream)
+        with pytest.raises(StopIteration):
+            next(stream)
+        pool.wait_idle(timeout=T)
+        assert not pool._tasks
+        assert pool.map(["after"], timeout=T)[0].text == "echo:after"
+
+
+def test_leaving_imap_early_cancels_the_tasks_taken_ahead() -> None:
+    with Pool(Worker, size=1, backend=MockBackend) as pool:
+        stream = pool.imap(["a", "hold", "x", "y"], timeout=T, window=4)
+        assert next(stream).text == "echo:a"
+        assert Worker.held.wait(T)  # "hold" runs; "x" and "y" wait in the pool
+        stream.close()
+        Worker.release.set()
+        pool.wait_idle(timeout=T)
+        assert Worker.seen == ["a", "hold"]  # "x" and "y" were cancelled, never ran
+        assert not pool._tasks
+
+
+def test_imap_refuses_bad_arguments_at_the_call() -> None:
+    with Pool(Worker, size=1, backend=MockBackend) as pool:
+        with pytest.raises(TypeError, match="a single str"):
+            pool.imap("abc")
+        with pytest.raises(ValueError, match="window must be an int >= 1"):
+            pool.imap(["a"], window=0)
+        with pytest.raises(TypeError):
+            pool.imap(5)  # type: ignore[arg-type]
+        assert not pool._tasks
 
 class ManualTimers:
     def __init__(self) -> None:

@@ -254,3 +254,12 @@ def test_any_reason_round_trips_through_encode_and_pickle(term: Any) -> None:
     assert portable.to_portable(made) == made
     assert portable.decode(portable.encode(term)) == made
     assert pickle.loads(pickle.dumps(made)) == made
+
+
+def test_a_portable_error_is_described_by_its_type_never_its_message() -> None:
+    from gen_agent.errors import describe_reason
+    from gen_agent.portable import to_portable
+
+    reason = to_portable(("task_crashed", UnicodeEncodeError("utf-8", "secret text", 0, 1, "x")))
+    assert describe_reason(reason) == "task_crashed: UnicodeEncodeError"
+    assert describe_reason(to_portable(ValueError("secret text"))) == "ValueError"

@@ -106,3 +106,13 @@ def test_measures_arbitrary_picklable_objects() -> None:
 
 def test_measures_ints_beyond_64_bits() -> None:
     assert term_size({"raw": 2**70}) > term_size({"raw": 1})
+
+
+@pytest.mark.parametrize(
+    "value", ["a\ud800b", {"k": ["\udfff"]}, Event("text", {"text": "\ud83d"}, 1)], ids=repr)
+def test_a_lone_surrogate_is_measured_not_raised(value: object) -> None:
+    # UTF-8 (and so MessagePack) cannot encode a lone surrogate: the value is pickled whole.
+    size = term_size(value)
+
+    assert size >= 1
+    assert size == term_size(value)

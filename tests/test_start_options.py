@@ -59,6 +59,25 @@ def test_resume_session_on_a_backend_that_cannot_resume_says_so() -> None:
     assert caught[0].filename == __file__
 
 
+@pytest.mark.parametrize(("option", "value", "message"), [
+    ("watchdog_ms", float("nan"), "watchdog_ms must be a positive int (milliseconds) or "
+                                  "'infinity', got nan"),
+    ("watchdog_ms", float("-inf"), "watchdog_ms must be a positive int"),
+    ("shutdown_ms", float("nan"), "shutdown_ms must be a non-negative int"),
+    ("hibernate_after_ms", float("nan"), "hibernate_after_ms must be a non-negative int"),
+    ("max_events_per_turn", float("inf"), "max_events_per_turn must be a positive int"),
+    ("max_cost_usd", float("nan"), "max_cost_usd must be a finite number >= 0 (US dollars"),
+])
+def test_nan_and_infinities_are_refused_naming_the_accepted_range(
+    option: str, value: float, message: str,
+) -> None:
+    # shutdown_ms is checked in the caller (a ValueError there, §2.2), the others at start.
+    with pytest.raises((gen_agent.AgentStartError, ValueError)) as info:
+        gen_agent.start_agent(_Opts, name="bounds", backend=MockBackend, **{option: value})
+    assert message in str(info.value.__cause__ or info.value)
+    gen_agent.start_agent(_Opts, name="bounds", backend=MockBackend)  # the name was not taken
+
+
 def test_pool_map_refuses_a_single_string() -> None:
     with gen_agent.Pool(_Opts, size=1, backend=MockBackend) as pool:
         with pytest.raises(TypeError, match="map: prompts must be an iterable of str"):

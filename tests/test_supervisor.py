@@ -125,8 +125,9 @@ def test_supervisor_rejects_invalid_arguments():
         Supervisor([], strategy="one_for_some")
     with pytest.raises(ValueError, match="max_restarts"):
         Supervisor([], max_restarts=-1)
-    with pytest.raises(ValueError, match="max_seconds"):
-        Supervisor([], max_seconds=0)
+    for bad in (0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match=r"max_seconds must be a finite number > 0 \(sec"):
+            Supervisor([], max_seconds=bad)
     with pytest.raises(ValueError, match="duplicate child id"):
         Supervisor([spec("a"), spec("a")])
     with pytest.raises(TypeError, match="child_spec"):

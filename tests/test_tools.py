@@ -92,8 +92,9 @@ def test_a_raising_tool_is_an_error_result_without_its_message() -> None:
 def test_bad_tools_are_refused_when_made() -> None:
     with pytest.raises(ValueError, match="name must match"):
         tool(lambda: None, name="has space")
-    with pytest.raises(ValueError, match="timeout_s must be positive"):
-        tool(add.fn, timeout_s=0)
+    for bad in (0, float("nan"), float("inf"), True):
+        with pytest.raises(ValueError, match=r"timeout_s must be positive seconds \(a finite "):
+            tool(add.fn, timeout_s=bad)
     with pytest.raises(TypeError, match="cannot validate"):
         tool(_takes_a_plain_class)
 
@@ -162,6 +163,72 @@ def test_a_cancelled_turn_cancels_its_running_calls() -> None:
     results = run_calls([waits], [ToolCall(id="w", name="waits", input={})], cancel=cancel)
     assert results == [ToolResult(tool_use_id="w", content="cancelled", is_error=True)]
     assert told.wait(WAIT_S)
+
+
+
+@tool
+def unencodable(kind: str) -> Any:
+    """Return what no wire can carry."""
+    return {"object": object(), "text": "half \ud83d", "nested": {"t": ["x\udc00"]}}[kind]
+
+
+@tool
+def exits() -> str:
+    """Call sys.exit."""
+    raise SystemExit(3)
+
+
+@pytest.mark.parametrize(("kind", "why"), [
+    ("object", "TypeError (not a JSON value)"),
+    ("text", "a lone surrogate (U+D83D), which UTF-8 cannot encode"),
+    ("nested", "a lone surrogate (U+DC00), which UTF-8 cannot encode"),
+])
+def test_a_result_that_cannot_be_encoded_is_reported_as_such(kind: str, why: str) -> None:
+    [result] = run_calls([unencodable], [ToolCall(id="u", name="unencodable",
+                                                  input={"kind": kind})])
+    assert result == ToolResult(tool_use_id="u", is_error=True,
+                                content=f"tool result cannot be encoded: {why}")
+
+
+def test_a_tool_raising_system_exit_is_reported_as_a_raise_not_a_timeout() -> None:
+    results = run_calls([exits, add], [ToolCall(id="e", name="exits", input={}),
+                                       ToolCall(id="a", name="add", input={"a": 1})])
+    assert results == [ToolResult(tool_use_id="e", content="tool raised SystemExit",
+                                  is_error=True),
+                       ToolResult(tool_use_id="a", content="2")]
+
+
+def test_a_base_exception_in_a_tool_thread_is_reported_not_lost() -> None:
+    class Stop(BaseException):
+        pass
+
+    @tool
+    def stops() -> str:
+        """Raise a BaseException that is not an Exception."""
+        raise Stop
+
+    [result] = run_calls([stops], [ToolCall(id="s", name="stops", input={})])
+    assert result == ToolResult(tool_use_id="s", content="tool raised Stop", is_error=True)
+
+
+def test_an_agent_whose_tools_fail_so_answers_this_ask_and_the_next() -> None:
+    round_ = mock.tool_round(
+        [("unencodable", {"kind": "text"}), ("exits", {})],
+        lambda results: mock.text_turn(" | ".join(r.content for r in results)))
+
+    class Tools(gen_agent.GenAgent):
+        def init_agent(self, opts: dict[str, Any]) -> Any:
+            return {"scripts": [round_, mock.text_turn("next")],
+                    "tools": [unencodable, exits]}, None
+
+        def handle_response(self, ref: Any, response: Any, state: Any) -> Any:
+            return gen_agent.NoReply(state)
+
+    gen_agent.start_agent(Tools, name="t", backend=mock.MockBackend)
+    response = gen_agent.ask("t", "go", timeout=WAIT_S)
+    assert response.text == ("tool result cannot be encoded: a lone surrogate (U+D83D), which "
+                             "UTF-8 cannot encode | tool raised SystemExit")
+    assert gen_agent.ask("t", "again", timeout=WAIT_S).text == "next"
 
 
 # ---------------------------------------------------------------------- mock tool rounds

@@ -230,8 +230,10 @@ def _check_accounting(values: dict[str, Any]) -> None:
         raise ValueError(str(exc)) from None
     cost = values["max_cost_usd"]
     if cost is not None:
-        if isinstance(cost, bool) or not isinstance(cost, int | float) or cost < 0:
-            raise ValueError(f"max_cost_usd must be a number >= 0 (US dollars), got {cost!r}")
+        if (isinstance(cost, bool) or not isinstance(cost, int | float)
+                or not math.isfinite(cost) or cost < 0):
+            raise ValueError("max_cost_usd must be a finite number >= 0 (US dollars; None: no "
+                             f"bound), got {cost!r}")
         values["max_cost_usd"] = float(cost)
     tokens = values["max_total_tokens"]
     if tokens is not None and not (_is_int(tokens) and tokens >= 0):

@@ -37,6 +37,8 @@ from gen_agent.backends._option_checks import (
     is_arg_seq,
     is_bool,
     is_env,
+    rich_fields,
+    shown_options,
     validate_options,
 )
 from gen_agent.backends._process import (
@@ -84,6 +86,12 @@ class CLIOptions(msgspec.Struct, frozen=True, kw_only=True):
     stderr_tail_bytes: int = DEFAULT_STDERR_TAIL_BYTES
     exit_grace_ms: int = DEFAULT_EXIT_GRACE_MS
     term_grace_ms: int = DEFAULT_TERM_GRACE_MS
+
+    def __repr__(self) -> str:
+        return shown_options(self)  # credential environment variables masked
+
+    def __rich_repr__(self) -> list[tuple[str, Any]]:
+        return rich_fields(self)
 
 
 CLI_CHECKS: Final[Mapping[str, Check]] = {

@@ -15,14 +15,20 @@ options the same way:
 
 `None` for any option means "the default". The predicates below are the checks the tables
 share.
+
+Secrets never show: `shown_options` gives an options Struct's repr with its credentials
+masked (the bundled options Structs use it as their `repr`), and a refused value of a secret
+option is masked in the error's reason and message alike (`masked`).
 """
 
 from __future__ import annotations
 
 import functools
+import math
 import os
+import re
 from collections.abc import Callable, Collection, Mapping
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import msgspec
 import msgspec.inspect
@@ -44,7 +50,11 @@ __all__ = [
     "is_str_map",
     "is_text",
     "keys_other_than",
+    "masked",
+    "number_between",
     "one_of",
+    "rich_fields",
+    "shown_options",
     "validate_options",
 ]
 
@@ -55,6 +65,19 @@ the error message, e.g. `"an int >= 1 (bytes)"`)."""
 OptionsT = TypeVar("OptionsT", bound=msgspec.Struct)
 
 _SHOWN_VALUE_CHARS = 80
+
+MASK: Final = "<redacted>"
+"""What a secret is shown as."""
+
+# Options holding credentials as a whole (their values are masked).
+_SECRET_OPTIONS: Final = frozenset({"api_key"})
+# Options that are maps of names to values (environment variables, HTTP headers): a value is
+# masked when its name looks like a credential's.
+_SECRET_MAPS: Final = frozenset({"env", "default_headers"})
+_SECRET_NAME: Final = re.compile(
+    r"key|token|secret|passw|auth|credential|cookie|private|signature", re.IGNORECASE)
+# The user:password part of a URL (`https://user:pw@host`).
+_URL_USERINFO: Final = re.compile(r"(://)[^/@\s]+@")
 
 
 def is_str(value: Any) -> bool:
@@ -88,13 +111,19 @@ def int_at_least(minimum: int) -> Callable[[Any], bool]:
 
 
 def is_number(value: Any) -> bool:
-    """True for an `int` or `float` (not a `bool`)."""
-    return isinstance(value, int | float) and not isinstance(value, bool)
+    """True for a finite `int` or `float` (not a `bool`; never nan or an infinity)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def is_positive_number(value: Any) -> bool:
-    """True for an `int` or `float` (not a `bool`) > 0."""
+    """True for a finite `int` or `float` (not a `bool`) > 0."""
     return is_number(value) and value > 0
+
+
+def number_between(low: float, high: float) -> Callable[[Any], bool]:
+    """A predicate: a finite `int` or `float` (not a `bool`) from `low` to `high`, both
+    included."""
+    return lambda value: is_number(value) and low <= value <= high
 
 
 def is_str_map(value: Any) -> bool:
@@ -184,9 +213,10 @@ def validate_options(
             )
         check, expected = checks[key]
         if value is not None and not check(value):
-            shown = _shape(value) if show_values else type(value).__name__
+            safe = masked(key, value)
+            shown = _shape(safe) if show_values else type(value).__name__
             raise SessionStartError(
-                ("invalid_option", key, value),
+                ("invalid_option", key, safe),
                 f"{backend} option {key!r} must be {expected}, got {shown}",
             )
     floats = _float_fields(options_type)
@@ -196,6 +226,33 @@ def validate_options(
         if value is not None
     }
     return options_type(**given)
+
+
+def masked(key: str, value: Any) -> Any:
+    """`value` of option `key` as it may be shown: an `api_key` as `MASK`; in `env` and
+    `default_headers`, each value whose name looks like a credential's (`KEY`, `TOKEN`,
+    `SECRET`, `PASSWORD`, `AUTH`, ... in any case) as `MASK`; in any `str` the `user:password@`
+    of a URL as `MASK@`. Other values unchanged (the same object when nothing is masked)."""
+    if key in _SECRET_OPTIONS and value is not None:
+        return MASK
+    if key in _SECRET_MAPS and isinstance(value, Mapping):
+        return {name: MASK if isinstance(name, str) and _SECRET_NAME.search(name)
+                else masked("", item) for name, item in value.items()}
+    if isinstance(value, str) and "@" in value:
+        return _URL_USERINFO.sub(rf"\1{MASK}@", value)
+    return value
+
+
+def shown_options(options: msgspec.Struct) -> str:
+    """The repr of an options Struct with its secrets masked (see `masked`):
+    `AnthropicOptions(api_key='<redacted>', base_url=..., ...)`."""
+    fields = ", ".join(f"{name}={value!r}" for name, value in rich_fields(options))
+    return f"{type(options).__name__}({fields})"
+
+
+def rich_fields(options: msgspec.Struct) -> list[tuple[str, Any]]:
+    """`(name, masked value)` of every field of an options Struct: its `__rich_repr__`."""
+    return [(name, masked(name, getattr(options, name))) for name in options.__struct_fields__]
 
 
 def _stored(value: Any) -> Any:

@@ -44,6 +44,8 @@ from gen_agent.backends._option_checks import (
     is_positive_number,
     is_str_map,
     is_text,
+    rich_fields,
+    shown_options,
 )
 from gen_agent.backends._sse import SSEDecoder, SSEFrame, SSEProtocolError
 from gen_agent.conversation import Message, TextPart, user_message
@@ -69,6 +71,7 @@ __all__ = [
     "stream_turn",
     "transport_error",
     "trim_history",
+    "unsendable",
     "with_prompt",
 ]
 
@@ -128,7 +131,9 @@ class Transport:
         self._cancelled_turn = -1
         self._closed = False
         self._parked: tuple[Any, Iterator[bytes]] | None = None
-        http_client = sdk.DefaultHttpxClient(event_hooks={"request": [self._on_request]})
+        self.status: int | None = None  # the current turn's last response status
+        http_client = sdk.DefaultHttpxClient(event_hooks={"request": [self._on_request],
+                                                          "response": [self._on_response]})
         self.client = make_client(http_client)
 
     def park(self, stream: Any, rest: Iterator[bytes]) -> None:
@@ -171,6 +176,7 @@ class Transport:
         """Start a turn; returns its token (a cancel before this call does not affect it)."""
         with self._lock:
             self._turn += 1
+            self.status = None
             return self._turn
 
     def cancelled(self, token: int) -> bool:
@@ -210,6 +216,11 @@ class Transport:
         # The HTTP core calls the `trace` extension of each request at every step; the one
         # that opens a connection reports its network stream, whose socket we keep (weakly).
         request.extensions["trace"] = self._trace
+
+    def _on_response(self, response: Any) -> None:
+        # Its head arrived: a body that then fails (a corrupt error body the SDK reads
+        # itself) still reports the status in the diagnostics.
+        self.status = response.status_code
 
     def _trace(self, name: str, info: dict[str, Any]) -> None:
         if not name.endswith(_CONNECT_DONE):
@@ -263,6 +274,12 @@ class SDKOptions(msgspec.Struct, frozen=True, kw_only=True):
     session_id: str | None = None
     history: tuple[Message, ...] = ()
 
+    def __repr__(self) -> str:
+        return shown_options(self)  # the API key and credential headers masked
+
+    def __rich_repr__(self) -> list[tuple[str, Any]]:
+        return rich_fields(self)
+
 
 def split_tools(tools: Sequence[Any]) -> tuple[tuple[dict[str, Any], ...], tuple[Any, ...]]:
     """`(provider tool definitions, Python tools)` of a `tools` option (`gen_agent.tools`)."""
@@ -290,7 +307,7 @@ SDK_CHECKS: Final[Mapping[str, Check]] = {
     "model": (is_text, "a non-empty str"),
     "tools": (is_tool_seq, "a list of tool definitions (dicts) or Python tools (functions)"),
     "max_steps": (int_at_least(1), "an int >= 1 (requests)"),
-    "timeout": (is_positive_number, "a number > 0 (seconds)"),
+    "timeout": (is_positive_number, "a finite number > 0 (seconds)"),
     "max_retries": (int_at_least(0), "an int >= 0"),
     "default_headers": (is_str_map, "a dict of str to str"),
     "max_history_messages": (int_at_least(1), "an int >= 1 (messages)"),
@@ -469,8 +486,11 @@ def stream_turn(
     - an SDK failure → `error_from_sdk` (HTTP status, connection failure before the body);
     - the connection closed (FIN) or reset (RST) mid-body, or another failure of the HTTP
       client → kind `"transport"`, retryable; its read timeout → `"timeout"`, retryable;
-    - bytes that are not an event stream, or a `data:` payload that is not a JSON object →
-      `"protocol_error"`, not retryable;
+    - bytes that are not an event stream, a `data:` payload that is not a JSON object, or a
+      body that does not decompress (gzip garbage under `content-encoding: gzip`, also in an
+      error answer the SDK reads) → `"protocol_error"`, not retryable, with the HTTP status;
+    - a request body UTF-8 cannot encode (a lone surrogate) → `"invalid_request"`, not
+      retryable, nothing sent (`unsendable`);
     - a failure after a cancel (of the transport or the turn) → `"cancelled"`;
     - a body that ends without an outcome → the translator's `truncated()` error.
 
@@ -529,6 +549,8 @@ def stream_turn(
         if mapped is None:
             raise  # not a failure of the SDK or the wire: a bug, reported as a task crash
         logger.debug("gen_agent {} turn failed with {}", sdk.provider, type(exc).__name__)
+        if translator.http_status is None:
+            translator.http_status = transport.status
         yield translator.error(mapped)
     finally:
         if stream is not None:
@@ -553,13 +575,20 @@ def _frame_event(frame: SSEFrame) -> Mapping[str, Any] | None:
 
 
 def _wire_error(provider: str, exc: BaseException) -> BackendError | None:
-    """A failure of the body itself (the bytes, or the HTTP client reading them)."""
+    """A failure of the body itself (the bytes, the HTTP client reading or decompressing
+    them), or of the request body (a text UTF-8 cannot encode)."""
     if isinstance(exc, SSEProtocolError | _MalformedEvent):
         return BackendError.new(provider, "protocol_error", None, message=str(exc))
+    if isinstance(exc, UnicodeEncodeError):
+        return unsendable(provider, exc)
     for name in ("httpx2", "httpx"):  # the SDKs' HTTP client, under either package name
         httpx = sys.modules.get(name)
         if httpx is None:
             continue
+        if isinstance(exc, httpx.DecodingError):  # e.g. gzip garbage under content-encoding
+            message = (f"the {provider} response body could not be decoded "
+                       f"({type(exc).__name__}: its content-encoding does not match its bytes)")
+            return BackendError.new(provider, "protocol_error", None, message=message)
         if isinstance(exc, httpx.TimeoutException):
             return transport_error(provider, exc, timeout=True)
         if isinstance(exc, httpx.TransportError):
@@ -569,6 +598,24 @@ def _wire_error(provider: str, exc: BaseException) -> BackendError | None:
     if isinstance(exc, OSError):
         return transport_error(provider, exc, timeout=False)
     return None
+
+
+def unsendable(provider: str, exc: UnicodeEncodeError) -> BackendError:
+    """The request body could not be encoded as UTF-8: kind `"invalid_request"`, not
+    retryable, nothing sent.
+
+    The SDKs encode the body as JSON with `ensure_ascii=False` and then as UTF-8, which a
+    lone surrogate (U+D800..U+DFFF without its pair) cannot pass. An escaped `\\ud800` would
+    be valid JSON, but both providers refuse such a body (HTTP 400, `invalid_request_error`),
+    so the turn fails here with the kind that answer would have had, without the round trip.
+    The message names the code point, never the text; `raw` is None (the exception holds
+    the whole body, prompt included).
+    """
+    bad = exc.object[exc.start : exc.start + 1] if isinstance(exc.object, str) else ""
+    point = f"U+{ord(bad):04X}" if bad else "a character"
+    message = (f"the {provider} request was not sent: a prompt, tool result or other text of "
+               f"it holds a lone surrogate ({point}), which UTF-8 cannot encode")
+    return BackendError.new(provider, "invalid_request", None, retryable=False, message=message)
 
 
 def _close_quietly(stream: Any) -> None:

@@ -52,11 +52,15 @@ class SSEDecoder:
     Not thread-safe: one reader owns it.
     """
 
-    __slots__ = ("_data", "_data_bytes", "_event", "_limit", "_rest", "_skip_lf")
+    __slots__ = ("_data", "_data_bytes", "_event", "_limit", "_pending", "_pending_bytes",
+                 "_skip_lf")
 
     def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
         self._limit = max_frame_bytes
-        self._rest = b""
+        # The pieces of the line not yet ended, joined once when its end arrives: each byte
+        # is scanned and copied a bounded number of times (linear in the event's size).
+        self._pending: list[bytes] = []
+        self._pending_bytes = 0
         self._skip_lf = False
         self._event = ""
         self._data: list[str] = []
@@ -64,6 +68,9 @@ class SSEDecoder:
 
     def feed(self, chunk: bytes) -> list[SSEFrame]:
         """Add the next chunk of the body; return the frames it completed, in order.
+
+        Time and memory are linear in the bytes fed, however the events are split into
+        chunks (only the new chunk is scanned for line ends).
 
         Raises:
             SSEProtocolError: a complete line is not UTF-8, or a line or frame exceeds
@@ -73,22 +80,29 @@ class SSEDecoder:
             self._skip_lf = False
             if chunk[:1] == b"\n":
                 chunk = chunk[1:]
-        buffer = self._rest + chunk if self._rest else chunk
         frames: list[SSEFrame] = []
         start = 0
-        for match in _LINE_END.finditer(buffer):
-            self._line(buffer[start : match.start()], frames)
+        for match in _LINE_END.finditer(chunk):
+            line = chunk[start : match.start()]
+            if self._pending:
+                self._pending.append(line)
+                line = b"".join(self._pending)
+                self._pending, self._pending_bytes = [], 0
+            self._line(line, frames)
             start = match.end()
-        if start and buffer[start - 1 : start] == b"\r":
-            self._skip_lf = True  # a CR ended the buffer: an LF at the next read is its pair
-        self._rest = buffer[start:]
-        if len(self._rest) > self._limit:
-            raise SSEProtocolError(f"an event-stream line exceeds {self._limit} bytes")
+        if start and chunk[start - 1 : start] == b"\r":
+            self._skip_lf = True  # a CR ended the chunk: an LF at the next read is its pair
+        if start < len(chunk):
+            self._pending.append(chunk[start:])
+            self._pending_bytes += len(chunk) - start
+            if self._pending_bytes > self._limit:
+                raise SSEProtocolError(f"an event-stream line exceeds {self._limit} bytes")
         return frames
 
     def finish(self) -> None:
         """The body ended: drop an unterminated line and a frame without its blank line."""
-        self._rest, self._event, self._data, self._data_bytes = b"", "", [], 0
+        self._pending, self._pending_bytes = [], 0
+        self._event, self._data, self._data_bytes = "", [], 0
 
     def _line(self, raw: bytes, frames: list[SSEFrame]) -> None:
         if not raw:

@@ -44,10 +44,10 @@ import msgspec
 from gen_agent.backend import Backend, BackendError, TurnContext
 from gen_agent.backends._option_checks import (
     int_at_least,
-    is_number,
     is_str,
     is_text,
     keys_other_than,
+    number_between,
     validate_options,
 )
 from gen_agent.backends._sdk import (
@@ -129,7 +129,8 @@ class AnthropicOptions(SDKOptions, frozen=True, kw_only=True):
         model: the model (default `DEFAULT_MODEL`).
         max_tokens: the reply's token budget (tokens, >= 1; default 1024).
         system: the system prompt, or None.
-        temperature: the sampling temperature, or None for the API default.
+        temperature: the sampling temperature (0.0 to 1.0, the API's range), or None for
+            the API default.
         tools: tool definitions sent with every request (dicts, as the API takes them).
         params: further `messages.create` arguments (e.g. `{"top_p": 0.9}`), as given.
         timeout: the SDK timeout (seconds; also the longest wait between two stream events).
@@ -154,7 +155,7 @@ _CHECKS: Final = {
     **SDK_CHECKS,
     "max_tokens": (int_at_least(1), "an int >= 1 (tokens)"),
     "system": (is_str, "a str"),
-    "temperature": (is_number, "a number"),
+    "temperature": (number_between(0.0, 1.0), "a number from 0.0 to 1.0"),
     "params": (
         keys_other_than({"messages", "stream", "model", "max_tokens"}),
         "a dict of str keys other than messages/stream/model/max_tokens",

@@ -118,6 +118,22 @@ def _with_prompt(session: Any, prompt: str) -> Any:
     return msgspec.structs.replace(session, history=with_prompt(history, prompt))
 
 
+def _shown_hops(value: Any) -> Any:
+    """A refused `hops` value as its reason may show it: each hop's options with their
+    secrets masked (`_option_checks.masked`)."""
+    from gen_agent.backends._option_checks import masked
+
+    if not isinstance(value, list | tuple):
+        return masked("", value)
+    shown: list[Any] = []
+    for hop in value:
+        if isinstance(hop, list | tuple) and len(hop) == 2 and isinstance(hop[1], Mapping):
+            options = {k: masked(k, v) for k, v in hop[1].items()}
+            hop = (hop[0], options) if isinstance(hop, tuple) else [hop[0], options]
+        shown.append(hop)
+    return tuple(shown) if isinstance(value, tuple) else shown
+
+
 def _provider(backend: Any) -> str:
     name = getattr(backend, "PROVIDER", None)
     return name if isinstance(name, str) else getattr(backend, "__name__", type(backend).__name__)
@@ -158,7 +174,7 @@ class Fallback(Backend):
         hops_opt = opts.get("hops")
         if (not isinstance(hops_opt, (list, tuple)) or len(hops_opt) < 2
                 or not all(isinstance(h, (list, tuple)) and len(h) == 2 for h in hops_opt)):
-            raise SessionStartError(("invalid_option", "hops", hops_opt))
+            raise SessionStartError(("invalid_option", "hops", _shown_hops(hops_opt)))
         started: list[_Hop] = []
         try:
             for index, (backend, hop_opts) in enumerate(hops_opt):

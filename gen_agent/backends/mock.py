@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import math
 import threading
 import time
 import types
@@ -274,8 +275,10 @@ class Gate:
 
     def __init__(self, events: Iterable[Event], timeout: float = 5.0) -> None:
         self._events = _events_tuple(events, "gate events")
-        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
-            raise ValueError(f"gate timeout must be a positive number of seconds, got {timeout!r}")
+        if (isinstance(timeout, bool) or not isinstance(timeout, int | float)
+                or not math.isfinite(timeout) or timeout <= 0):
+            raise ValueError("gate timeout must be a positive number of seconds (finite, > 0), "
+                             f"got {timeout!r}")
         self._timeout = float(timeout)
         self._cond = threading.Condition()
         self._reached = threading.Event()

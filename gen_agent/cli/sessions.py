@@ -3,7 +3,8 @@
 - `gen-agent sessions list --db FILE`: one row per key (backend, turns, tokens, cost, owner,
   whether a turn is in flight or was interrupted, last update).
 - `gen-agent sessions show --db FILE KEY`: one session's record. The conversation and the
-  agent state are summarized (message count, ids, byte sizes) without their text unless
+  agent state are summarized (message count, ids, byte sizes) and the last failure shown by
+  its kinds and type names, without any text, exception message or traceback, unless
   `--payload` is given.
 - `gen-agent sessions delete --db FILE KEY...`: remove sessions; a session owned by a live
   agent is refused unless `--force`.
@@ -31,7 +32,9 @@ from rich.text import Text
 
 from gen_agent.cli.support import EXIT_FAILED, CliError
 from gen_agent.cli.terminal import strip_controls
-from gen_agent.store import LeaseHeld, SessionRecord, SQLiteStore, StoreError
+from gen_agent.errors import describe_reason
+from gen_agent.portable import PortableError, PortableObject, from_portable
+from gen_agent.store import LeaseHeld, SessionRecord, SQLiteStore, StoreError, TurnOutcome
 from gen_agent.store.lease import holder_alive
 
 __all__ = ["describe_record", "sessions_app"]
@@ -118,6 +121,34 @@ def _conversation_summary(conversation: Any) -> Any:
     return summary
 
 
+def _outcome(outcome: TurnOutcome | None, payload: bool) -> Any:
+    """The last turn's outcome; its failure reason as `describe_reason` renders it (kinds and
+    type names, no exception message, provider message or traceback) unless `payload`."""
+    view = msgspec.to_builtins(outcome)
+    if outcome is not None and outcome.reason is not None and not payload:
+        view["reason"] = describe_reason(from_portable(_revived(outcome.reason)))
+    return view
+
+
+_RECORDS: dict[str, type[msgspec.Struct]] = {"error": PortableError, "object": PortableObject}
+
+
+def _revived(value: Any) -> Any:
+    """A stored reason (read back as plain data: arrays as lists, records as maps tagged
+    `"type"`) in its portable form again: tuples, `PortableError`s, `PortableObject`s."""
+    if isinstance(value, list):
+        return tuple(_revived(item) for item in value)
+    if isinstance(value, dict):
+        record = _RECORDS.get(str(value.get("type")))
+        if record is not None:
+            try:
+                return msgspec.convert(value, record)
+            except msgspec.ValidationError:
+                pass  # a map that only looks like a record: kept as data
+        return {key: _revived(item) for key, item in value.items()}
+    return value
+
+
 def describe_record(record: SessionRecord, *, payload: bool = False,
                     lease_ttl_s: float = 60.0) -> dict[str, Any]:
     """A JSON-ready view of `record`: without conversation or state text unless `payload`.
@@ -130,8 +161,9 @@ def describe_record(record: SessionRecord, *, payload: bool = False,
 
     Returns:
         A dict with `key`, `backend`, `totals`, `owner`, `in_flight`, `interrupted`,
-        `last_outcome`, `created_at`, `updated_at`, `conversation` (a summary, or the data
-        itself with `payload`) and `state_bytes` (plus `state`, decoded, with `payload`).
+        `last_outcome` (its reason described, or stored in full with `payload`),
+        `created_at`, `updated_at`, `conversation` (a summary, or the data itself with
+        `payload`) and `state_bytes` (plus `state`, decoded, with `payload`).
     """
     view: dict[str, Any] = {
         "key": record.key,
@@ -140,7 +172,7 @@ def describe_record(record: SessionRecord, *, payload: bool = False,
         "owner": _owner(record, lease_ttl_s),
         "in_flight": msgspec.to_builtins(record.in_flight),
         "interrupted": msgspec.to_builtins(record.interrupted),
-        "last_outcome": msgspec.to_builtins(record.last_outcome),
+        "last_outcome": _outcome(record.last_outcome, payload),
         "created_at": record.created_at,
         "updated_at": record.updated_at,
         "conversation": (record.conversation if payload

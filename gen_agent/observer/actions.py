@@ -1,8 +1,9 @@
 """The observer's safe actions: interrupt, halt, resume, stop an agent; restart a child.
 
-Each action names its target by the label the page shows (`str(name)` for a str name, else
-its `repr`), runs in the observer's worker thread (never on the web server's event loop) and
-returns a short content-free result, or raises `ActionError` with a message for the page.
+Each action names its target by the label the page shows (`collector.label`: `str(name)` for
+a str name, else its `repr`, lone surrogates escaped), runs in the observer's worker thread
+(never on the web server's event loop) and returns a short content-free result, or raises
+`ActionError` with a message for the page.
 The web layer checks the token and the confirmation before calling `run_action`.
 """
 
@@ -12,6 +13,7 @@ from typing import Any, Final
 
 from gen_agent.errors import GenAgentError
 from gen_agent.observer.collector import describe_reason
+from gen_agent.observer.collector import label as _label  # the page's labels, escaped alike
 from gen_agent.system import AgentSystem
 
 __all__ = ["ACTIONS", "AGENT_ACTIONS", "ActionError", "run_action"]
@@ -30,10 +32,6 @@ class ActionError(Exception):
     def __init__(self, message: str, status: int = 400) -> None:
         super().__init__(message)
         self.status = status
-
-
-def _label(value: Any) -> str:
-    return value if isinstance(value, str) else repr(value)
 
 
 def _agent(system: AgentSystem, label: Any) -> Any:
@@ -87,20 +85,20 @@ def run_action(system: AgentSystem, action: str, body: dict[str, Any]) -> str:
             ref = _agent(system, body.get("agent"))
             if action == "stop":
                 system.stop_handle(ref._handle)
-                return f"stopped {ref.name!s}"
+                return f"stopped {_label(ref.name)}"
             getattr(ref, action)()
-            return f"{action} sent to {ref.name!s}"
+            return f"{action} sent to {_label(ref.name)}"
         if action == "restart_child":
             supervisor = _supervisor(system, body.get("supervisor"))
             label = body.get("child")
             child = next((c for c in supervisor.snapshot().children if _label(c.id) == label),
                          None)
             if child is None:
-                raise ActionError(f"no child {label!r} under {supervisor.name!s}", 404)
+                raise ActionError(f"no child {label!r} under {_label(supervisor.name)}", 404)
             if child.ref is not None:
                 supervisor.terminate_child(child.id)
             supervisor.restart_child(child.id)
-            return f"restarted {label} under {supervisor.name!s}"
+            return f"restarted {label} under {_label(supervisor.name)}"
     except GenAgentError as exc:
         raise ActionError(f"{action} failed: {type(exc).__name__} "
                           f"{describe_reason(getattr(exc, 'reason', None))}", 409) from None

@@ -30,7 +30,7 @@ from gen_agent import telemetry
 from gen_agent.errors import GenAgentError
 from gen_agent.system import AgentSystem
 
-__all__ = ["Collector", "describe_reason"]
+__all__ = ["Collector", "describe_reason", "escaped", "label"]
 
 _TURN_EVENTS: Final = (
     telemetry.TURN_START,
@@ -74,8 +74,34 @@ def describe_reason(reason: Any) -> str:
     return type(reason).__name__
 
 
-def _label(value: Any) -> str:
-    return value if isinstance(value, str) else repr(value)
+def label(value: Any) -> str:
+    """How the observer shows a name (and how an action names its target): a `str` as
+    itself, anything else as its `repr`; either `escaped`."""
+    return escaped(value if isinstance(value, str) else repr(value))
+
+
+def escaped(text: str) -> str:
+    """`text` with each lone surrogate (which UTF-8, and so JSON on the wire, cannot carry)
+    written as its escape, e.g. `\\ud800`; `text` itself when it has none."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+def escaped_view(value: Any) -> Any:
+    """A JSON-ready view with every string (keys too) `escaped`."""
+    if isinstance(value, str):
+        return escaped(value)
+    if isinstance(value, dict):
+        return {escaped_view(key): escaped_view(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [escaped_view(item) for item in value]
+    return value
+
+
+_label = label
 
 
 class Collector:
@@ -180,7 +206,7 @@ class Collector:
             if name == telemetry.PROMPT_START:
                 prompt = metadata.get("prompt")
                 if isinstance(prompt, str):
-                    self._prompts[self._key(agent, metadata)] = prompt[:_PROMPT_CHARS]
+                    self._prompts[self._key(agent, metadata)] = escaped(prompt[:_PROMPT_CHARS])
                     while len(self._prompts) > self._max_turns:
                         self._prompts.pop(next(iter(self._prompts)))
                 return
@@ -193,7 +219,7 @@ class Collector:
     @staticmethod
     def _key(agent: str, metadata: dict[str, Any]) -> tuple[str, str, int]:
         ref = metadata.get("ref")
-        return agent, str(getattr(ref, "id", ref)), int(metadata.get("attempt") or 1)
+        return agent, escaped(str(getattr(ref, "id", ref))), int(metadata.get("attempt") or 1)
 
     def _record(self, name: tuple[str, ...], agent: str, measurements: dict[str, Any],
                 metadata: dict[str, Any], now: float) -> str:
@@ -211,7 +237,7 @@ class Collector:
         if name == telemetry.TOOL_PERMISSION:  # the tool's name and the decision, no input
             return f"{_label(metadata.get('tool_name'))}: {metadata.get('decision')}"
         key = self._key(agent, metadata)
-        origin = str(metadata.get("origin") or "")
+        origin = escaped(str(metadata.get("origin") or ""))
         head = f"{origin} attempt {key[2]}"
         if name == telemetry.TURN_START:
             return head

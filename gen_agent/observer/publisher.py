@@ -18,7 +18,7 @@ from typing import Any
 import msgspec
 from loguru import logger
 
-from gen_agent.observer.collector import Collector
+from gen_agent.observer.collector import Collector, escaped_view
 
 __all__ = ["Publisher", "Subscription"]
 
@@ -89,8 +89,16 @@ class Publisher:
             self._thread.join(timeout)
 
     def build(self) -> bytes:
-        """Build the view now and return it as JSON bytes (blocking: agents are asked)."""
-        return msgspec.json.encode(self.collector.snapshot())
+        """Build the view now and return it as JSON bytes (blocking: agents are asked).
+
+        A string the view could not carry (a lone surrogate from an unusual name or prompt
+        the collector did not escape itself) is escaped, never a view lost for every viewer.
+        """
+        view = self.collector.snapshot()
+        try:
+            return msgspec.json.encode(view)
+        except UnicodeEncodeError:
+            return msgspec.json.encode(escaped_view(view))
 
     def subscribe(self, loop: asyncio.AbstractEventLoop) -> Subscription:
         """Open a stream fed on `loop`; its first view follows at once."""

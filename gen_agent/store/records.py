@@ -7,10 +7,14 @@ decode names itself in `CorruptRecord`.
 
 from __future__ import annotations
 
+import datetime
+import decimal
+import uuid
 from collections.abc import Mapping
 from typing import Any, Final, Protocol, runtime_checkable
 
 import msgspec
+from loguru import logger
 
 from gen_agent.errors import GenAgentError
 
@@ -326,14 +330,58 @@ LEASE_DECODER = msgspec.msgpack.Decoder(Lease)
 
 
 def encode_fields(fields: Mapping[str, Any]) -> dict[str, bytes]:
+    """Each field's MessagePack blob. A `str` holding a lone surrogate (which UTF-8 cannot
+    encode: a prompt, a tool result or an exception message built from bad input) is stored
+    with U+FFFD in its place, so bad input never makes a record unwritable.
+
+    Raises:
+        TypeError: an unknown field name.
+        StoreError: `"encode_error"`, a value msgspec cannot encode.
+    """
     if not fields.keys() <= _FIELD_SET:
         unknown = sorted(set(fields) - _FIELD_SET)
         raise TypeError(f"unknown session record fields {unknown}; known: {FIELDS}")
     try:
-        return {name: ENCODER.encode(value) for name, value in fields.items()}
-    except (TypeError, msgspec.EncodeError, OverflowError) as exc:
+        return {name: _encode(name, value) for name, value in fields.items()}
+    except (TypeError, msgspec.EncodeError, OverflowError, UnicodeEncodeError) as exc:
         raise StoreError("encode_error", f"a session record value cannot be encoded "
                                          f"({type(exc).__name__})") from None
+
+
+# Kept as they are by `to_builtins` (MessagePack encodes them natively).
+_NATIVE: Final = (bytes, bytearray, memoryview, datetime.datetime, datetime.date,
+                  datetime.time, datetime.timedelta, uuid.UUID, decimal.Decimal)
+
+
+def _encode(name: str, value: Any) -> bytes:
+    try:
+        return ENCODER.encode(value)
+    except UnicodeEncodeError:
+        pass
+    # Rare: the value as builtins (a Struct as the map it encodes to), every str repaired.
+    logger.warning("gen_agent session store: a lone surrogate in field {!r} is stored as "
+                   "U+FFFD", name)
+    return ENCODER.encode(_repaired(msgspec.to_builtins(value, builtin_types=_NATIVE)))
+
+
+def _repaired(value: Any) -> Any:
+    if isinstance(value, str):
+        return repair_text(value)
+    if isinstance(value, list | tuple):
+        return [_repaired(item) for item in value]
+    if isinstance(value, dict):
+        return {_repaired(key): _repaired(item) for key, item in value.items()}
+    return value
+
+
+def repair_text(text: str) -> str:
+    """`text` with each lone surrogate replaced by U+FFFD (a surrogate pair left as two
+    code points is joined into its character); unchanged when UTF-8 can encode it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return text
 
 
 def decode_record(key: str, blobs: Mapping[str, bytes | None], created_at: float,
@@ -356,4 +404,8 @@ def decode_record(key: str, blobs: Mapping[str, bytes | None], created_at: float
 def check_key(key: Any) -> str:
     if not isinstance(key, str) or not key:
         raise ValueError(f"a session key must be a non-empty str, got {key!r}")
+    at = next((i for i, c in enumerate(key) if "\ud800" <= c <= "\udfff"), None)
+    if at is not None:
+        raise ValueError(f"a session key must be encodable as UTF-8, got {key!r} "
+                         f"(a lone surrogate at index {at})")
     return key

@@ -7,6 +7,7 @@ caller as `database is locked`.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import sqlite3
 import threading
@@ -97,8 +98,10 @@ class SQLiteStore:
                  busy_timeout: float = 30.0, lease_ttl_s: float = 60.0) -> None:
         if synchronous not in ("NORMAL", "FULL"):
             raise ValueError(f"synchronous must be 'NORMAL' or 'FULL', got {synchronous!r}")
-        if not (isinstance(busy_timeout, int | float) and busy_timeout > 0):
-            raise ValueError(f"busy_timeout must be a number > 0 (seconds), got {busy_timeout!r}")
+        for name, value in (("busy_timeout", busy_timeout), ("lease_ttl_s", lease_ttl_s)):
+            if (isinstance(value, bool) or not isinstance(value, int | float)
+                    or not math.isfinite(value) or value <= 0):
+                raise ValueError(f"{name} must be a finite number > 0 (seconds), got {value!r}")
         self.path = os.path.expanduser(os.fspath(path))
         self.synchronous = synchronous
         self.busy_timeout = float(busy_timeout)

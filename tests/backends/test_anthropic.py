@@ -3,6 +3,7 @@ history, errors at the one SDK boundary, cancel, options, and the pure stream tr
 
 from __future__ import annotations
 
+import math
 import socket
 import subprocess
 import sys
@@ -326,6 +327,25 @@ def test_bad_options_are_refused(opts: Any, reason: tuple[Any, ...]) -> None:
     with pytest.raises(SessionStartError) as info:
         AnthropicAPI.start_session(opts)
     assert info.value.reason == reason
+
+
+@pytest.mark.parametrize(("key", "value", "expected"), [
+    ("timeout", math.nan, "a finite number > 0 (seconds)"),
+    ("timeout", math.inf, "a finite number > 0 (seconds)"),
+    ("temperature", math.nan, "a number from 0.0 to 1.0"),
+    ("temperature", -math.inf, "a number from 0.0 to 1.0"),
+    ("temperature", 1.5, "a number from 0.0 to 1.0"),
+    ("temperature", -0.1, "a number from 0.0 to 1.0"),
+])
+def test_nan_infinities_and_out_of_range_numbers_are_refused_with_the_range(
+    key: str, value: float, expected: str,
+) -> None:
+    with pytest.raises(SessionStartError) as info:
+        AnthropicAPI.start_session({"api_key": "k", key: value})
+    assert info.value.reason[:2] == ("invalid_option", key)
+    assert str(info.value) == f"AnthropicAPI option {key!r} must be {expected}, got float"
+    session = AnthropicAPI.start_session({"api_key": "k", key: 1.0})  # the edge is allowed
+    AnthropicAPI.terminate_session(session)
 
 
 def test_a_missing_api_key_is_a_start_error(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -299,6 +299,12 @@ def test_gate_blocks_until_released_then_yields_its_events() -> None:
     assert (g.blocked, g.released, g.cancelled) == (False, True, False)
 
 
+def test_a_gate_timeout_must_be_finite_and_positive() -> None:
+    for bad in (0, float("nan"), float("inf"), True):
+        with pytest.raises(ValueError, match=r"positive number of seconds \(finite, > 0\)"):
+            mock.gate(mock.text_turn("x"), timeout=bad)
+
+
 def test_gate_released_before_it_is_reached_does_not_block() -> None:
     g = mock.gate(mock.text_turn("early"))
     g.release()

@@ -72,3 +72,27 @@ def test_a_line_that_is_not_utf8_and_over_long_lines_are_protocol_errors() -> No
 
 def test_a_field_without_colon_and_values_without_the_space() -> None:
     assert decode([b"data\n\ndata:x\n\n"]) == [SSEFrame("message", ""), SSEFrame("message", "x")]
+
+
+@pytest.mark.parametrize("chunk_bytes", [1000, 16384, 1 << 20])
+def test_a_huge_event_in_many_reads_is_one_frame_with_every_byte(chunk_bytes: int) -> None:
+    # 8 MB of multi-byte text (split characters at most read boundaries), CRLF line ends,
+    # between two small events; the time this takes is measured in benchmarks/sse_decoding.
+    text = ("caf\u00e9 \u2603 " * (8 * 1024 * 1024 // 12)).encode()
+    stream = (b"data: {\"first\": 1}\r\n\r\nevent: big\r\ndata: " + text + b"\r\ndata: tail"
+              b"\r\n\r\ndata: {\"last\": 2}\r\n\r\n")
+    chunks = [stream[i : i + chunk_bytes] for i in range(0, len(stream), chunk_bytes)]
+
+    frames = decode(chunks)
+
+    assert [f.event for f in frames] == ["message", "big", "message"]
+    assert frames[1].data == text.decode() + "\ntail"
+    assert (frames[0].data, frames[2].data) == ('{"first": 1}', '{"last": 2}')
+
+
+def test_a_line_growing_past_the_bound_across_reads_is_refused() -> None:
+    decoder = SSEDecoder(max_frame_bytes=1000)
+    for _ in range(9):
+        assert decoder.feed(b"x" * 100) == []
+    with pytest.raises(SSEProtocolError, match="line exceeds 1000 bytes"):
+        decoder.feed(b"x" * 101)

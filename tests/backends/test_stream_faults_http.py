@@ -7,6 +7,7 @@ diagnostics, never a task crash, and the agent answers the next ask."""
 from __future__ import annotations
 
 import threading
+import zlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -350,6 +351,63 @@ def test_anthropic_mid_stream_error_event_keeps_the_partial_text(server: RawServ
     assert reason.diagnostics.usage == {"input_tokens": 5, "output_tokens": 1}
     next_ask_works(server, ANTHROPIC, agent)
 
+
+def test_openai_mid_stream_error_event_keeps_the_partial_text(server: RawServer) -> None:
+    frames = openai_events(("Half ", "an "))[:-1]
+    error = frame("error", {"type": "error", "code": "server_error", "message": "Broken"})
+    server.enqueue([chunked_head(), *[chunk(f) for f in [*frames, error]], chunk(b"")])
+    agent = OPENAI.start(server)
+
+    reason = failed(agent)
+
+    assert (reason.kind, reason.retryable, reason.message) == ("stream_error", True, "Broken")
+    assert reason.diagnostics.partial_text == "Half an "
+    assert reason.diagnostics.response_id == "resp_1"
+    next_ask_works(server, OPENAI, agent)
+
+def _compressed_head(status: int, encoding: str) -> bytes:
+    kind = "text/event-stream" if status == 200 else "application/json"
+    return (f"HTTP/1.1 {status} X\r\ncontent-type: {kind}\r\ncontent-encoding: {encoding}"
+            "\r\ntransfer-encoding: chunked\r\n\r\n").encode()
+
+
+@pytest.mark.parametrize("provider", PROVIDERS, ids=repr)
+@pytest.mark.parametrize("encoding", ["gzip", "deflate"])
+def test_a_corrupt_compressed_body_is_a_protocol_error_with_the_partial_text(
+    server: RawServer, provider: Provider, encoding: str
+) -> None:
+    # The opening frames compress and flush cleanly (they decode, their text streams), then
+    # bytes that are no deflate data follow.
+    packer = zlib.compressobj(wbits=31 if encoding == "gzip" else 15)
+    frames = provider.events(("Half an ",))
+    opening = b"".join(frames[: (2 if provider is ANTHROPIC else 1) + 1])
+    packed = packer.compress(opening) + packer.flush(zlib.Z_SYNC_FLUSH)
+    server.enqueue([_compressed_head(200, encoding), chunk(packed),
+                    chunk(b"\xff\xfe not deflate data " * 8), chunk(b"")])
+    agent = provider.start(server)
+
+    reason = failed(agent)
+
+    assert (reason.kind, reason.retryable) == ("protocol_error", False)
+    assert "could not be decoded" in reason.message
+    assert reason.diagnostics.partial_text == "Half an "
+    assert reason.diagnostics.http_status == 200
+    next_ask_works(server, provider, agent)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS, ids=repr)
+def test_a_corrupt_compressed_error_body_is_a_protocol_error_with_its_status(
+    server: RawServer, provider: Provider
+) -> None:
+    server.enqueue([_compressed_head(500, "gzip"), chunk(b"\x1f\x8b garbage " * 8),
+                    chunk(b"")])
+    agent = provider.start(server)
+
+    reason = failed(agent)  # the SDK reads the error body itself: it raised, not a crash
+
+    assert (reason.kind, reason.retryable) == ("protocol_error", False)
+    assert reason.diagnostics.http_status == 500
+    next_ask_works(server, provider, agent)
 
 def _openai_final(kind: str, status: str, **extra: Any) -> bytes:
     response = {"id": "resp_1", "object": "response", "status": status, "model": "gpt-test",

@@ -11,8 +11,10 @@ import msgspec
 import pytest
 from typer.testing import CliRunner
 
+from gen_agent.backend import BackendError
 from gen_agent.cli.app import app
-from gen_agent.store import SCHEMA_VERSION, InFlightTurn, SQLiteStore, Totals
+from gen_agent.portable import to_portable
+from gen_agent.store import SCHEMA_VERSION, InFlightTurn, SQLiteStore, Totals, TurnOutcome
 
 runner = CliRunner()
 SECRET = "the user's secret question"
@@ -66,6 +68,32 @@ def test_show_hides_the_payload_unless_asked(db: str) -> None:
     assert full["conversation"]["history"][0]["content"] == SECRET
     assert full["state"] == {"notes": SECRET}
 
+
+@pytest.mark.parametrize(("reason", "shown"), [
+    (("task_crashed", ValueError(SECRET)), "task_crashed: ValueError"),
+    (BackendError.new("anthropic", "invalid_request", {"error": SECRET}, message=SECRET)
+     .with_diagnostics(partial_text=SECRET), "invalid_request (provider=anthropic)"),
+    (RuntimeError(SECRET), "RuntimeError"),
+])
+def test_show_hides_a_stored_failure_message_unless_asked(
+    db: str, reason: Any, shown: str,
+) -> None:
+    store = SQLiteStore(db)
+    lease = store.acquire("failed-3")
+    store.update(lease, last_outcome=TurnOutcome(ref="r", ok=False, ended_at=2.0,
+                                                 reason=to_portable(reason)))
+    store.release(lease)
+    store.close()
+
+    result = invoke("show", "--db", db, "failed-3")
+
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["last_outcome"] == {"ref": "r", "ok": False,
+                                                         "reason": shown, "ended_at": 2.0}
+    assert SECRET not in result.output
+    listed = invoke("list", "--db", db, "--json").output
+    assert "failed-3" in listed and SECRET not in listed
+    assert SECRET in invoke("show", "--db", db, "failed-3", "--payload").output
 
 def test_delete_refuses_a_live_owner_without_force(db: str) -> None:
     refused = invoke("delete", "--db", db, "worker-2")

@@ -225,3 +225,37 @@ def test_stop_closes_the_port_and_detaches_telemetry(tree: Supervisor) -> None:
     assert not any(isinstance(h, tuple) and h[0] == "gen_agent.observer" for h in handlers)
     with pytest.raises(OSError), socket.create_connection(("127.0.0.1", obs.port), 1):
         pass
+
+
+def test_a_lone_surrogate_in_a_name_or_prompt_is_escaped_and_never_freezes_the_view() -> None:
+    odd = "odd-\ud800"
+    with Supervisor([child_spec(Worker, name=odd, backend=MockBackend, restart="permanent",
+                                scripts=[mock.text_turn("one"), mock.text_turn("two")]),
+                     child_spec(Worker, name="alpha", backend=MockBackend,
+                                scripts=[mock.text_turn("three")])],
+                    name="tree-\udc01"), observer.serve(show_text=True, token=TOKEN) as obs:
+        assert gen_agent.ask(odd, "half \ud83d a prompt", timeout=5).text == "one"
+        status, view = request(obs, "GET", "/api/state")
+        assert status == 200
+        assert sorted(a["name"] for a in view["agents"]) == ["alpha", "odd-\\ud800"]
+        assert view["supervisors"][0]["name"] == "tree-\\udc01"
+        assert view["turns"][0]["prompt"] == "half \\ud83d a prompt"
+        assert next(stream(obs))["agents"]  # every viewer still gets views
+        status, answer = request(obs, "POST", "/api/action/stop",
+                                 {"agent": "odd-\\ud800", "confirm": True},
+                                 {"X-Observer-Token": TOKEN})
+        assert (status, answer["result"]) == (200, "stopped odd-\\ud800")
+        assert gen_agent.ask("alpha", "still there?", timeout=5).text == "three"
+
+
+def test_the_publisher_escapes_what_the_collector_left() -> None:
+    from gen_agent.observer.collector import Collector
+    from gen_agent.observer.publisher import Publisher
+    from gen_agent.system import current_system
+
+    class Odd(Collector):
+        def snapshot(self) -> dict[str, Any]:
+            return {"agents": [{"name": "\udfff", "\ud800": ["x\ud801"]}]}
+
+    built = Publisher(Odd(current_system())).build()
+    assert json.loads(built) == {"agents": [{"name": "\\udfff", "\\ud800": ["x\\ud801"]}]}

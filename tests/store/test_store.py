@@ -197,11 +197,39 @@ def test_values_msgspec_cannot_encode_are_refused(store: SessionStore) -> None:
         store.update(lease, nonsense=1)
 
 
+def test_a_lone_surrogate_is_stored_as_a_replacement_character(store: SessionStore) -> None:
+    from gen_agent.portable import to_portable
+    from gen_agent.store import TurnOutcome
+
+    lease = store.acquire("k")
+    reason = to_portable(("task_crashed", UnicodeEncodeError("utf-8", "a\ud800", 1, 2, "x")))
+    store.update(lease, conversation={"history": [{"role": "user", "content": "hi \ud800",
+                                                   "\udfff": ["\ud83d\ude00 ok"]}]},
+                 last_outcome=TurnOutcome(ref="r", ok=False, reason=reason, ended_at=1.0),
+                 state=b"\xed\xa0\x80")
+    record = store.load("k")
+    assert record is not None
+    assert record.conversation == {"history": [{"role": "user", "content": "hi \ufffd",
+                                                "\ufffd": ["\U0001f600 ok"]}]}
+    assert record.last_outcome is not None and record.last_outcome.ok is False
+    assert record.last_outcome.reason[1]["args"][1] == "a\ufffd"
+    assert record.state == b"\xed\xa0\x80"  # bytes are never touched
+
+
+def test_a_key_with_a_lone_surrogate_is_refused(store: SessionStore) -> None:
+    with pytest.raises(ValueError, match="lone surrogate at index 2"):
+        store.acquire("ab\udc80")
+    assert store.list_keys() == []
+
 def test_options_are_checked(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="synchronous"):
         SQLiteStore(tmp_path / "s.db", synchronous="OFF")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="session key"):
         MemoryStore().acquire("")
+    for name in ("busy_timeout", "lease_ttl_s"):
+        for bad in (0, float("nan"), float("inf"), True):
+            with pytest.raises(ValueError, match=rf"{name} must be a finite number > 0 \(sec"):
+                SQLiteStore(tmp_path / "s.db", **{name: bad})
 
 
 def test_full_durability_is_set_on_the_connection(tmp_path: Path) -> None:
