@@ -630,6 +630,8 @@ def observe(
                             show_text=show_text)
         except ValueError as exc:
             raise CliError(str(exc)) from None
+        except ImportError as exc:  # the observer extra (Starlette, uvicorn) is missing
+            raise CliError(str(exc)) from None
         except OSError as exc:
             raise CliError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
         with watcher:

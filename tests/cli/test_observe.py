@@ -44,3 +44,17 @@ def test_the_demo_agents_show_up_in_the_observer(agent_system: gen_agent.AgentSy
     assert {t["outcome"] for t in view["turns"]} >= {"ok", "backend_or_callback_error"}
     crashes = [e for e in view["events"] if e["event"] == "terminated"]
     assert "callback_failed:error:DemoCrash" in {e["detail"] for e in crashes}
+
+
+def test_observe_without_the_web_stack_is_one_error_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    # As on an install without the observer extra: the web stack's import fails.
+    def missing() -> None:
+        raise ImportError("gen_agent.observer needs Starlette and uvicorn: "
+                          "pip install 'gen-agent[observer]'")
+
+    monkeypatch.setattr("gen_agent.observer.server._require_web_stack", missing)
+    result = runner.invoke(app, ["observe", "--fast", "--rounds", "1", "--port", "0"])
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines() == [
+        "error: gen_agent.observer needs Starlette and uvicorn: "
+        "pip install 'gen-agent[observer]'"]
