@@ -33,10 +33,12 @@ def live_view(progress: DemoProgress) -> Group:
                 ProgressBar(total=progress.total, completed=progress.done, width=40),
                 Text(f"{progress.done}/{progress.total}"))
     workers = Table(box=None, show_header=True, header_style="bold", pad_edge=False)
-    workers.add_column("worker")
-    workers.add_column("restarts", justify="right")
+    # The names and counts keep their width; "now" (the latest text) is the one that shrinks
+    # on a narrow terminal (80 columns cut the worker names to "dem…" when it was fixed).
+    workers.add_column("worker", no_wrap=True, min_width=6)
+    workers.add_column("restarts", justify="right", no_wrap=True, min_width=8)
     workers.add_column("doing", no_wrap=True, min_width=10)
-    workers.add_column("now", overflow="ellipsis", no_wrap=True, min_width=56, max_width=56)
+    workers.add_column("now", overflow="ellipsis", no_wrap=True, max_width=56)
     for worker in progress.workers:
         style = "bold red" if worker.label in ("crashed", "restarted") else ""
         workers.add_row(worker.name, str(worker.restarts), Text(worker.label, style=style),
