@@ -25,7 +25,6 @@ messages in its inbox, so they are handled in order.
 from __future__ import annotations
 
 import itertools
-import queue
 import threading
 import time
 import uuid
@@ -38,16 +37,22 @@ from loguru import logger
 
 from gen_agent import telemetry
 from gen_agent._context import capture_trace_context
-from gen_agent._runtime import log_exception
-from gen_agent._timers import TIMERS
+from gen_agent._pool_dispatch import (
+    DispatchMsg,
+    ForgetMsg,
+    PoolDispatcher,
+    PoolDispatchMixin,
+    StopMsg,
+    SupervisorDownMsg,
+)
 from gen_agent.agent_ref import AgentRef
 from gen_agent.backend import BackendError
-from gen_agent.errors import AgentDown, CallTimeout, GenAgentError, RequestError, TurnError
+from gen_agent.errors import CallTimeout, GenAgentError, RequestError, TurnError
 from gen_agent.request import RequestOptions, check_options
 from gen_agent.response import Response
 from gen_agent.size import term_size
 from gen_agent.status import OverloadInfo
-from gen_agent.supervisor import ChildEvent, Supervisor, build_child_spec
+from gen_agent.supervisor import Supervisor, build_child_spec
 from gen_agent.system import AgentSystem, current_system
 
 __all__ = ["Pool", "PoolRef", "PoolStatus", "RetryPolicy", "WorkerInfo"]
@@ -196,19 +201,7 @@ class _Slot:
                           completed=self.completed)
 
 
-def _tell_incarnation(handle: Any, prompt: str, recipient: Any,
-                      options: RequestOptions) -> tuple[str, Any]:
-    # An AgentRef addresses its own incarnation (never a restarted one under the same name),
-    # so a task is counted against the worker that really took it. AgentDown propagates.
-    # monitor=True: the recipient gets the completion or, if the worker ends first, a Down.
-    try:
-        return "ok", AgentRef(handle).tell_with_completion(
-            prompt, recipient, on_halt="fail", options=options, monitor=True)
-    except TurnError as exc:
-        return "error", exc.reason
-
-
-class Pool:
+class Pool(PoolDispatchMixin):
     """A pool of `size` supervised workers of `module`, started on construction.
 
     Args:
@@ -292,7 +285,9 @@ class Pool:
         self._stopping = False
         self._stopped = threading.Event()
         self._down_reason: Any = None
-        self._inbox: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
+        # The dispatcher's actor, made now so the supervisor's first reports queue in its
+        # mailbox; its thread starts once the supervisor is up.
+        self._dispatcher = PoolDispatcher(self)
         # The first spec warns (as "Pool") for the options, the others do not repeat it.
         specs = [self._spec(self._new_slot(), warn_as="Pool" if i == 0 else None)
                  for i in range(size)]
@@ -301,10 +296,9 @@ class Pool:
             specs, strategy="one_for_one", max_restarts=max_restarts, max_seconds=max_seconds,
             name=f"{self.name_prefix}-supervisor", listener=self._on_child_event,
             system=self._system)
-        self._supervisor.on_exit(lambda _s, reason: self._inbox.put(("supervisor_down", reason)))
-        self._thread = threading.Thread(target=self._run, name=f"gen_agent-{self.name_prefix}",
-                                        daemon=True)
-        self._thread.start()
+        post = self._dispatcher.post
+        self._supervisor.on_exit(lambda _s, reason: post(SupervisorDownMsg(reason)))
+        self._dispatcher.launch()
         self._system._track("pool", self)
 
     def __repr__(self) -> str:
@@ -370,7 +364,7 @@ class Pool:
                 task.slot.queue.append(task)
             else:
                 self._shared.append(task)
-        self._inbox.put(("dispatch",))
+        self._dispatcher.post(DispatchMsg())
         return task.ref
 
     def result(self, ref: PoolRef, timeout: float | None = None) -> Response:
@@ -698,8 +692,8 @@ class Pool:
                     self._supervisor.delete_child(slot.name)
             finally:
                 if shrink:
-                    self._inbox.put(("forget", shrink))
-                self._inbox.put(("dispatch",))
+                    self._dispatcher.post(ForgetMsg(shrink))
+                self._dispatcher.post(DispatchMsg())
 
     def _abandon(self, slots: list[_Slot]) -> None:
         """Drop slots whose worker could not be started; their queued tasks move on."""
@@ -725,11 +719,9 @@ class Pool:
                 self._resolve(task, ("error", ("agent_terminated", "shutdown")))
         if self._supervisor.is_alive():
             self._supervisor.stop(timeout)
-        self._inbox.put(("stop",))
-        if threading.current_thread() is not self._thread:
-            self._thread.join(timeout)
-            if self._thread.is_alive():
-                raise CallTimeout(timeout)
+        self._dispatcher.post(StopMsg())
+        if threading.get_ident() != self._dispatcher.thread and not self._stopped.wait(timeout):
+            raise CallTimeout(timeout)
 
     def wait_stopped(self, timeout: float | None = None) -> bool:
         """Block until the pool stopped; False if `timeout` (s) expired first."""
@@ -843,190 +835,6 @@ class Pool:
         if metadata.get("to") == "idle":
             with self._cond:
                 self._cond.notify_all()
-
-    # ------------------------------------------------------------------ dispatcher thread
-    def _on_child_event(self, event: ChildEvent) -> None:
-        self._inbox.put(("child", event))  # supervisor thread: post only
-
-    def _run(self) -> None:
-        try:
-            while True:
-                message = self._inbox.get()
-                if message[0] == "stop" or (message[0] == "supervisor_down"
-                                            and self._on_supervisor_down(message[1])):
-                    return
-                self._handle(message)
-                self._dispatch_ready()
-        except Exception as exc:  # noqa: BLE001 - fail every task rather than hang callers
-            log_exception(logger, "ERROR", "gen_agent pool dispatcher failed", exc)
-            self._on_supervisor_down(("pool_failed", type(exc).__name__))
-            if self._supervisor.is_alive():
-                self._supervisor.stop(None)
-        finally:
-            self._stopped.set()
-            self._system._untrack("pool", self)
-            with self._cond:
-                self._cond.notify_all()
-
-    def _handle(self, message: tuple[Any, ...]) -> None:
-        kind = message[0]
-        if kind == "child":
-            self._on_child(message[1])
-        elif kind == "completion":
-            self._on_completion(message[1], message[2], message[3])
-        elif kind == "forget":
-            with self._cond:
-                self._slots = [s for s in self._slots if s not in message[1]]
-        elif kind == "retry_due":
-            with self._cond:
-                task = message[1]
-                if task in self._retrying and not self._stopping:
-                    self._retrying.discard(task)
-                    task.timer = None
-                    self._requeue(task, front=True)
-
-    def _on_supervisor_down(self, reason: Any) -> bool:
-        with self._cond:
-            self._down_reason = reason
-            failure = (("agent_terminated", "shutdown") if self._stopping
-                       else ("pool_down", reason))
-            for task in [*self._take_queued(), *self._take_retrying()]:
-                self._resolve(task, ("error", failure))
-            for slot in self._slots:
-                for task in slot.in_flight.values():
-                    self._resolve(task, ("error", failure))
-                slot.in_flight.clear()
-                slot.handle = None
-        return True
-
-    def _slot(self, name: Any) -> _Slot | None:
-        for slot in self._slots:
-            if slot.name == name:
-                return slot
-        return None
-
-    def _on_child(self, event: ChildEvent) -> None:
-        with self._cond:
-            slot = self._slot(event.id)
-            if slot is None:
-                return
-            handle = event.ref._handle
-            if event.kind == "started":
-                slot.handle = handle
-                return
-            if slot.handle is handle:
-                slot.handle = None
-            # The supervisor reports an incarnation's exit before starting the next one, and
-            # tasks go only to incarnations reported started: all in flight here were its.
-            reason = ("agent_terminated", "shutdown") if self._stopping else (
-                "worker_down", event.reason)
-            for task in [t for t in slot.in_flight.values()]:
-                self._resolve(task, ("error", reason))
-            slot.in_flight.clear()
-            self._cond.notify_all()
-
-    def _on_completion(self, task: _Task, handle: Any, message: Any) -> None:
-        if message.kind == "down":
-            # the worker ended before the task completed: the same outcome as its exit event
-            outcome: tuple[str, Any] = ("error", ("agent_terminated", "shutdown")
-                                        if self._stopping else ("worker_down", message.reason[1]))
-        else:
-            outcome = message.outcome
-        with self._cond:
-            slot = next((s for s in self._slots if s.in_flight.get(task.ref.id) is task), None)
-            if slot is None:
-                return  # already failed (its worker died) or unknown
-            del slot.in_flight[task.ref.id]
-            task.tell_ref = None
-            if outcome == ("error", "draining") and task.outcome is None:
-                self._requeue(task, front=True)  # never ran: a removed worker refused it
-                return
-            if message.kind != "down":
-                slot.completed += 1  # as the exit event does, a worker_down is not counted
-            if (outcome[0] == "error" and self.retry is not None and task.outcome is None
-                    and not self._stopping and self.retry.should_retry(outcome[1],
-                                                                       task.attempt)):
-                self._retry_later(task, self.retry.delay_ms(outcome[1], task.attempt))
-                return
-            self._resolve(task, outcome)
-
-    def _retry_later(self, task: _Task, delay_ms: int) -> None:
-        """Put `task` back in the queue after `delay_ms` (caller holds the lock)."""
-        task.attempt += 1
-        self._retrying.add(task)
-        inbox = self._inbox
-        task.timer = TIMERS.schedule(delay_ms / 1000, lambda: inbox.put(("retry_due", task)))
-
-    def _requeue(self, task: _Task, *, front: bool) -> None:
-        if self.routing == "round_robin" and task.slot is not None:
-            if task.slot.retiring:
-                remaining = [s for s in self._slots if not s.retiring]
-                task.slot = remaining[self._rr % len(remaining)]
-                self._rr += 1
-            target = task.slot.queue
-        else:
-            target = self._shared
-        if front:
-            target.appendleft(task)
-        else:
-            target.append(task)
-
-    def _next_assignment(self) -> tuple[_Slot, Any, _Task] | None:
-        """Pick a (slot, incarnation, task) to dispatch and reserve the slot's capacity."""
-        with self._cond:
-            if self._stopping:
-                return None
-            ready = [s for s in self._slots if s.handle is not None and not s.retiring
-                     and len(s.in_flight) < self.max_in_flight]
-            if self.routing == "round_robin":
-                slot = next((s for s in ready if s.queue), None)
-                task = slot.queue.popleft() if slot is not None else None
-            elif self._shared and ready:
-                slot = min(ready, key=lambda s: (len(s.in_flight), s.dispatched))
-                task = self._shared.popleft()
-            else:
-                slot = task = None
-            if slot is None or task is None:
-                return None
-            slot.in_flight[task.ref.id] = task
-            slot.dispatched += 1
-            return slot, slot.handle, task
-
-    def _options_of(self, task: _Task) -> RequestOptions:
-        """The task's request options: the pool's (with its `output`), with the submitter's
-        trace context."""
-        if task.trace_context is None:
-            return task.options
-        return msgspec.structs.replace(task.options, trace_context=task.trace_context)
-
-    def _dispatch_ready(self) -> None:
-        inbox = self._inbox
-        while (assignment := self._next_assignment()) is not None:
-            slot, handle, task = assignment
-
-            def recipient(message: Any, task: _Task = task, handle: Any = handle) -> None:
-                inbox.put(("completion", task, handle, message))  # a worker thread: post only
-
-            try:
-                outcome = _tell_incarnation(handle, task.prompt, recipient,
-                                            self._options_of(task))
-            except AgentDown:
-                outcome = None  # the incarnation ended before taking it: not dispatched
-            with self._cond:
-                if outcome is not None and outcome[0] == "ok":
-                    if slot.in_flight.get(task.ref.id) is task and task.outcome is None:
-                        task.tell_ref = outcome[1]
-                    continue
-                if slot.in_flight.pop(task.ref.id, None) is None:
-                    continue  # already failed by the worker's exit
-                slot.dispatched -= 1
-                if outcome is None or outcome == ("error", "draining"):
-                    if slot.handle is handle and outcome is None:
-                        slot.handle = None  # known dead; its "exited" event follows
-                    self._requeue(task, front=True)
-                else:
-                    self._resolve(task, outcome)
-
 
 def _check_count(name: str, value: Any, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 import gen_agent
-import gen_agent.pool as pool_module
+import gen_agent._pool_dispatch as pool_module  # the dispatcher schedules the retries
 from gen_agent import GenAgent, NoReply, TurnError
 from gen_agent.backend import BackendError
 from gen_agent.backends import mock

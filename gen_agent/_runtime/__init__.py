@@ -4,6 +4,7 @@ Private: nothing here is public API, and names may change between releases. Code
 `_runtime/` imports only the names below, never a submodule (`tests/test_layers.py` enforces
 it), so the runtime's insides can move without touching the rest of the package. The map:
 
+- `actor`: `ActorBase`, the loop every actor of the package runs (agents, pool dispatchers).
 - `calls`: every client call, defined once (exported as the namespace `calls`).
 - `agent_actor`: `AgentActor`, the pykka actor that owns an agent's state machine (see
   docs/pages/contract.md for the contract it follows).
@@ -25,6 +26,7 @@ signal), `gen_agent._context` (which agent and request a thread works for) and
 """
 
 from gen_agent._runtime import calls
+from gen_agent._runtime.actor import ActorBase
 from gen_agent._runtime.agent_actor import AgentActor
 from gen_agent._runtime.crash import log_exception
 from gen_agent._runtime.handle import AgentHandle
@@ -64,6 +66,7 @@ __all__ = [
     "RAISED_DURING_START",
     "WORKERS",
     "AbandonAskMsg",
+    "ActorBase",
     "AgentActor",
     "AgentHandle",
     "AskMsg",

@@ -73,9 +73,22 @@ class ActorBase(pykka.ThreadingActor):
     def start(cls, *args: Any, **kwargs: Any) -> Any:
         """Create the actor and start its thread, without pykka's `ActorRegistry` (see the
         module docstring); returns its `ActorRef`."""
-        obj = cls(*args, **kwargs)
-        obj._start_actor_loop()
-        return obj.actor_ref
+        return cls(*args, **kwargs).launch()
+
+    def launch(self) -> Any:
+        """Start the thread of an actor made earlier (its inbox takes messages from the
+        moment it is made: they wait for the thread); returns its `ActorRef`."""
+        self._start_actor_loop()
+        return self.actor_ref
+
+    def post(self, message: Any) -> None:
+        """Put a bare message in the inbox, from any thread (never blocks)."""
+        self.actor_inbox.put(message)
+
+    def stop_now(self) -> None:
+        """From the actor's own thread: stop without handling the rest of the inbox (pykka's
+        `_stop`: `on_stop` runs, then the loop ends and the teardown empties the inbox)."""
+        self._stop()
 
     def __init__(self) -> None:
         super().__init__()
