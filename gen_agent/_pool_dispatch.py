@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 from loguru import logger
 
+from gen_agent._child_spec import ChildEvent
 from gen_agent._runtime import ActorBase, log_exception
 from gen_agent._timers import TIMERS
 from gen_agent.agent_ref import AgentRef
 from gen_agent.errors import AgentDown, TurnError
 from gen_agent.request import RequestOptions
-from gen_agent.supervisor import ChildEvent
 
 if TYPE_CHECKING:
     from gen_agent.pool import _Slot, _Task

@@ -36,6 +36,7 @@ import msgspec
 from loguru import logger
 
 from gen_agent import telemetry
+from gen_agent._child_spec import build_child_spec
 from gen_agent._context import capture_trace_context
 from gen_agent._pool_dispatch import (
     DispatchMsg,
@@ -52,7 +53,7 @@ from gen_agent.request import RequestOptions, check_options
 from gen_agent.response import Response
 from gen_agent.size import term_size
 from gen_agent.status import OverloadInfo
-from gen_agent.supervisor import Supervisor, build_child_spec
+from gen_agent.supervisor import Supervisor
 from gen_agent.system import AgentSystem, current_system
 
 __all__ = ["Pool", "PoolRef", "PoolStatus", "RetryPolicy", "WorkerInfo"]

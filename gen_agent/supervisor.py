@@ -26,11 +26,8 @@ says `resume_session=True` and the backend implements `resume_session`.
 from __future__ import annotations
 
 import itertools
-import math
-import queue
 import threading
 import time
-import warnings
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
@@ -41,20 +38,29 @@ import msgspec
 from loguru import logger
 
 from gen_agent import telemetry
+from gen_agent._child_spec import (
+    INTENSITY_REASON,
+    ChildEvent,
+    ChildInfo,
+    ChildSpec,
+    Strategy,
+    SupervisorSnapshot,
+    SupervisorSpec,
+    check_tree_args,
+    child_spec,
+    should_restart,
+    start_failure_message,
+    supervisor_spec,
+)
 from gen_agent._runtime import (
-    RAISED_DURING_START,
+    ActorBase,
     log_exception,
-    outside_level,
-    validate_shutdown,
-    warn_near_misses,
 )
 from gen_agent.errors import (
     AgentDown,
     AgentStartError,
     CallTimeout,
-    GenAgentError,
     RequestError,
-    describe_reason,
 )
 from gen_agent.system import AgentSystem, current_system
 
@@ -69,269 +75,6 @@ __all__ = [
     "should_restart",
     "supervisor_spec",
 ]
-
-RestartType = Literal["permanent", "transient", "temporary"]
-Strategy = Literal["one_for_one", "one_for_all", "rest_for_one"]
-
-_RESTARTS = ("permanent", "transient", "temporary")
-_STRATEGIES = ("one_for_one", "one_for_all", "rest_for_one")
-INTENSITY_REASON = ("shutdown", "reached_max_restart_intensity")
-
-
-class ChildSpec(msgspec.Struct, frozen=True, kw_only=True):
-    """How to start and restart one agent child. Build it with `child_spec`.
-
-    Fields:
-        id: the child id, which is also the agent's registered name.
-        module: the `GenAgent` subclass.
-        backend: the backend.
-        opts: every other `start_agent` option (reserved ones and those for `init_agent`).
-        restart: `"permanent"`, `"transient"` or `"temporary"`.
-        shutdown_ms: graceful-stop window in milliseconds; None = wait forever.
-        resume_session: restart with the previous incarnation's provider session id.
-        type: `"worker"`.
-    """
-
-    id: Any
-    module: Any
-    backend: Any
-    opts: dict[str, Any]
-    restart: RestartType = "temporary"
-    shutdown_ms: int | None = 5_000
-    resume_session: bool = False
-    type: Literal["worker"] = "worker"
-
-    def __repr__(self) -> str:
-        fields = ", ".join(f"{name}={value!r}" for name, value in self.__rich_repr__())
-        return f"ChildSpec({fields})"
-
-    def __rich_repr__(self) -> list[tuple[str, Any]]:
-        # The options' values are the caller's data (API keys among them): names only.
-        shown = {key: "<redacted>" for key in self.opts}
-        return [(name, shown if name == "opts" else getattr(self, name))
-                for name in self.__struct_fields__]
-
-
-class SupervisorSpec(msgspec.Struct, frozen=True, kw_only=True):
-    """How to start a nested `Supervisor` as a child. Build it with `supervisor_spec`.
-
-    Fields:
-        id: the child id (also the nested supervisor's `name`).
-        children: the nested supervisor's child specs, in start order.
-        strategy, max_restarts, max_seconds: as for `Supervisor`.
-        restart: restart type of the nested supervisor (default `"permanent"`).
-        shutdown_ms: how long to wait for it to stop, in milliseconds; None = forever.
-        type: `"supervisor"`.
-    """
-
-    id: Any
-    children: tuple[Any, ...]
-    strategy: Strategy = "one_for_one"
-    max_restarts: int = 3
-    max_seconds: float = 5.0
-    restart: RestartType = "permanent"
-    shutdown_ms: int | None = None
-    type: Literal["supervisor"] = "supervisor"
-
-
-class ChildInfo(msgspec.Struct, frozen=True, kw_only=True):
-    """One child as `Supervisor.which_children` reports it.
-
-    Fields:
-        id: the child id.
-        ref: the running incarnation (`AgentRef`, or `Supervisor` for a nested one), or None.
-        type: `"worker"` or `"supervisor"`.
-        restart: the restart type.
-        restarts: how many times this child was restarted (count).
-        last_exit_reason: the exit reason of its latest incarnation, None if none ended.
-
-    Mirrors: the tuples of `Supervisor.which_children/1`.
-    """
-
-    id: Any
-    ref: Any
-    type: Literal["worker", "supervisor"]
-    restart: RestartType
-    restarts: int
-    last_exit_reason: Any = None
-
-
-class SupervisorSnapshot(msgspec.Struct, frozen=True, kw_only=True):
-    """A point-in-time view of one `Supervisor`, as `Supervisor.snapshot` reports it.
-
-    Fields:
-        name, strategy, max_restarts, max_seconds: the supervisor's settings.
-        alive: whether it still runs.
-        restarts_in_window: restarts charged within the last `max_seconds` seconds (count).
-        intensity_left: restarts it may still make in that window before it gives up
-            (`max_restarts - restarts_in_window`, never below 0).
-        children: one `ChildInfo` per child, in start order (a nested supervisor's `ref` is
-            that `Supervisor`).
-        exit_reason: None while it runs, then its exit reason.
-    """
-
-    name: Any
-    strategy: Strategy
-    alive: bool
-    max_restarts: int
-    max_seconds: float
-    restarts_in_window: int
-    intensity_left: int
-    children: tuple[ChildInfo, ...]
-    exit_reason: Any = None
-
-
-class ChildEvent(msgspec.Struct, frozen=True, kw_only=True):
-    """What a supervisor's `listener` is told about its children.
-
-    Fields:
-        kind: `"started"` (a new incarnation runs) or `"exited"` (an incarnation ended).
-        id: the child id.
-        ref: the incarnation concerned (`AgentRef` or `Supervisor`).
-        reason: the exit reason for `"exited"`, else None.
-    """
-
-    kind: Literal["started", "exited"]
-    id: Any
-    ref: Any
-    reason: Any = None
-
-
-def _restart_type(value: Any) -> RestartType:
-    if value not in _RESTARTS:
-        raise ValueError(f"restart must be one of {list(_RESTARTS)}, got {value!r}")
-    return value
-
-
-def child_spec(module: type, *, name: Any, backend: Any, restart: RestartType = "temporary",
-               shutdown_ms: Any = 5_000, resume_session: bool = False,
-               **opts: Any) -> ChildSpec:
-    """Describe an agent child for a `Supervisor` (its id is `name`).
-
-    Args:
-        module: the `GenAgent` subclass. name: the registered name and child id.
-        backend: the backend.
-        restart: `"permanent"`, `"transient"` or `"temporary"` (default, as the original).
-        shutdown_ms: graceful-stop window in milliseconds (non-negative int, or "infinity");
-            after it the agent is killed. Default 5_000.
-        resume_session: when True, a restart passes the last provider session id the agent
-            saw (checkpointed, or reported by a successful turn) as `resume_session_id`, so a
-            backend with `resume_session` continues the conversation.
-        **opts: every other `start_agent` option, forwarded at each (re)start.
-
-    Returns:
-        A frozen `ChildSpec`.
-
-    Raises:
-        ValueError: an invalid `restart` or `shutdown_ms`. TypeError: `resume_session` is not
-            a bool.
-
-    Warns:
-        UserWarning: `resume_session=True` with a backend that has no `resume_session` (its
-            restarts cannot resume); an option of `opts` resembles a reserved start option (a
-            typo such as `watchdog_msec`; it still goes to `init_agent`).
-
-    Mirrors: `GenAgent.child_spec/2` (contract §2.3; docs: the client API reference) plus OTP's
-    `restart` key.
-    """
-    return build_child_spec(module, name=name, backend=backend, restart=restart,
-                            shutdown_ms=shutdown_ms, resume_session=resume_session, opts=opts,
-                            warn_as="child_spec")
-
-
-def build_child_spec(module: type, *, name: Any, backend: Any, restart: RestartType,
-                     shutdown_ms: Any, resume_session: bool, opts: dict[str, Any],
-                     warn_as: str | None) -> ChildSpec:
-    """`child_spec` for gen_agent's own builders: `warn_as` names the public function in the
-    near-miss and resume warnings, None skips them (a `Pool` warns once, not per worker)."""
-    if not isinstance(resume_session, bool):
-        raise TypeError(f"resume_session must be a bool, got {type(resume_session).__name__}")
-    if warn_as is not None and resume_session and getattr(backend, "resume_session",
-                                                          None) is None:
-        warnings.warn(f"{warn_as}: resume_session=True, but the backend {_name_of(backend)} "
-                      "cannot resume a session (it has no resume_session): each restart "
-                      "starts a new conversation. Use a backend with resume_session (claude, "
-                      "codex) or drop resume_session=True", UserWarning,
-                      stacklevel=outside_level())
-    if warn_as is not None:
-        warn_near_misses(opts, warn_as)
-    return ChildSpec(id=name, module=module, backend=backend, opts=dict(opts),
-                     restart=_restart_type(restart), shutdown_ms=validate_shutdown(shutdown_ms),
-                     resume_session=resume_session)
-
-
-def _start_failure_message(failed: tuple[Any, ...], exc: BaseException) -> str:
-    """The message of a supervisor's `failed_to_start_child`: its reason plus the child's own
-    detail (gen_agent messages carry no payload text), pointing at the chained exceptions."""
-    message = describe_reason(failed)
-    child = str(exc) if isinstance(exc, GenAgentError) else ""
-    if child.endswith(RAISED_DURING_START):
-        return (f"{message} (raised during the child's start: the child's error is __cause__, "
-                "the exception it raised is __cause__.__cause__)")
-    if child and child != describe_reason(getattr(exc, "reason", None)):
-        return f"{message} (the child said: {child}; its error is __cause__)"
-    return f"{message} (the child's error is __cause__)"
-
-
-def _name_of(backend: Any) -> str:
-    return getattr(backend, "__name__", type(backend).__name__)
-
-
-def supervisor_spec(children: Iterable[ChildSpec | SupervisorSpec], *, name: Any,
-                    strategy: Strategy = "one_for_one", max_restarts: int = 3,
-                    max_seconds: float = 5.0, restart: RestartType = "permanent",
-                    shutdown_ms: Any = "infinity") -> SupervisorSpec:
-    """Describe a nested `Supervisor` child (a supervisor under a supervisor).
-
-    Args: as `Supervisor`, plus `restart` (default `"permanent"`) and `shutdown_ms` (how
-    long the parent waits for it to stop, milliseconds or "infinity", the default).
-
-    Raises:
-        ValueError: an invalid strategy, restart, intensity or `shutdown_ms`.
-
-    Mirrors: a `type: :supervisor` child spec in OTP.
-    """
-    children = tuple(children)
-    _check_tree_args(children, strategy, max_restarts, max_seconds)
-    return SupervisorSpec(id=name, children=children, strategy=strategy,
-                          max_restarts=max_restarts, max_seconds=max_seconds,
-                          restart=_restart_type(restart),
-                          shutdown_ms=validate_shutdown(shutdown_ms))
-
-
-def _check_tree_args(children: Sequence[Any], strategy: Any, max_restarts: Any,
-                     max_seconds: Any) -> None:
-    if strategy not in _STRATEGIES:
-        raise ValueError(f"strategy must be one of {list(_STRATEGIES)}, got {strategy!r}")
-    if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
-        raise ValueError(f"max_restarts must be a non-negative int, got {max_restarts!r}")
-    if isinstance(max_seconds, bool) or not isinstance(max_seconds, int | float) \
-            or not math.isfinite(max_seconds) or max_seconds <= 0:
-        raise ValueError(f"max_seconds must be a finite number > 0 (seconds), got {max_seconds!r}")
-    seen: set[Any] = set()
-    for spec in children:
-        if not isinstance(spec, ChildSpec | SupervisorSpec):
-            raise TypeError("children must be ChildSpec or SupervisorSpec values (child_spec(), "
-                            f"supervisor_spec()), got {type(spec).__name__}")
-        if spec.id in seen:
-            raise ValueError(f"duplicate child id {spec.id!r}")
-        seen.add(spec.id)
-
-
-def should_restart(restart: RestartType, reason: Any) -> bool:
-    """Whether a child of restart type `restart` that exited with `reason` is restarted.
-
-    permanent → always; transient → unless `"normal"`, `"shutdown"` or `("shutdown", x)`;
-    temporary → never. Mirrors OTP's restart types.
-    """
-    if restart == "permanent":
-        return True
-    if restart == "temporary":
-        return False
-    graceful = reason in ("normal", "shutdown") or (
-        isinstance(reason, tuple) and len(reason) == 2 and reason[0] == "shutdown")
-    return not graceful
-
 
 def _redacted(reason: Any) -> Any:
     if isinstance(reason, str):
@@ -365,6 +108,54 @@ class _Child:
 _names = itertools.count(1)
 _live: weakref.WeakSet[Supervisor] = weakref.WeakSet()
 _live_lock = threading.Lock()
+
+
+# ---------------------------------------------------------------------- its mailbox
+class _CallMsg(msgspec.Struct, frozen=True):
+    """Run `fn` in the supervisor's thread; its result or exception goes to `future`."""
+    fn: Any
+    future: Any
+
+
+class _ExitedMsg(msgspec.Struct, frozen=True):
+    """A child's incarnation `proc` ended with `reason`."""
+    child_id: Any
+    proc: Any
+    reason: Any
+
+
+class _RetryMsg(msgspec.Struct, frozen=True):
+    """Try again to start the children `ids` (a restart that failed part-way)."""
+    ids: Any
+
+
+class _StopMsg(msgspec.Struct, frozen=True):
+    """Stop the children, then the supervisor, with `reason`."""
+    reason: Any
+
+
+class _SupervisorActor(ActorBase):
+    """The actor a `Supervisor` runs on: one message at a time in `Supervisor._handle`, until
+    the supervisor is done; then `_finish` answers what is left and tells the listeners."""
+
+    def __init__(self, supervisor: Supervisor) -> None:
+        super().__init__()
+        self._supervisor = supervisor
+        self.name = supervisor.name
+        self.thread: int | None = None
+
+    def on_start(self) -> None:
+        self.thread = threading.get_ident()
+
+    def on_receive(self, message: Any) -> Any:
+        supervisor = self._supervisor
+        supervisor._handle(message)
+        if supervisor._done:
+            self.stop_now()
+        return None
+
+    def on_stop(self) -> None:
+        self._supervisor._finish()
 
 
 class Supervisor:
@@ -417,7 +208,7 @@ class Supervisor:
                  listener: Callable[[ChildEvent], Any] | None = None,
                  system: AgentSystem | None = None, _nested: bool = False) -> None:
         specs = tuple(children)
-        _check_tree_args(specs, strategy, max_restarts, max_seconds)
+        check_tree_args(specs, strategy, max_restarts, max_seconds)
         self._seq = next(_names)
         self.name = name if name is not None else f"supervisor-{self._seq}"
         self.strategy = strategy
@@ -427,7 +218,7 @@ class Supervisor:
         self._listener = listener
         self._children: list[_Child] = []
         self._restart_times: deque[float] = deque()
-        self._inbox: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
+        self._actor = _SupervisorActor(self)  # its mailbox and thread (the actor base)
         self._post_lock = threading.Lock()
         self._done = False
         self._stopped = threading.Event()
@@ -435,9 +226,7 @@ class Supervisor:
         self.exit_reason: Any = None
         self._log = logger.bind(gen_agent_supervisor=self.name)
         self._nested = _nested
-        self._thread = threading.Thread(target=self._run, name=f"gen_agent-{self.name}",
-                                        daemon=True)
-        self._thread.start()
+        self._actor.launch()
         with _live_lock:
             _live.add(self)
         if not _nested:
@@ -498,8 +287,8 @@ class Supervisor:
         Raises:
             CallTimeout: the supervisor had not stopped within `timeout`.
         """
-        self._post(("stop", "shutdown"))
-        if threading.current_thread() is self._thread:
+        self._post(_StopMsg("shutdown"))
+        if threading.get_ident() == self._actor.thread:
             return
         if not self._stopped.wait(timeout):
             raise CallTimeout(timeout)
@@ -541,7 +330,7 @@ class Supervisor:
 
         Mirrors: `Supervisor.start_child/2`.
         """
-        _check_tree_args([spec], self.strategy, self.max_restarts, self.max_seconds)
+        check_tree_args([spec], self.strategy, self.max_restarts, self.max_seconds)
         return self._call(lambda: self._add_child(spec))
 
     def terminate_child(self, child_id: Any, *, drain: bool = False,
@@ -589,39 +378,32 @@ class Supervisor:
         self._call(lambda: self._delete_by_id(child_id))
 
     # ------------------------------------------------------------------ mailbox
-    def _post(self, message: tuple[Any, ...]) -> bool:
+    def _post(self, message: Any) -> bool:
         with self._post_lock:
             if self._done:
                 return False
-            self._inbox.put(message)
+            self._actor.post(message)
             return True
 
     def _call(self, fn: Callable[[], Any]) -> Any:
-        if threading.current_thread() is self._thread:
+        if threading.get_ident() == self._actor.thread:
             return fn()
         future: Future[Any] = Future()
-        if not self._post(("call", fn, future)):
+        if not self._post(_CallMsg(fn, future)):
             raise RequestError(("supervisor_down", self.exit_reason))
         return future.result()
 
-    def _run(self) -> None:
+    def _handle(self, message: Any) -> None:
         try:
-            while not self._done:
-                self._handle(self._inbox.get())
-        finally:
-            self._finish()
-
-    def _handle(self, message: tuple[Any, ...]) -> None:
-        kind = message[0]
-        try:
-            if kind == "call":
-                self._run_call(message[1], message[2])
-            elif kind == "exited":
-                self._on_exit(message[1], message[2], message[3])
-            elif kind == "retry":
-                self._restart_group(message[1], retry=True)
-            elif kind == "stop":
-                self._shutdown(message[1])
+            match message:
+                case _CallMsg():
+                    self._run_call(message.fn, message.future)
+                case _ExitedMsg():
+                    self._on_exit(message.child_id, message.proc, message.reason)
+                case _RetryMsg():
+                    self._restart_group(message.ids, retry=True)
+                case _StopMsg():
+                    self._shutdown(message.reason)
         except Exception as exc:  # noqa: BLE001 - a supervisor bug stops the tree, logged
             log_exception(self._log, "ERROR", "gen_agent supervisor failed", exc)
             self._shutdown(("shutdown", ("supervisor_failed", type(exc).__name__)))
@@ -655,7 +437,7 @@ class Supervisor:
                 reason = getattr(exc, "reason", type(exc).__name__)
                 self._shutdown(("shutdown", ("failed_to_start_child", spec.id, reason)))
                 failed = ("failed_to_start_child", spec.id, reason)
-                raise AgentStartError(failed, _start_failure_message(failed, exc)) from exc
+                raise AgentStartError(failed, start_failure_message(failed, exc)) from exc
             self._children.append(child)
 
     def _add_child(self, spec: ChildSpec | SupervisorSpec) -> Any:
@@ -684,7 +466,7 @@ class Supervisor:
             proc = ref._handle
         child.proc, child.ref, child.retiring = proc, ref, False
         child_id = spec.id
-        proc.on_exit(lambda p, reason: self._post(("exited", child_id, p, reason)))
+        proc.on_exit(lambda p, reason: self._post(_ExitedMsg(child_id, p, reason)))
         self._emit("started", child_id, ref, None)
 
     def _emit(self, kind: Literal["started", "exited"], child_id: Any, ref: Any,
@@ -768,7 +550,7 @@ class Supervisor:
                 log_exception(self._log, "ERROR", "gen_agent supervisor restart failed", exc)
                 # A session that cannot be resumed must not block the restart for good.
                 child.session_id = None
-                self._post(("retry", ids[position:]))
+                self._post(_RetryMsg(ids[position:]))
                 return
             child.restarts += 1
             if telemetry.attached(telemetry.SUPERVISOR_RESTART):
@@ -785,7 +567,7 @@ class Supervisor:
         child.ref, ref = None, child.ref
         window = child.spec.shutdown_ms
         if isinstance(proc, Supervisor):
-            proc._post(("stop", "shutdown"))
+            proc._post(_StopMsg("shutdown"))
             if not proc.wait_stopped(None if window is None else window / 1000):
                 self._log.error("gen_agent nested supervisor did not stop in its window")
             reason = proc.exit_reason
@@ -840,13 +622,11 @@ class Supervisor:
             if self.exit_reason is None:
                 self.exit_reason = "shutdown"
         down = RequestError(("supervisor_down", self.exit_reason))
-        while True:
-            try:
-                message = self._inbox.get_nowait()
-            except queue.Empty:
-                break
-            if message[0] == "call":
-                message[2].set_exception(down)
+        inbox = self._actor.actor_inbox
+        while not inbox.empty():
+            message = inbox.get()  # not empty, and this thread is its only reader
+            if type(message) is _CallMsg:
+                message.future.set_exception(down)
         with self._post_lock:
             self._stopped.set()
             listeners, self._exit_listeners = self._exit_listeners, []
