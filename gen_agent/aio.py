@@ -46,7 +46,7 @@ from gen_agent._runtime import (
     set_once,
 )
 from gen_agent.agent_ref import AgentRef
-from gen_agent.errors import AgentNotFound, CallTimeout
+from gen_agent.errors import CallTimeout
 from gen_agent.ref import RequestRef
 from gen_agent.request import RequestOptions
 from gen_agent.response import Response
@@ -182,11 +182,8 @@ async def poll(name: Any, ref: RequestRef, timeout: float | None = None, *,
 
     Mirrors: `GenAgent.poll/3` (contract §2.7; docs: the client API reference).
     """
-    try:
-        handle = calls.lookup(agent_system, name)
-    except AgentNotFound:
-        return PollResult(status="failed", reason="not_found")
-    return await calls.run_async(handle, calls.poll(ref), timeout)  # type: ignore[no-any-return]
+    return await calls.run_by_name_async(  # type: ignore[no-any-return]
+        agent_system, name, calls.poll(ref), timeout)
 
 
 @system_renamed
@@ -210,7 +207,7 @@ async def notify_ack(name: Any, event: Any, timeout: float | None = None, *,
 
     Mirrors: `GenAgent.notify_ack/3` (contract §2.9; docs: the client API reference).
     """
-    await calls.run_async(calls.lookup(agent_system, name), calls.notify_ack(event), timeout)
+    await calls.run_by_name_async(agent_system, name, calls.notify_ack(event), timeout)
 
 
 @system_renamed
@@ -223,24 +220,16 @@ async def interrupt_request(name: Any, ref: RequestRef, timeout: float | None = 
                             agent_system: AgentSystem | None = None) -> str:
     """Interrupt the turn of `ref` only if it is the active one: "accepted", "not_current",
     "idle" or "not_found". The awaitable twin of `gen_agent.interrupt_request` (§2.11)."""
-    try:
-        handle = calls.lookup(agent_system, name)
-    except AgentNotFound:
-        return "not_found"
-    return await calls.run_async(  # type: ignore[no-any-return]
-        handle, calls.interrupt_request(ref), timeout)
+    return await calls.run_by_name_async(  # type: ignore[no-any-return]
+        agent_system, name, calls.interrupt_request(ref), timeout)
 
 
 async def cancel_request(name: Any, ref: RequestRef, timeout: float | None = None, *,
                          agent_system: AgentSystem | None = None) -> str:
     """Remove a queued tell before dispatch: "cancelled", "current", "already_finished" or
     "not_found". The awaitable twin of `gen_agent.cancel_request` (§2.12)."""
-    try:
-        handle = calls.lookup(agent_system, name)
-    except AgentNotFound:
-        return "not_found"
-    return await calls.run_async(  # type: ignore[no-any-return]
-        handle, calls.cancel_request(ref), timeout)
+    return await calls.run_by_name_async(  # type: ignore[no-any-return]
+        agent_system, name, calls.cancel_request(ref), timeout)
 
 
 @system_renamed
@@ -266,7 +255,7 @@ async def reset_session(name: Any, timeout: float | None = None, *,
     """Replace the backend conversation in place (idle only). The awaitable twin of
     `gen_agent.reset_session` (same errors; contract §2.15; docs: the client API
     reference)."""
-    await calls.run_async(calls.lookup(agent_system, name), calls.RESET_SESSION, timeout)
+    await calls.run_by_name_async(agent_system, name, calls.RESET_SESSION, timeout)
 
 
 @system_renamed
@@ -281,22 +270,22 @@ async def status(name: Any, timeout: float | None = None, *,
 
     Mirrors: `GenAgent.status/2` (contract §2.16; docs: the client API reference).
     """
-    return await calls.run_async(  # type: ignore[no-any-return]
-        calls.lookup(agent_system, name), calls.STATUS, timeout)
+    return await calls.run_by_name_async(  # type: ignore[no-any-return]
+        agent_system, name, calls.STATUS, timeout)
 
 
 async def runtime_snapshot(name: Any, timeout: float | None = None, *,
                            agent_system: AgentSystem | None = None) -> RuntimeSnapshot:
     """The payload-free `RuntimeSnapshot`. The awaitable twin of `gen_agent.runtime_snapshot`
     (contract §2.17; docs: the client API reference)."""
-    return await calls.run_async(  # type: ignore[no-any-return]
-        calls.lookup(agent_system, name), calls.SNAPSHOT, timeout)
+    return await calls.run_by_name_async(  # type: ignore[no-any-return]
+        agent_system, name, calls.SNAPSHOT, timeout)
 
 
 async def backend_session(name: Any, timeout: float | None = None, *,
                           agent_system: AgentSystem | None = None) -> Any:
     """The agent's raw backend session. The awaitable twin of `gen_agent.backend_session`."""
-    return await calls.run_async(calls.lookup(agent_system, name), calls.BACKEND_SESSION,
+    return await calls.run_by_name_async(agent_system, name, calls.BACKEND_SESSION,
                                  timeout)
 
 

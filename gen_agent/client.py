@@ -31,7 +31,6 @@ from gen_agent._runtime import (
 )
 from gen_agent._timers import TIMERS, TimerHandle
 from gen_agent.agent_ref import AgentRef
-from gen_agent.errors import AgentNotFound
 from gen_agent.ref import RequestRef
 from gen_agent.request import RequestOptions
 from gen_agent.response import Response
@@ -266,11 +265,8 @@ def poll(name: Any, ref: RequestRef, timeout: float | None = None, *,
 
     Mirrors: `GenAgent.poll/3` (contract §2.7; docs: the client API reference).
     """
-    try:
-        handle = calls.lookup(agent_system, name)
-    except AgentNotFound:
-        return PollResult(status="failed", reason="not_found")
-    return calls.run(handle, calls.poll(ref), timeout)  # type: ignore[no-any-return]
+    return calls.run_by_name(  # type: ignore[no-any-return]
+        agent_system, name, calls.poll(ref), timeout)
 
 
 def notify(name: Any, event: Any, *, agent_system: AgentSystem | None = None) -> None:
@@ -291,7 +287,7 @@ def notify_ack(name: Any, event: Any, timeout: float | None = None, *,
 
     Mirrors: `GenAgent.notify_ack/3` (contract §2.9; docs: the client API reference).
     """
-    calls.run(calls.lookup(agent_system, name), calls.notify_ack(event), timeout)
+    calls.run_by_name(agent_system, name, calls.notify_ack(event), timeout)
 
 
 def interrupt(name: Any, *, agent_system: AgentSystem | None = None) -> None:
@@ -311,11 +307,8 @@ def interrupt_request(name: Any, ref: RequestRef, timeout: float | None = None, 
 
     Mirrors: `GenAgent.interrupt_request/3` (contract §2.11; docs: the client API reference).
     """
-    try:
-        handle = calls.lookup(agent_system, name)
-    except AgentNotFound:
-        return "not_found"
-    return calls.run(handle, calls.interrupt_request(ref), timeout)  # type: ignore[no-any-return]
+    return calls.run_by_name(  # type: ignore[no-any-return]
+        agent_system, name, calls.interrupt_request(ref), timeout)
 
 
 @system_renamed
@@ -329,11 +322,8 @@ def cancel_request(name: Any, ref: RequestRef, timeout: float | None = None, *,
 
     Mirrors: `GenAgent.cancel_request/3` (contract §2.12; docs: the client API reference).
     """
-    try:
-        handle = calls.lookup(agent_system, name)
-    except AgentNotFound:
-        return "not_found"
-    return calls.run(handle, calls.cancel_request(ref), timeout)  # type: ignore[no-any-return]
+    return calls.run_by_name(  # type: ignore[no-any-return]
+        agent_system, name, calls.cancel_request(ref), timeout)
 
 
 def halt(name: Any, *, agent_system: AgentSystem | None = None) -> None:
@@ -359,7 +349,7 @@ def reset_session(name: Any, timeout: float | None = None, *,
 
     Mirrors: `GenAgent.reset_session/2` (contract §2.15; docs: the client API reference).
     """
-    calls.run(calls.lookup(agent_system, name), calls.RESET_SESSION, timeout)
+    calls.run_by_name(agent_system, name, calls.RESET_SESSION, timeout)
 
 
 @system_renamed
@@ -367,7 +357,7 @@ def status(name: Any, timeout: float | None = None, *,
            agent_system: AgentSystem | None = None) -> Status:
     """Return the agent's `Status`. Mirrors `GenAgent.status/2` (contract §2.16; docs: the client
     API reference)."""
-    return calls.run(calls.lookup(agent_system, name), calls.STATUS,  # type: ignore[no-any-return]
+    return calls.run_by_name(agent_system, name, calls.STATUS,  # type: ignore[no-any-return]
                      timeout)
 
 
@@ -375,7 +365,7 @@ def status(name: Any, timeout: float | None = None, *,
 def runtime_snapshot(name: Any, timeout: float | None = None, *,
                      agent_system: AgentSystem | None = None) -> RuntimeSnapshot:
     """Return the payload-free `RuntimeSnapshot`. Mirrors `GenAgent.runtime_snapshot/2`."""
-    return calls.run(calls.lookup(agent_system, name), calls.SNAPSHOT,  # type: ignore[no-any-return]
+    return calls.run_by_name(agent_system, name, calls.SNAPSHOT,  # type: ignore[no-any-return]
                      timeout)
 
 
@@ -450,7 +440,7 @@ def backend_session(name: Any, timeout: float | None = None, *,
     Mirrors the internal `:get_backend_session` call (contract §2.23; docs: the client API
     reference).
     """
-    return calls.run(calls.lookup(agent_system, name), calls.BACKEND_SESSION, timeout)
+    return calls.run_by_name(agent_system, name, calls.BACKEND_SESSION, timeout)
 
 
 _ = current_name  # re-exported from here for the public API

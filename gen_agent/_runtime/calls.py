@@ -43,20 +43,26 @@ from gen_agent._runtime.watch import Watch
 from gen_agent.errors import AgentNotFound, CallTimeout, RequestError, TurnError
 from gen_agent.ref import RequestRef
 from gen_agent.request import RequestOptions, check_options, traced
+from gen_agent.status import PollResult
+
+_RAISE: Any = object()  # a call whose missing agent is `AgentNotFound`
 
 
 class Call:
     """One prepared call: `make(reply)` builds the message, `finish(answer)` turns the actor's
     answer into the caller's result (or raises), `failed(exc, gave_up)` runs when the wait
-    raised instead (`gave_up`: the caller's timeout or cancellation, not the agent's)."""
+    raised instead (`gave_up`: the caller's timeout or cancellation, not the agent's), and
+    `missing` is the result by name when no agent has the name (default: `AgentNotFound`)."""
 
-    __slots__ = ("failed", "finish", "make")
+    __slots__ = ("failed", "finish", "make", "missing")
 
     def __init__(self, make: Callable[[Any], Any], finish: Callable[[Any], Any] = lambda a: a,
-                 failed: Callable[[BaseException, bool], None] | None = None) -> None:
+                 failed: Callable[[BaseException, bool], None] | None = None,
+                 missing: Any = _RAISE) -> None:
         self.make = make
         self.finish = finish
         self.failed = failed
+        self.missing = missing
 
 
 def run(handle: AgentHandle, call: Call, timeout: float | None) -> Any:
@@ -79,6 +85,29 @@ async def run_async(handle: AgentHandle, call: Call, timeout: float | None) -> A
             call.failed(exc, isinstance(exc, CallTimeout | asyncio.CancelledError))
         raise
     return call.finish(answer)
+
+
+def run_by_name(agent_system: Any, name: Any, call: Call, timeout: float | None) -> Any:
+    """`run` addressed by name: a missing agent gives `call.missing`, or `AgentNotFound`."""
+    try:
+        handle = lookup(agent_system, name)
+    except AgentNotFound:
+        if call.missing is _RAISE:
+            raise
+        return call.missing
+    return run(handle, call, timeout)
+
+
+async def run_by_name_async(agent_system: Any, name: Any, call: Call,
+                            timeout: float | None) -> Any:
+    """`run_async` addressed by name (see `run_by_name`)."""
+    try:
+        handle = lookup(agent_system, name)
+    except AgentNotFound:
+        if call.missing is _RAISE:
+            raise
+        return call.missing
+    return await run_async(handle, call, timeout)
 
 
 # ---------------------------------------------------------------------- name resolution
@@ -201,9 +230,12 @@ def tell(handle: AgentHandle, prompt: Any, timeout: Any, *, recipient: Any = Non
                                   ref, watch), answered, failed)
 
 
+_POLL_MISSING = PollResult(status="failed", reason="not_found")
+
+
 def poll(ref: RequestRef) -> Call:
-    """`poll`: the `PollResult` of a tell request."""
-    return Call(lambda r: PollMsg(ref, r))
+    """`poll`: the `PollResult` of a tell request (a missing agent: failed, "not_found")."""
+    return Call(lambda r: PollMsg(ref, r), missing=_POLL_MISSING)
 
 
 def notify_ack(event: Any) -> Call:
@@ -212,13 +244,14 @@ def notify_ack(event: Any) -> Call:
 
 
 def interrupt_request(ref: RequestRef) -> Call:
-    """`interrupt_request`: "accepted", "not_current" or "idle"."""
-    return Call(lambda r: InterruptRequestMsg(ref, r))
+    """`interrupt_request`: "accepted", "not_current" or "idle" ("not_found": no agent)."""
+    return Call(lambda r: InterruptRequestMsg(ref, r), missing="not_found")
 
 
 def cancel_request(ref: RequestRef) -> Call:
-    """`cancel_request`: "cancelled", "current" or "already_finished" (or "not_found")."""
-    return Call(lambda r: CancelRequestMsg(ref, r))
+    """`cancel_request`: "cancelled", "current" or "already_finished" ("not_found": the
+    request is unknown, or no agent)."""
+    return Call(lambda r: CancelRequestMsg(ref, r), missing="not_found")
 
 
 RESET_SESSION = Call(ResetSessionMsg, unwrap_request)
