@@ -178,8 +178,8 @@ class SQLiteStore:
             return fn()
         except sqlite3.Error as exc:
             if not _busy(exc):
-                raise StoreError("io_error", f"session store {self.path!r}: "
-                                             f"{type(exc).__name__}") from None
+                raise StoreError("io_error",
+                                 f"session store {self.path!r}: {_describe(exc)}") from None
         deadline = time.monotonic() + self.busy_timeout
         pause = 0.001
         while True:
@@ -191,8 +191,7 @@ class SQLiteStore:
                     pause = min(pause * 2, 0.05)
                     continue
                 kind = "busy" if _busy(exc) else "io_error"
-                raise StoreError(kind, f"session store {self.path!r}: "
-                                       f"{type(exc).__name__}") from None
+                raise StoreError(kind, f"session store {self.path!r}: {_describe(exc)}") from None
 
     @contextlib.contextmanager
     def _transaction(self, *, write: bool) -> Iterator[sqlite3.Connection]:
@@ -412,3 +411,28 @@ class SQLiteStore:
 def _reopen(path: str, synchronous: Any, busy_timeout: float, lease_ttl_s: float) -> SQLiteStore:
     return SQLiteStore(path, synchronous=synchronous, busy_timeout=busy_timeout,
                        lease_ttl_s=lease_ttl_s)
+
+
+# What SQLite's primary result codes mean for a store file, in words a reader can act on. The
+# codes are SQLite's own (never data from the file), so they may appear in messages and logs.
+_MEANING = {
+    "SQLITE_CORRUPT": "the file is damaged: its database image is malformed",
+    "SQLITE_NOTADB": "the file is not a SQLite database",
+    "SQLITE_CANTOPEN": "the file cannot be opened",
+    "SQLITE_READONLY": "the file or its folder is read-only",
+    "SQLITE_FULL": "the disk is full",
+    "SQLITE_IOERR": "an I/O error reading or writing the file",
+    "SQLITE_PERM": "permission denied",
+}
+
+
+def _describe(exc: sqlite3.Error) -> str:
+    """`DatabaseError (the file is damaged ...)`: the exception type and what SQLite's result
+    code means, never the exception's message."""
+    name = getattr(exc, "sqlite_errorname", None)
+    if not isinstance(name, str):
+        return type(exc).__name__
+    meaning = _MEANING.get("_".join(name.split("_")[:2]))  # SQLITE_IOERR_READ: SQLITE_IOERR
+    return f"{type(exc).__name__} ({name}: {meaning})" if meaning else \
+        f"{type(exc).__name__} ({name})"
+

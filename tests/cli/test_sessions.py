@@ -128,3 +128,19 @@ def test_a_corrupt_session_is_listed_and_shown_as_an_error(db: str) -> None:
     shown = invoke("show", "--db", db, "chat-1")
     assert shown.exit_code == 1 and "corrupt" in shown.output and "'totals'" in shown.output
     assert invoke("delete", "--db", db, "chat-1").exit_code == 0  # the way out
+
+
+def test_a_damaged_store_file_says_what_is_wrong(tmp_path: Path) -> None:
+    damaged = tmp_path / "damaged.db"
+    conn = sqlite3.connect(damaged)
+    conn.execute("CREATE TABLE t (x)")
+    conn.commit()
+    conn.close()
+    data = bytearray(damaged.read_bytes())
+    data[100:] = b"\xff" * (len(data) - 100)  # a valid header over a garbled first page
+    damaged.write_bytes(bytes(data))
+    result = invoke("list", "--db", str(damaged))
+    assert result.exit_code == 2
+    assert result.output == (f"error: cannot open the session store: session store "
+                             f"'{damaged}': DatabaseError (SQLITE_CORRUPT: the file is damaged: "
+                             "its database image is malformed)\n")
