@@ -47,6 +47,7 @@ from gen_agent._runtime import (
 )
 from gen_agent.agent_ref import AgentRef
 from gen_agent.errors import CallTimeout
+from gen_agent.pool import checked_prompts
 from gen_agent.ref import RequestRef
 from gen_agent.request import RequestOptions
 from gen_agent.response import Response
@@ -403,15 +404,13 @@ async def map(pool: Any, prompts: Any, *, timeout: float | None = None,
         One `Response` (or, with `return_exceptions`, `TurnError`) per prompt, in order.
 
     Raises:
-        TypeError: `prompts` is a str, or holds a non-str. TurnError: the first failed task.
+        TypeError: `prompts` is a str, or holds a non-str (its index named; every prompt is
+            checked before any task is submitted). TurnError: the first failed task.
         CallTimeout: the batch did not finish within `timeout`.
 
     Mirrors: `Pool.map`.
     """
-    if isinstance(prompts, str):
-        raise TypeError("map: prompts must be an iterable of str, not a str "
-                        "(wrap a single prompt in a list)")
-    batch = [submit(pool, prompt, **task_opts) for prompt in prompts]
+    batch = [submit(pool, prompt, **task_opts) for prompt in checked_prompts(prompts, "map")]
     try:
         async with asyncio.timeout(timeout):
             return await asyncio.gather(*batch, return_exceptions=return_exceptions)

@@ -410,14 +410,7 @@ class Pool(PoolDispatchMixin):
                 are dropped). CallTimeout: the batch did not finish in time (the tasks go on).
             RequestError: `"pool_stopped"` (the tasks already submitted are cancelled).
         """
-        if isinstance(prompts, (str, bytes)):
-            raise TypeError("map: prompts must be an iterable of str prompts, got a single "
-                            f"{type(prompts).__name__} (wrap it in a list: [prompt])")
-        batch = list(prompts)
-        for index, prompt in enumerate(batch):
-            if type(prompt) is not str:
-                raise TypeError(f"map: prompts[{index}] must be a str, got "
-                                f"{type(prompt).__name__}; no task was submitted")
+        batch = checked_prompts(prompts, "map")
         check_options(self._task_options, "map", output)
         refs: list[PoolRef] = []
         try:
@@ -836,6 +829,23 @@ class Pool(PoolDispatchMixin):
         if metadata.get("to") == "idle":
             with self._cond:
                 self._cond.notify_all()
+
+def checked_prompts(prompts: Any, fn: str) -> list[str]:
+    """The prompts of a batch (`Pool.map`, `aio.map`), all checked before any is submitted.
+
+    Raises:
+        TypeError: `prompts` is a single str or bytes, or holds a non-str (its index named).
+    """
+    if isinstance(prompts, (str, bytes)):
+        raise TypeError(f"{fn}: prompts must be an iterable of str prompts, got a single "
+                        f"{type(prompts).__name__} (wrap it in a list: [prompt])")
+    batch = list(prompts)
+    for index, prompt in enumerate(batch):
+        if type(prompt) is not str:
+            raise TypeError(f"{fn}: prompts[{index}] must be a str, got "
+                            f"{type(prompt).__name__}; no task was submitted")
+    return batch
+
 
 def _check_count(name: str, value: Any, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:

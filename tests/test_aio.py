@@ -314,8 +314,11 @@ def test_pool_map_and_submit_from_a_loop() -> None:
         texts, one, mixed, ticks = run(main(pool))
         with pytest.raises(TurnError) as info:
             run(aio.map(pool, ["fail"]))
-        with pytest.raises(TypeError, match="not a str"):
+        with pytest.raises(TypeError, match="got a single str"):
             run(aio.map(pool, "abc"))
+        with pytest.raises(TypeError, match=r"prompts\[1\] must be a str, got int; no task"):
+            run(aio.map(pool, ["ok", 7]))
+        assert not pool._tasks  # the bad item came before anything was submitted
     assert texts == [f"echo:p{i}" for i in range(40)]
     assert one.text == "echo:single"
     assert [getattr(m, "text", None) for m in mixed] == ["echo:a", None, "echo:b"]
