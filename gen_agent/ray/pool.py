@@ -34,7 +34,7 @@ from loguru import logger
 from ray.exceptions import RayActorError
 
 from gen_agent.errors import CallTimeout, RequestError
-from gen_agent.pool import PoolRef, _collect_result
+from gen_agent.pool import PoolRef, _collect_result, checked_prompts
 from gen_agent.portable import from_portable
 from gen_agent.ray.client import DEFAULT_NAMESPACE, _actor
 from gen_agent.ray.directory import directory_call, get_directory
@@ -238,9 +238,11 @@ class RemotePool:
         """Submit every prompt, then return their responses in order (as `Pool.map`).
 
         Raises:
+            TypeError: `prompts` is a str, or holds a non-str (its index named; every prompt
+                is checked before any task is submitted).
             TurnError: the first failed task, in order. CallTimeout: not done in time.
         """
-        refs = [self.submit(prompt) for prompt in prompts]
+        refs = [self.submit(prompt) for prompt in checked_prompts(prompts, "map")]
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
             return [self.result(ref, None if deadline is None
