@@ -380,7 +380,7 @@ class Pool(PoolDispatchMixin):
             CallTimeout: no outcome within `timeout` (the task goes on; ask again later).
             LookupError: unknown ref, or its outcome was already collected.
         """
-        return _collect_result(self._cond, self._tasks, ref, timeout)
+        return collect_result(self._cond, self._tasks, ref, timeout)
 
     def map(self, prompts: Iterable[str], timeout: float | None = None, *,
             return_exceptions: bool = False, output: Any = None) -> list[Any]:
@@ -852,7 +852,7 @@ def _check_count(name: str, value: Any, minimum: int) -> None:
         raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
 
 
-def _collect_result(lock: Any, tasks: dict[int, Any], ref: Any, timeout: float | None) -> Any:
+def collect_result(lock: Any, tasks: dict[int, Any], ref: Any, timeout: float | None) -> Any:
     """Wait for the task `ref` of `tasks` (guarded by `lock`), hand its outcome out once and
     forget it: the `result` of `Pool` and of `gen_agent.ray.RemotePool`.
 

@@ -34,7 +34,7 @@ from loguru import logger
 from ray.exceptions import RayActorError
 
 from gen_agent.errors import CallTimeout, RequestError
-from gen_agent.pool import PoolRef, _collect_result, checked_prompts
+from gen_agent.pool import PoolRef, collect_result, checked_prompts
 from gen_agent.portable import from_portable
 from gen_agent.ray.client import DEFAULT_NAMESPACE, _actor
 from gen_agent.ray.directory import directory_call, get_directory
@@ -232,7 +232,7 @@ class RemotePool:
                 within `timeout` seconds (the task goes on). LookupError: unknown ref, or
                 already collected.
         """
-        return _collect_result(self._cond, self._tasks, ref, timeout)
+        return collect_result(self._cond, self._tasks, ref, timeout)
 
     def map(self, prompts: Iterable[str], timeout: float | None = None) -> list[Response]:
         """Submit every prompt, then return their responses in order (as `Pool.map`).
