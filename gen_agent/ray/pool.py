@@ -34,7 +34,7 @@ from loguru import logger
 from ray.exceptions import RayActorError
 
 from gen_agent.errors import CallTimeout, RequestError
-from gen_agent.pool import PoolRef, collect_result, checked_prompts
+from gen_agent.pool import PoolRef, checked_prompts, collect_result
 from gen_agent.portable import from_portable
 from gen_agent.ray.client import DEFAULT_NAMESPACE, _actor
 from gen_agent.ray.directory import directory_call, get_directory
