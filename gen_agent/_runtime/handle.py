@@ -22,9 +22,9 @@ class AgentHandle:
     """The per-incarnation link between callers and one agent actor. Thread-safe."""
 
     __slots__ = (
-        "__weakref__", "_listeners", "_lock", "_tokens", "actor_ref", "actor_thread", "closed",
-        "exit_cause", "exit_reason", "exited", "module", "name", "outstanding", "session_id",
-        "shutdown_ms", "system",
+        "__weakref__", "_listeners", "_lock", "_tokens", "actor_ref", "actor_thread",
+        "check_prompt", "closed", "exit_cause", "exit_reason", "exited", "module", "name",
+        "outstanding", "session_id", "shutdown_ms", "system",
     )
 
     def __init__(self, system: Any, name: Any, module: type, shutdown_ms: int | None) -> None:
@@ -40,6 +40,9 @@ class AgentHandle:
         self.exit_reason: Any = None
         self.exit_cause: BaseException | None = None  # the exception that stopped it, if any
         self.session_id: str | None = None  # last provider session id seen (for resume)
+        # The backend's `check_prompt` bound to the session, set by the agent at start: asks
+        # and tells whose prompt its wire cannot carry are refused before they are queued.
+        self.check_prompt: Any = None
         self._listeners: dict[int, Any] = {}
         self._tokens = itertools.count(1)
         self._lock = threading.Lock()
@@ -94,11 +97,22 @@ class AgentHandle:
 
         Raises:
             RequestError: "calling_self" from this agent's own thread (see `call`).
+            ValueError: an ask or tell whose prompt the backend cannot carry (its
+                `check_prompt` hook; nothing is sent).
         """
         if threading.get_ident() == self.actor_thread:
             raise RequestError("calling_self")
         reply = self.reply()
-        if not self.send(make(reply)):
+        message = make(reply)
+        check = self.check_prompt
+        if check is not None and type(prompt := getattr(message, "prompt", None)) is str:
+            try:
+                check(prompt)
+            except ValueError as exc:
+                self.outstanding.discard(reply)
+                fn = "ask" if type(message).__name__ == "AskMsg" else "tell"
+                raise ValueError(f"{fn}: {exc}") from None
+        if not self.send(message):
             reply.fail(self.down_error())
         return reply
 

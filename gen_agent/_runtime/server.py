@@ -9,6 +9,7 @@ which are only logged (the protected callbacks).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import queue
 import sys
@@ -448,6 +449,9 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
         self._pre_turn_cb = self._overridden("pre_turn", GenAgent.pre_turn)
         self._post_turn_cb = self._overridden("post_turn", GenAgent.post_turn)
         self._send_info = self._info_fn()
+        check = getattr(self.backend, "check_prompt", None)  # refuses prompts at the client
+        self.handle.check_prompt = None if check is None else functools.partial(
+            check, self.session)
         self._set_phase("idle")
         self._init_reply.resolve(self.handle)
         self._run_pre_run()
