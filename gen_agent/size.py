@@ -8,7 +8,8 @@ as `max_pending_prompt_bytes` and `max_event_bytes_per_turn` are configured in i
 Encoding: the length in bytes of the value's MessagePack encoding by msgspec
 (`msgspec.msgpack.encode`). msgspec Structs (e.g. `Event`) encode as maps of their fields,
 tuples as arrays. A value msgspec cannot encode natively is encoded as the bytes of
-`pickle.dumps(value, protocol=5)` (a value holding an int beyond 64 bits is pickled whole)
+`pickle.dumps(value, protocol=5)` (a value holding an int beyond 64 bits, or a `str` with a
+lone surrogate, which has no UTF-8 form, is pickled whole)
 and, if pickling fails too, as the UTF-8 bytes of `type(value).__qualname__`. A `str` of
 n ASCII characters therefore measures n + 1 to n + 5 bytes. The result is the same for
 equal values in every process and on every platform.
@@ -43,7 +44,8 @@ def term_size(value: Any) -> int:
 
     Returns:
         The length in bytes of its msgspec MessagePack encoding (see the module docstring for
-        the fallback for values MessagePack cannot hold). Always >= 1.
+        the fallback for values MessagePack cannot hold, a `str` with a lone surrogate among them).
+        Always >= 1.
 
     Never raises for ordinary values; a value whose `__reduce__` misbehaves in a way other
     than raising an `Exception` may propagate that error.
@@ -52,6 +54,7 @@ def term_size(value: Any) -> int:
     """
     try:
         return len(_encoder.encode(value))
-    except OverflowError:
-        # ints beyond 64 bits never reach enc_hook; measure the whole value pickled instead
+    except (OverflowError, UnicodeEncodeError):
+        # Ints beyond 64 bits and lone surrogates never reach enc_hook: measure the whole
+        # value pickled instead (pickle carries any str).
         return len(_encoder.encode(_fallback(value)))
