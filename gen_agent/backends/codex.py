@@ -291,6 +291,7 @@ class CodexCLI(CLIBackend[CodexSession]):
         "ephemeral": "the backend resumes each next turn from the thread the CLI saved, which "
         "--ephemeral turns off",
     }
+    _ESCAPING_MODE = "mode='app_server'"
     _RESUME_FIELD = "thread_id"
     _SESSION_NOT_FOUND = re.compile(
         r"no rollout found for thread id|No saved session found with ID|thread/resume failed",
@@ -490,6 +491,10 @@ class CodexCLI(CLIBackend[CodexSession]):
         return CodexStreamTranslator(
             o.model if o.model is not None else _configured_model(o),
             thread_usage=session.thread_usage if session.thread_id is not None else None)
+
+    @classmethod
+    def _prompt_in_argv(cls, session: CodexSession) -> bool:
+        return session.options.mode != "app_server"  # app-server: a stdin JSON-RPC line
 
     @classmethod
     def _check_prompt(cls, prompt: str) -> None:

@@ -16,6 +16,7 @@ import sys
 from _fake_cli import (
     ERR,
     flooding_stderr,
+    plain_then_exit,
     hang,
     ignoring_term,
     line,
@@ -305,6 +306,7 @@ def malformed_lines(argv: list[str]) -> None:
 
 SCENARIOS = {
     "echo": echo,
+    "plain_then_exit": plain_then_exit,
     "rich_turn": rich_turn,
     "schema_echo": schema_echo,
     "split_line": split_line,
