@@ -73,6 +73,7 @@ def test_the_recorded_mcp_session_replays_byte_exactly(fake: FakeWarm):
     assert [x["got"] for x in replayed] == [x["expected"] for x in replayed]
     answers = [json.loads(x["got"])["response"]["response"]["mcp_response"]
                for x in replayed if '"mcp_response"' in x["got"]]
+    assert [json.loads(x["got"])["type"] for x in replayed].count("user") == 2
     assert answers[-2]["result"] == {"content": [{"type": "text", "text": "42-violet"}]}
     assert answers[-1]["result"] == {"content": [{"type": "text", "text": "no, not that key"}],
                                      "isError": True}
