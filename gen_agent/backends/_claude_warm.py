@@ -732,8 +732,8 @@ def _events(slot: WarmSlot, process: _ClaudeProcess, lines: _TurnLines, context:
                                                 "session_id": translator.session_id},
                                       monotonic_ms())
                     elif event.kind == "error":
-                        reason = event.data.get("reason")
-                        if isinstance(reason, BackendError) and reason.kind == \
+                        failure = event.data.get("reason")
+                        if isinstance(failure, BackendError) and failure.kind == \
                                 "session_not_found":
                             # It exits right after saying so: its exit status and stderr
                             # belong on the error (bounded wait).

@@ -53,7 +53,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import tempfile
 import weakref
 from collections.abc import Iterator, Mapping
@@ -66,6 +65,7 @@ from gen_agent.backends._cli import CLI_CHECKS, CLIBackend, CLIOptions, CLISessi
 from gen_agent.backends._codex_app import AppSlot, app_turn
 from gen_agent.backends._codex_stream import (
     PROVIDER,
+    THREAD_NOT_FOUND,
     CodexStreamTranslator,
     translate_lines,
 )
@@ -293,10 +293,7 @@ class CodexCLI(CLIBackend[CodexSession]):
     }
     _ESCAPING_MODE = "mode='app_server'"
     _RESUME_FIELD = "thread_id"
-    _SESSION_NOT_FOUND = re.compile(
-        r"no rollout found for thread id|No saved session found with ID|thread/resume failed",
-        re.IGNORECASE,
-    )
+    _SESSION_NOT_FOUND = THREAD_NOT_FOUND
 
     @classmethod
     def command(cls, session: CodexSession, prompt: str) -> list[str]:
@@ -410,7 +407,8 @@ class CodexCLI(CLIBackend[CodexSession]):
             resume_id=session.thread_id, model=model, idle_timeout_ms=o.idle_timeout_ms,
             interrupt_grace_ms=o.interrupt_grace_ms,
             permission_timeout_ms=o.permission_timeout_ms,
-            output_schema=None if output is None else strict_schema_of(output))
+            output_schema=None if output is None else strict_schema_of(output),
+            tail_bytes=o.stderr_tail_bytes)
         return events, session
 
     @classmethod

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import queue
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,7 +29,6 @@ from .test_claude_warm import (
     Agent,
     FakeWarm,
     ask,
-    fake,  # noqa: F401 - fixture
     in_background,
     session,
     start,
@@ -38,6 +38,11 @@ from .test_claude_warm import (
 pytestmark = pytest.mark.usefixtures("no_child_left")
 
 DEAD = "0badbadb-0000-4000-8000-000000000000"  # the id session_not_found.jsonl resumes
+
+
+@pytest.fixture
+def fake(tmp_path: Path) -> FakeWarm:
+    return FakeWarm(tmp_path)
 
 
 def replaying(name: str, **backend: Any) -> dict[str, Any]:

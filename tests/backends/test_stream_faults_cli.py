@@ -404,7 +404,7 @@ def test_the_client_refuses_an_argv_prompt_naming_the_position_before_queuing(
         agent.ask(prompt, timeout=WAIT_S)
     message = str(ask_error.value)
     assert message.startswith("ask: ") and f"{what} at index {index}" in message
-    with pytest.raises(ValueError, match="^tell: "):
+    with pytest.raises(ValueError, match=r"^tell: "):
         gen_agent.tell(name, prompt)
     assert fake.calls() == []  # nothing was queued, nothing ran
     assert gen_agent.status(name).queued == 0

@@ -15,11 +15,11 @@ import sys
 from _fake_cli import (
     ERR,
     flooding_stderr,
-    plain_then_exit,
     hang,
     ignoring_term,
     line,
     pause,
+    plain_then_exit,
     run,
     start_helper,
     write,
