@@ -14,6 +14,12 @@ from typing import Any
 import pykka
 from loguru import logger
 
+from gen_agent._runtime.messages import (
+    AbandonAskMsg,
+    InterruptMsg,
+    InterruptRequestMsg,
+    StopMsg,
+)
 from gen_agent._runtime.reply import OnceEvent, Reply, fail_all
 from gen_agent.errors import AgentDown, RequestError
 
@@ -24,7 +30,7 @@ class AgentHandle:
     __slots__ = (
         "__weakref__", "_listeners", "_lock", "_tokens", "actor_ref", "actor_thread",
         "check_prompt", "closed", "exit_cause", "exit_reason", "exited", "module", "name",
-        "outstanding", "session_id", "shutdown_ms", "system",
+        "outstanding", "session_id", "shutdown_ms", "system", "turn_mark",
     )
 
     def __init__(self, system: Any, name: Any, module: type, shutdown_ms: int | None) -> None:
@@ -43,6 +49,9 @@ class AgentHandle:
         # The backend's `check_prompt` bound to the session, set by the agent at start: asks
         # and tells whose prompt its wire cannot carry are refused before they are queued.
         self.check_prompt: Any = None
+        # The running turn's `TurnMark` (set and cleared by the agent): what an interrupt,
+        # a stop or the watchdog marks at once, before the agent thread reads the message.
+        self.turn_mark: Any = None
         self._listeners: dict[int, Any] = {}
         self._tokens = itertools.count(1)
         self._lock = threading.Lock()
@@ -71,14 +80,43 @@ class AgentHandle:
         return Reply(self.outstanding)
 
     def send(self, message: Any) -> bool:
-        """Put `message` in the actor's mailbox; False if the agent no longer accepts."""
+        """Put `message` in the actor's mailbox; False if the agent no longer accepts.
+
+        An interrupt, a stop, or an ask abandoned with `cancel_on_timeout` also marks the
+        running turn it is about (its `TurnMark`) right after the message is queued: the
+        turn's pending permission decision is answered at once, whatever the agent thread
+        is doing. Marked after queuing, so whatever the turn does next reaches the agent
+        after the message (never the message after the next turn started)."""
         with self._lock:
             ref = self.actor_ref
             if self.closed or ref is None or ref.actor_stopped.is_set():
                 return False
+            mark = self._mark_for(message)
             # Bare, without pykka's Envelope: the agent's loop takes both (issue 20).
             ref.actor_inbox.put(message)
-            return True
+        if mark is not None:
+            mark.mark()
+        return True
+
+    def _mark_for(self, message: Any) -> Any:
+        """The mark of the running turn `message` stops, or None."""
+        mark = self.turn_mark
+        if mark is None:
+            return None
+        kind = type(message)
+        if kind is InterruptMsg or kind is StopMsg:
+            return mark
+        if kind is InterruptRequestMsg or (kind is AbandonAskMsg and message.timed_out):
+            return mark if message.ref == mark.ref else None
+        return None
+
+    def mark_due(self, now: float) -> None:
+        """The watchdog fired: mark the running turn if its deadline (`time.monotonic()`
+        seconds) has passed by `now` (called right after the watchdog's message is
+        queued)."""
+        mark = self.turn_mark
+        if mark is not None and mark.deadline is not None and now >= mark.deadline:
+            mark.mark()
 
     def call(self, make: Any, timeout: float | None) -> Any:
         """Send `make(reply)` and wait for the answer (`timeout` seconds, None = forever).
@@ -151,6 +189,9 @@ class AgentHandle:
             self.exit_reason = reason
             self.exit_cause = cause
             listeners, self._listeners = list(self._listeners.values()), {}
+            mark = self.turn_mark
+        if mark is not None:  # a kill: the running turn's pending decision is a deny now
+            mark.mark()
         fail_all(self.outstanding, self.down_error())
         remember = getattr(self.system, "_remember_exit", None)
         if remember is not None:

@@ -24,7 +24,7 @@ from loguru import logger
 from pykka._envelope import Envelope
 
 from gen_agent import telemetry
-from gen_agent._runtime.cancel import CancelSignal
+from gen_agent._runtime.cancel import CancelSignal, TurnMark
 from gen_agent._runtime.capture import Capture, LosslessBudget, tool_calls
 from gen_agent._runtime.context import (
     current_handle,
@@ -822,6 +822,7 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
                     TurnChannel(self.handle, task_id, self.opts.max_event_bytes_per_turn,
                                 cancel_event), cancel_event)
         self.turn = turn
+        mark = TurnMark(request.ref)  # what interrupt / stop / the watchdog mark at once
         if self.durable is not None:
             self.durable.turn_started(request, attempt)
         if attached(telemetry.PROMPT_START):
@@ -852,12 +853,14 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
                               cancel_event=turn.cancel_event,
                               checkpoint=self._checkpoint_fn(turn), options=options,
                               trace_carrier=carrier,
-                              permission=self._permission_fn(turn), info=self._send_info)
+                              permission=self._permission_fn(turn, mark),
+                              info=self._send_info)
         self._set_phase("processing")
         if self.opts.watchdog_ms is not None:
-            turn.deadline = time.monotonic() + self.opts.watchdog_ms / 1000
+            turn.deadline = mark.deadline = time.monotonic() + self.opts.watchdog_ms / 1000
             if self._watchdog is None:
                 self._arm_watchdog(turn.deadline)
+        self.handle.turn_mark = mark
         thread = start_turn(TurnSpec(turn.channel, self.backend, self.session, final_prompt,
                                      context, self._stream_cb, self.state, budget))
         turn.thread_id = thread.ident
@@ -1087,9 +1090,13 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
         # exactly `watchdog_ms` after its turn started. Cancelled when the agent hibernates
         # or stops.
         armed = self._watchdog_armed = self._watchdog_armed + 1
-        tell = self.handle.tell_unchecked
-        self._watchdog = TIMERS.schedule(deadline - time.monotonic(),
-                                         lambda: tell(WatchdogMsg(armed)))
+        handle = self.handle
+
+        def fire() -> None:
+            handle.tell_unchecked(WatchdogMsg(armed))
+            handle.mark_due(time.monotonic())  # a pending permission decision ends now
+
+        self._watchdog = TIMERS.schedule(deadline - time.monotonic(), fire)
 
     def _disarm_watchdog(self) -> None:
         if self._watchdog is not None:
@@ -1098,6 +1105,7 @@ class AgentActor(ControlsMixin, pykka.ThreadingActor):
 
     def _retire(self, turn: Turn) -> None:
         self.turn = None
+        self.handle.turn_mark = None
         if self._permit:
             self._permit = False
             self._limit.release(_tokens_spent(turn.capture.usage))  # type: ignore[union-attr]
