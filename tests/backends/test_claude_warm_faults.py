@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import queue
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +22,16 @@ import gen_agent
 from gen_agent import NoReply, Prompt, TurnError
 from gen_agent.backend import BackendError
 from gen_agent.backends.warm import UnrequestedTurn, WarmOutput
+from gen_agent.permission import Allow
 from gen_agent.store import MemoryStore
 
+from .conftest import wait_until
 from .test_claude_warm import (
     RECORDED,
     WAIT_S,
     Agent,
     FakeWarm,
+    Permitting,
     ask,
     in_background,
     session,
@@ -275,4 +279,66 @@ def test_the_client_refuses_nothing_in_warm_mode(fake: FakeWarm):
     thread, outcome = in_background("hello \x00 and \ud800")
     assert outcome.get(timeout=WAIT_S).text.startswith("echo: hello")
     thread.join(WAIT_S)
+    gen_agent.stop("w")
+
+
+# -- an interrupt wins over a pending permission decision ------------------------------------
+
+
+def answers(fake: FakeWarm) -> list[dict[str, Any]]:
+    """How the fake's permission requests were answered, in order."""
+    path = fake.dir / "answers.jsonl"
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+
+def slow_permit(entered: threading.Event, gate: threading.Event) -> Any:
+    def permit(request: Any, state: Any) -> Any:
+        entered.set()
+        gate.wait(WAIT_S)  # a slow decision, blocking the agent thread
+        return Allow()
+
+    return permit
+
+
+def test_an_interrupt_answers_the_clis_pending_request_deny_at_once(fake: FakeWarm):
+    entered, gate = threading.Event(), threading.Event()
+    start(fake, module=Permitting, permit=slow_permit(entered, gate))
+    caller, outcome = in_background("tool please")
+    assert entered.wait(WAIT_S)
+
+    gen_agent.interrupt("w")
+
+    # The CLI has its answer while the callback still blocks the agent thread.
+    assert wait_until(lambda: answers(fake) != [], WAIT_S)
+    assert answers(fake) == [
+        {"behavior": "deny", "message": "the turn was interrupted", "interrupt": True}]
+    assert not gate.is_set() and outcome.empty()
+    gate.set()  # its late Allow goes nowhere
+    assert outcome.get(timeout=WAIT_S).reason == "interrupted"
+    caller.join(WAIT_S)
+    assert len(answers(fake)) == 1  # the tool never ran: no allow was ever sent
+    assert ask("hello next").text == "echo: hello next"
+    assert len(fake.calls()) == 1  # the same process answers the next ask
+    gen_agent.stop("w")
+
+
+def test_the_recorded_cli_stops_at_the_deny_with_interrupt(fake: FakeWarm):
+    """permission_interrupted.jsonl: claude 2.1.197 answered deny-with-interrupt while the
+    agent's callback was deciding: the tool never ran, and the process takes the next turn."""
+    entered, gate = threading.Event(), threading.Event()
+    start(fake, module=Permitting, permit=slow_permit(entered, gate),
+          backend=replaying("permission_interrupted.jsonl"))
+    caller, outcome = in_background("run it")
+    assert entered.wait(WAIT_S)
+    gen_agent.interrupt("w")
+    assert wait_until(lambda: len(fake.replayed()) == 3, WAIT_S)  # our answer, at once
+    assert not gate.is_set()
+    gate.set()
+    assert outcome.get(timeout=WAIT_S).reason == "interrupted"
+    caller.join(WAIT_S)
+    assert ask("next").text == "Fresh answer."
+    replayed = fake.replayed()
+    assert [x["expected"] == x["got"] for x in replayed] == [True] * len(replayed)
+    assert json.loads(replayed[2]["got"])["response"]["response"] == {
+        "behavior": "deny", "message": "the turn was interrupted", "interrupt": True}
     gen_agent.stop("w")

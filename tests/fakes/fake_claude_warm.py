@@ -7,8 +7,9 @@ Reads stdin lines; answers `initialize` and `interrupt` control requests; plays 
 
 - `hello ...`: init, an assistant text "echo: <prompt>", a `result` whose `total_cost_usd`
   is the running total (+0.25 per turn);
-- `tool ...`: a `can_use_tool` request for Bash; then a tool_result saying "allowed" or the
-  denial message, and a result (with `interrupt`, a result error_during_execution instead);
+- `tool ...`: a `can_use_tool` request for Bash (its answer appended to
+  `$FAKE_CLAUDE_DIR/answers.jsonl`); then a tool_result saying "allowed" or the denial
+  message, and a result (with `interrupt`, a result error_during_execution instead);
 - `slow ...`: init, then waits; an `interrupt` ends it with `error_during_execution`;
 - `stuck ...`: like slow, but acknowledges the interrupt and never ends the turn;
 - `die ...`: init, then exits with status 3 mid-turn;
@@ -150,6 +151,8 @@ def tool_turn() -> None:
         if message.get("type") == "control_request":
             ack(message)
     answer = message["response"]["response"]  # type: ignore[index]
+    with open(os.path.join(os.environ["FAKE_CLAUDE_DIR"], "answers.jsonl"), "a") as log:
+        log.write(json.dumps(answer) + "\n")  # what the permission request was answered
     if answer["behavior"] == "allow":
         content, is_error = f"allowed: {answer['updatedInput']['command']}", False
     else:
