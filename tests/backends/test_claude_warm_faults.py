@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 import gen_agent
+import gen_agent.backends.claude
 from gen_agent import NoReply, Prompt, TurnError
 from gen_agent.backend import BackendError
 from gen_agent.backends.warm import UnrequestedTurn, WarmOutput
@@ -107,6 +108,28 @@ def test_a_dead_resume_is_session_not_found_and_everyone_forgets_the_id(fake: Fa
     assert len(fake.calls()) == 2  # one process per attempt: no retry inside the turn
     assert [x["expected"] == x["got"] for x in fake.replayed()] == [True] * 4
     gen_agent.stop("w")
+
+
+def test_a_supervisor_restart_after_a_dead_session_starts_afresh(fake: FakeWarm):
+    from gen_agent.supervisor import Supervisor, child_spec
+
+    spec = child_spec(Agent, name="w", backend=gen_agent.backends.claude.ClaudeCLI,
+                      restart="permanent", resume_session=True,
+                      backend_opts=fake.options(**replaying("session_not_found.jsonl")),
+                      infos=queue.Queue(), texts=queue.Queue(), resume_session_id=DEAD)
+    supervisor = Supervisor([spec])
+    try:
+        first = gen_agent.whereis("w")
+        assert first is not None and first._handle.session_id == DEAD
+        assert failure("hello").kind == "session_not_found"
+        assert first._handle.session_id is None  # the record a restart resumes
+        gen_agent.stop("w")  # the supervisor restarts it (permanent)
+        assert wait_until(lambda: gen_agent.whereis("w") not in (None, first), WAIT_S)
+        assert session().session_id is None  # not resuming the dead id
+        assert ask("hello again").text == "Fresh start."
+        assert "--resume" not in fake.calls()[1]["argv"]
+    finally:
+        supervisor.stop()
 
 
 # -- death mid-turn ---------------------------------------------------------------------------
