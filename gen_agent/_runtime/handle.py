@@ -146,8 +146,10 @@ class AgentHandle:
         if check is not None and type(prompt := getattr(message, "prompt", None)) is str:
             try:
                 check(prompt)
-            except ValueError as exc:
-                self.outstanding.discard(reply)
+            except BaseException as exc:
+                self.outstanding.discard(reply)  # nothing was sent: nobody answers it
+                if not isinstance(exc, ValueError):
+                    raise
                 fn = "ask" if type(message).__name__ == "AskMsg" else "tell"
                 raise ValueError(f"{fn}: {exc}") from None
         if not self.send(message):
