@@ -263,7 +263,10 @@ class TurnContext:
             `Allow` or `Deny`. Never raises for the agent's failures: a callback that raises
             or returns something else gives `DENY_FAILED`, no answer within `timeout_ms`
             `DENY_TIMEOUT`, a turn that is no longer current (or an agent that is gone)
-            `DENY_NOT_CURRENT`; without the callback, `DENY_FAILED`.
+            `DENY_NOT_CURRENT`; without the callback, `DENY_FAILED`. An interrupt, a stop or
+            the watchdog answers a pending (or later) request `DENY_INTERRUPTED` at once,
+            even while the callback still runs (its answer is then dropped): a backend that
+            honours `Deny.interrupt` stops the tool and the turn.
 
         Mirrors: no Elixir original (see `gen_agent.permission`).
         """
