@@ -315,3 +315,16 @@ def test_a_call_past_its_timeout_and_a_cancelled_call_are_error_results():
     canceller.join(5)
     assert answer["result"]["content"][0]["text"] == "cancelled"
     assert answer["result"]["isError"] is True
+
+
+def test_a_tool_result_holding_a_lone_surrogate_or_nul_is_sent_escaped(fake: FakeWarm):
+    @tool
+    def odd() -> str:
+        """Return text JSON carries only escaped."""
+        return "half \ud800 and \x00 nul"
+
+    start(fake, backend={"tools": [odd]})
+    # The fake quotes the result it got; its own JSON escapes the surrogate back.
+    assert ask("pytool odd").text == "tool said half \ufffd and \x00 nul"
+    assert ask("hello after").text == "echo: hello after"  # nothing crashed, nothing claimed
+    gen_agent.stop("w")
