@@ -124,7 +124,18 @@ def test_a_supervisor_restart_after_a_dead_session_starts_afresh(fake: FakeWarm)
         assert failure("hello").kind == "session_not_found"
         assert first._handle.session_id is None  # the record a restart resumes
         gen_agent.stop("w")  # the supervisor restarts it (permanent)
-        assert wait_until(lambda: gen_agent.whereis("w") not in (None, first), WAIT_S)
+
+        def restarted() -> bool:  # a new incarnation, done starting
+            ref = gen_agent.whereis("w")
+            if ref is None or ref._handle is first._handle:
+                return False
+            try:
+                ref.status(timeout=WAIT_S)
+            except gen_agent.AgentDown:
+                return False  # registered, still starting
+            return True
+
+        assert wait_until(restarted, WAIT_S)
         assert session().session_id is None  # not resuming the dead id
         assert ask("hello again").text == "Fresh start."
         assert "--resume" not in fake.calls()[1]["argv"]
