@@ -366,6 +366,9 @@ def test_the_recorded_cli_stops_at_the_deny_with_interrupt(fake: FakeWarm):
     assert entered.wait(WAIT_S)
     gen_agent.interrupt("w")
     assert wait_until(lambda: len(fake.replayed()) == 3, WAIT_S)  # our answer, at once
+    # The CLI ends the turn on its own (as recorded, before the agent thread is free to
+    # interrupt it too): its terminal event reached handle_stream_event (the turn's thread).
+    wait_text("error")
     assert not gate.is_set()
     gate.set()
     assert outcome.get(timeout=WAIT_S).reason == "interrupted"
