@@ -14,7 +14,7 @@ Required hooks, and where the runtime calls them:
 
 Optional hooks, detected with `getattr` (see `OPTIONAL_HOOKS`): `update_session`,
 `checkpoint_session`, `reset_session`, `resume_session`, `cancel`, `export_session`,
-`restore_session` (`Backend` documents each).
+`restore_session`, `check_prompt` (`Backend` documents each).
 
 `BackendError` is the normalized provider failure of the bundled backends (§7.4); it is both a
 value (a reason compared by fields) and an exception.
@@ -70,6 +70,7 @@ OPTIONAL_HOOKS: Final = (
     "cancel",
     "export_session",
     "restore_session",
+    "check_prompt",
 )
 """Hooks the runtime looks up with `getattr(backend, name, None)` and uses when present."""
 
@@ -262,7 +263,10 @@ class TurnContext:
             `Allow` or `Deny`. Never raises for the agent's failures: a callback that raises
             or returns something else gives `DENY_FAILED`, no answer within `timeout_ms`
             `DENY_TIMEOUT`, a turn that is no longer current (or an agent that is gone)
-            `DENY_NOT_CURRENT`; without the callback, `DENY_FAILED`.
+            `DENY_NOT_CURRENT`; without the callback, `DENY_FAILED`. An interrupt, a stop or
+            the watchdog answers a pending (or later) request `DENY_INTERRUPTED` at once,
+            even while the callback still runs (its answer is then dropped): a backend that
+            honours `Deny.interrupt` stops the tool and the turn.
 
         Mirrors: no Elixir original (see `gen_agent.permission`).
         """
@@ -331,6 +335,13 @@ class Backend(abc.ABC):
       `SessionStartError(reason)` to refuse; any other exception makes the record corrupt
       (`("store_corrupt", key, detail)`). Issue #18 will switch the HTTP backends' data to
       the turn record's replayable message deltas (`response.messages`).
+    - `check_prompt(session, prompt) -> None`: the CALLER's thread, in `ask`, `tell`,
+      `tell_with_completion` and `stream` before anything is queued, with the session the
+      agent started with: raise `ValueError` (naming the position) for a prompt the
+      backend's wire cannot carry, so the caller learns it at once and nothing is lost. Must
+      be quick and thread-safe and depend only on the session's options. Prompts made by
+      callbacks are not checked here: `prompt` fails their turn instead (the bundled CLI
+      backends with `DispatchError(BackendError(kind="invalid_request"))`).
 
     Mirrors: the `GenAgent.Backend` behaviour (contract §7.1; docs: the backend guide).
     """
@@ -546,6 +557,9 @@ class Diagnostics(msgspec.Struct, frozen=True, kw_only=True):
             there is no process or it had not exited when the turn ended.
         stderr_tail: the end of the CLI's stderr (text, at most `stderr_tail_bytes`), or
             None without a process.
+        stdout_tail: the lines a CLI printed to stdout that were not JSON (text, the most
+            recent, newline-joined, at most `stderr_tail_bytes`), or None when there were
+            none (a CLI that prints a plain message before exiting without a result).
         http_status: the HTTP status of the response the failure came with (200 for a
             failure in the middle of a stream), or None when no response arrived.
         response_id: the provider's id of the reply (`msg_...`, `resp_...`), or None.
@@ -562,6 +576,7 @@ class Diagnostics(msgspec.Struct, frozen=True, kw_only=True):
     session_id: str | None = None
     exit_code: int | None = None
     stderr_tail: str | None = None
+    stdout_tail: str | None = None
     http_status: int | None = None
     response_id: str | None = None
     stop_reason: str | None = None

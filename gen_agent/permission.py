@@ -14,8 +14,12 @@ back to the waiting turn task:
 
 A callback that raises, returns anything else, or does not answer within the bound (default
 `DEFAULT_PERMISSION_TIMEOUT_MS`) is a deny (`DENY_FAILED`, `DENY_TIMEOUT`). The turn task
-waits for the decision; the agent thread only runs the callback, so the agent keeps answering
-`status`, `interrupt` and the rest meanwhile. Telemetry (`telemetry.TOOL_PERMISSION`) and the
+waits for the decision; the agent thread runs the callback, and, like any callback that runs
+there, a callback that blocks delays every other message of the agent meanwhile (`status`,
+the processing of an `interrupt`; docs: Tools). An `interrupt`, `stop` or the watchdog still
+reaches the waiting turn at once: it is answered `DENY_INTERRUPTED` (the tool never runs)
+and the callback's later answer is dropped (logged by type); the caller gets
+`"interrupted"` once the agent thread is free. Telemetry (`telemetry.TOOL_PERMISSION`) and the
 turn's `"permission"` event record the tool name and the decision only, never the input.
 
 Mirrors: no Elixir original (an extension); the wire shapes are the Claude Code control
@@ -32,6 +36,7 @@ import msgspec
 __all__ = [
     "DEFAULT_PERMISSION_TIMEOUT_MS",
     "DENY_FAILED",
+    "DENY_INTERRUPTED",
     "DENY_NOT_CURRENT",
     "DENY_TIMEOUT",
     "Allow",
@@ -101,6 +106,11 @@ DENY_FAILED: Final = Deny("the agent's permission callback failed")
 
 DENY_NOT_CURRENT: Final = Deny("the turn that asked is no longer running")
 """The decision when the asking turn was interrupted or replaced before the agent answered."""
+
+DENY_INTERRUPTED: Final = Deny("the turn was interrupted", interrupt=True)
+"""The decision when an interrupt, a stop or the watchdog reached the asking turn while the
+agent's callback had not answered yet: given at once, so the tool never runs; the callback's
+later answer is dropped."""
 
 
 def as_decision(value: Any) -> PermissionDecision | None:

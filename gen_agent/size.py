@@ -44,7 +44,8 @@ def term_size(value: Any) -> int:
 
     Returns:
         The length in bytes of its msgspec MessagePack encoding (see the module docstring for
-        the fallback for values MessagePack cannot hold). Always >= 1.
+        the fallback for values MessagePack cannot hold, a `str` with a lone surrogate among them).
+        Always >= 1.
 
     Never raises for ordinary values; a value whose `__reduce__` misbehaves in a way other
     than raising an `Exception` may propagate that error.

@@ -87,8 +87,8 @@ def _redacted(reason: Any) -> Any:
 class _Child:
     """A child's mutable record, owned by the supervisor thread."""
 
-    __slots__ = ("last_exit_reason", "proc", "ref", "restarts", "retiring", "session_id",
-                 "spec")
+    __slots__ = ("last_exit_reason", "no_session", "proc", "ref", "restarts", "retiring",
+                 "session_id", "spec")
 
     def __init__(self, spec: ChildSpec | SupervisorSpec) -> None:
         self.spec = spec
@@ -97,6 +97,9 @@ class _Child:
         self.restarts = 0
         self.last_exit_reason: Any = None
         self.session_id: str | None = None
+        # The last incarnation ended with no session id (a dead one is forgotten): a restart
+        # does not pass the spec's own `resume_session_id` either.
+        self.no_session = False
         self.retiring = False  # being drained / terminated on request: never restarted
 
     def info(self) -> ChildInfo:
@@ -460,6 +463,8 @@ class Supervisor:
             opts = dict(spec.opts)
             if spec.resume_session and child.session_id is not None:
                 opts["resume_session_id"] = child.session_id
+            elif child.no_session:
+                opts.pop("resume_session_id", None)
             shutdown = "infinity" if spec.shutdown_ms is None else spec.shutdown_ms
             ref = self._system.start_agent(spec.module, name=spec.id, backend=spec.backend,
                                            shutdown_ms=shutdown, **opts)
@@ -670,3 +675,4 @@ def _note_session_id(child: _Child, proc: Any) -> None:
     session_id = proc.session_id
     if session_id is None or (isinstance(session_id, str) and session_id):
         child.session_id = session_id
+        child.no_session = session_id is None

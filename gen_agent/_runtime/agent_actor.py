@@ -411,6 +411,7 @@ class AgentActor(StartupMixin, AdmissionMixin, DispatchMixin, InputsMixin, Contr
 
     def _retire(self, turn: Turn) -> None:
         self.turn = None
+        self.handle.turn_mark = None
         self.gates.release_permit(turn.capture.usage)
 
     def _cancel_task(self, turn: Turn) -> None:

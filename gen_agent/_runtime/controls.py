@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 from gen_agent import telemetry
+from gen_agent._cancel import TurnMark
 from gen_agent._runtime import record
 from gen_agent._runtime.crash import log_exception
 from gen_agent._runtime.messages import CheckpointMsg, InfoMsg, PermissionMsg
@@ -21,6 +22,7 @@ from gen_agent.backend import BackendError, ResetError
 from gen_agent.errors import CallTimeout, CheckpointError, GenAgentError
 from gen_agent.permission import (
     DENY_FAILED,
+    DENY_INTERRUPTED,
     DENY_NOT_CURRENT,
     DENY_TIMEOUT,
     as_decision,
@@ -106,21 +108,32 @@ class ControlsMixin:
         return reason
 
     # ------------------------------------------------------------------ tool permissions
-    def _permission_fn(self, turn: Turn) -> Any:
+    def _permission_fn(self, turn: Turn, mark: TurnMark) -> Any:
         """The `TurnContext.request_permission` behind this turn, or None when the agent
-        defines no `handle_tool_permission` (the provider's own mode applies)."""
+        defines no `handle_tool_permission` (the provider's own mode applies). Once the
+        turn's `mark` is marked (an interrupt, a stop, the watchdog), a pending or later
+        request is answered `DENY_INTERRUPTED` at once, from the caller's thread."""
         fn = getattr(type(self.impl), "handle_tool_permission", None)
         if fn is None or fn is BASE_TOOL_PERMISSION:
             return None
         handle, task_id = self.handle, turn.task_id
 
         def request_permission(request: Any, timeout: float) -> Any:
+            if mark.marked:
+                return DENY_INTERRUPTED
             try:
-                return handle.call(lambda reply: PermissionMsg(task_id, request, reply), timeout)
+                reply = handle.request(lambda r: PermissionMsg(task_id, request, r))
+            except GenAgentError:  # refused the call (from the agent's own thread)
+                return DENY_NOT_CURRENT
+            mark.watch(reply, DENY_INTERRUPTED)
+            try:
+                return reply.wait(timeout)
             except CallTimeout:
                 return DENY_TIMEOUT
-            except GenAgentError:  # the agent is gone (AgentDown) or refused the call
+            except GenAgentError:  # the agent is gone (AgentDown)
                 return DENY_NOT_CURRENT
+            finally:
+                mark.unwatch(reply)
 
         return request_permission
 
@@ -136,6 +149,10 @@ class ControlsMixin:
             msg.reply.resolve(DENY_NOT_CURRENT)
             return
         request = msg.request
+        if msg.reply.done:  # an interrupt answered it meanwhile (DENY_INTERRUPTED)
+            self.log.debug("gen_agent skipped handle_tool_permission/2: the turn was "
+                           "interrupted")
+            return
         try:
             decision = as_decision(self.impl.handle_tool_permission(request, self.state))
         except Exception as exc:  # noqa: BLE001 - protected: a raise is a deny
@@ -149,7 +166,11 @@ class ControlsMixin:
             **self._turn_meta(turn.request, turn.attempt),
             "backend": request.backend, "tool_name": request.tool_name,
             "decision": decision_name(decision)})
-        msg.reply.resolve(decision)
+        if not msg.reply.resolve(decision):
+            # Answered without it (an interrupt, a stop, the watchdog, or its bound): the
+            # tool never ran, and this late answer goes nowhere.
+            self.log.debug("gen_agent dropped a late handle_tool_permission/2 answer ({})",
+                           type(decision).__name__)
 
     def _reapply_checkpoint(self, turn: Turn, session: Any) -> Any:
         if turn.checkpoint_id is None:

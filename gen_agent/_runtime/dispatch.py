@@ -10,7 +10,7 @@ from typing import Any
 import msgspec
 
 from gen_agent import telemetry
-from gen_agent._cancel import CancelSignal
+from gen_agent._cancel import CancelSignal, TurnMark
 from gen_agent._context import set_request
 from gen_agent._runtime import record
 from gen_agent._runtime.capture import Capture, LosslessBudget
@@ -168,6 +168,7 @@ class DispatchMixin:
                     TurnChannel(self.handle, task_id, self.opts.max_event_bytes_per_turn,
                                 cancel_event), cancel_event)
         self.turn = turn
+        mark = TurnMark(request.ref)  # what interrupt / stop / the watchdog mark at once
         self.durable.turn_started(request, attempt)
         carrier = record.started(self._emit, self._turn_meta, turn, prompt, self.state,
                                  backend=self.backend, session=self.session,
@@ -185,9 +186,12 @@ class DispatchMixin:
                               cancel_event=turn.cancel_event,
                               checkpoint=self._checkpoint_fn(turn), options=options,
                               trace_carrier=carrier,
-                              permission=self._permission_fn(turn), info=self._send_info)
+                              permission=self._permission_fn(turn, mark),
+                              info=self._send_info)
         self._set_phase(Phase.PROCESSING)
         self.gates.start_watchdog(turn)
+        mark.deadline = turn.deadline
+        self.handle.turn_mark = mark
         thread = start_turn(TurnSpec(turn.channel, self.backend, self.session, final_prompt,
                                      context, self._stream_cb, self.state, budget))
         turn.thread_id = thread.ident

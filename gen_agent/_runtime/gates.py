@@ -101,9 +101,13 @@ class Gates:
 
     def _arm(self, deadline: float) -> None:
         armed = self._armed = self._armed + 1
-        tell = self._handle.tell_unchecked
-        self.watchdog = TIMERS.schedule(deadline - time.monotonic(),
-                                        lambda: tell(WatchdogMsg(armed)))
+        handle = self._handle
+
+        def fire() -> None:
+            handle.tell_unchecked(WatchdogMsg(armed))
+            handle.mark_due(time.monotonic())  # a pending permission decision ends now
+
+        self.watchdog = TIMERS.schedule(deadline - time.monotonic(), fire)
 
     def disarm(self) -> None:
         """Cancel the watchdog timer (the agent hibernates or stops)."""

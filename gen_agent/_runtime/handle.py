@@ -14,6 +14,12 @@ from typing import Any
 import pykka
 from loguru import logger
 
+from gen_agent._runtime.messages import (
+    AbandonAskMsg,
+    InterruptMsg,
+    InterruptRequestMsg,
+    StopMsg,
+)
 from gen_agent._runtime.reply import OnceEvent, Reply, fail_all
 from gen_agent.errors import AgentDown, RequestError
 
@@ -22,9 +28,9 @@ class AgentHandle:
     """The per-incarnation link between callers and one agent actor. Thread-safe."""
 
     __slots__ = (
-        "__weakref__", "_listeners", "_lock", "_tokens", "actor_ref", "actor_thread", "closed",
-        "exit_cause", "exit_reason", "exited", "module", "name", "outstanding", "session_id",
-        "shutdown_ms", "system",
+        "__weakref__", "_listeners", "_lock", "_tokens", "actor_ref", "actor_thread",
+        "check_prompt", "closed", "exit_cause", "exit_reason", "exited", "module", "name",
+        "outstanding", "session_id", "shutdown_ms", "system", "turn_mark",
     )
 
     def __init__(self, system: Any, name: Any, module: type, shutdown_ms: int | None) -> None:
@@ -40,6 +46,12 @@ class AgentHandle:
         self.exit_reason: Any = None
         self.exit_cause: BaseException | None = None  # the exception that stopped it, if any
         self.session_id: str | None = None  # last provider session id seen (for resume)
+        # The backend's `check_prompt` bound to the session, set by the agent at start: asks
+        # and tells whose prompt its wire cannot carry are refused before they are queued.
+        self.check_prompt: Any = None
+        # The running turn's `TurnMark` (set and cleared by the agent): what an interrupt,
+        # a stop or the watchdog marks at once, before the agent thread reads the message.
+        self.turn_mark: Any = None
         self._listeners: dict[int, Any] = {}
         self._tokens = itertools.count(1)
         self._lock = threading.Lock()
@@ -68,14 +80,43 @@ class AgentHandle:
         return Reply(self.outstanding)
 
     def send(self, message: Any) -> bool:
-        """Put `message` in the actor's mailbox; False if the agent no longer accepts."""
+        """Put `message` in the actor's mailbox; False if the agent no longer accepts.
+
+        An interrupt, a stop, or an ask abandoned with `cancel_on_timeout` also marks the
+        running turn it is about (its `TurnMark`) right after the message is queued: the
+        turn's pending permission decision is answered at once, whatever the agent thread
+        is doing. Marked after queuing, so whatever the turn does next reaches the agent
+        after the message (never the message after the next turn started)."""
         with self._lock:
             ref = self.actor_ref
             if self.closed or ref is None or ref.actor_stopped.is_set():
                 return False
+            mark = self._mark_for(message)
             # Bare, without pykka's Envelope: the agent's loop takes both (issue 20).
             ref.actor_inbox.put(message)
-            return True
+        if mark is not None:
+            mark.mark()
+        return True
+
+    def _mark_for(self, message: Any) -> Any:
+        """The mark of the running turn `message` stops, or None."""
+        mark = self.turn_mark
+        if mark is None:
+            return None
+        kind = type(message)
+        if kind is InterruptMsg or kind is StopMsg:
+            return mark
+        if kind is InterruptRequestMsg or (kind is AbandonAskMsg and message.timed_out):
+            return mark if message.ref == mark.ref else None
+        return None
+
+    def mark_due(self, now: float) -> None:
+        """The watchdog fired: mark the running turn if its deadline (`time.monotonic()`
+        seconds) has passed by `now` (called right after the watchdog's message is
+        queued)."""
+        mark = self.turn_mark
+        if mark is not None and mark.deadline is not None and now >= mark.deadline:
+            mark.mark()
 
     def call(self, make: Any, timeout: float | None) -> Any:
         """Send `make(reply)` and wait for the answer (`timeout` seconds, None = forever).
@@ -94,11 +135,24 @@ class AgentHandle:
 
         Raises:
             RequestError: "calling_self" from this agent's own thread (see `call`).
+            ValueError: an ask or tell whose prompt the backend cannot carry (its
+                `check_prompt` hook; nothing is sent).
         """
         if threading.get_ident() == self.actor_thread:
             raise RequestError("calling_self")
         reply = self.reply()
-        if not self.send(make(reply)):
+        message = make(reply)
+        check = self.check_prompt
+        if check is not None and type(prompt := getattr(message, "prompt", None)) is str:
+            try:
+                check(prompt)
+            except BaseException as exc:
+                self.outstanding.discard(reply)  # nothing was sent: nobody answers it
+                if not isinstance(exc, ValueError):
+                    raise
+                fn = "ask" if type(message).__name__ == "AskMsg" else "tell"
+                raise ValueError(f"{fn}: {exc}") from None
+        if not self.send(message):
             reply.fail(self.down_error())
         return reply
 
@@ -137,6 +191,9 @@ class AgentHandle:
             self.exit_reason = reason
             self.exit_cause = cause
             listeners, self._listeners = list(self._listeners.values()), {}
+            mark = self.turn_mark
+        if mark is not None:  # a kill: the running turn's pending decision is a deny now
+            mark.mark()
         fail_all(self.outstanding, self.down_error())
         remember = getattr(self.system, "_remember_exit", None)
         if remember is not None:

@@ -5,6 +5,7 @@ order of the contract's startup sequence (docs/pages/contract.md, "Startup").
 
 from __future__ import annotations
 
+import functools
 import threading
 from typing import Any
 
@@ -96,6 +97,9 @@ class StartupMixin:
         self._pre_turn_cb = self._overridden("pre_turn", GenAgent.pre_turn)
         self._post_turn_cb = self._overridden("post_turn", GenAgent.post_turn)
         self._send_info = self._info_fn()
+        check = getattr(self.backend, "check_prompt", None)  # refuses prompts at the client
+        self.handle.check_prompt = None if check is None else functools.partial(
+            check, self.session)
         self._set_phase(Phase.IDLE)
         self._init_reply.resolve(self.handle)
         self._run_pre_run()

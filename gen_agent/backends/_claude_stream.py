@@ -24,6 +24,7 @@ Mirrors: the stream normalization of `GenAgentClaude` (contract §7.6, first bul
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Sequence
 from time import monotonic_ns
 from typing import Any, Final
@@ -42,10 +43,16 @@ from gen_agent.backends._jsonl import (
 from gen_agent.backends._option_checks import is_arg
 from gen_agent.event import Event
 
-__all__ = ["PROVIDER", "ClaudeStreamTranslator", "decode_line", "translate_lines"]
+__all__ = [
+    "PROVIDER", "SESSION_NOT_FOUND", "ClaudeStreamTranslator", "decode_line", "translate_lines",
+]
 
 PROVIDER: Final = "claude"
 """The `provider` of every `BackendError` and result this backend makes."""
+
+SESSION_NOT_FOUND: Final = re.compile(r"No conversation found with session ID")
+"""What the CLI says (in its `result` line's `errors` and on stderr) when the session it was
+asked to `--resume` does not exist (2.1.197, per-turn and warm alike)."""
 
 
 class ClaudeStreamTranslator(LineTranslator):
@@ -440,7 +447,10 @@ class ClaudeStreamTranslator(LineTranslator):
                 isinstance(subtype, str) and (subtype == "error" or subtype[:6] == "error_")
             )
         ):
-            error = Event("error", self._error_data(line, _result_error(line)), now_ms)
+            reason = _result_error(line)
+            if reason.kind == "session_not_found":
+                self.session_id = None  # the id is dead: never reported, never kept
+            error = Event("error", self._error_data(line, reason), now_ms)
             return [Event("usage", usage, now_ms), error] if usage else [error]
         model = self.model or _model_from_usage(line)
         data: dict[str, Any] = {
@@ -778,8 +788,15 @@ def _is_failure(line: dict[str, Any]) -> bool:
 
 
 def _result_error(line: dict[str, Any]) -> BackendError:
-    """The `BackendError` of a failed result line (the one mapping for result failures)."""
+    """The `BackendError` of a failed result line (the one mapping for result failures): kind
+    `"session_not_found"` when it says the resumed session does not exist, the HTTP kind of
+    `api_error_status`, else the `error*` subtype (or `"error_result"`)."""
     message = _result_message(line)
+    if SESSION_NOT_FOUND.search(message):
+        session_id = line.get("session_id")
+        raw = {"line": line, "session_id": session_id}
+        return BackendError.new(PROVIDER, "session_not_found", raw,
+                                message=f"claude has no session {session_id!r} to resume")
     status = line.get("api_error_status")
     if isinstance(status, int) and not isinstance(status, bool):
         return BackendError.http(PROVIDER, status, {"error": {"message": message}}, None, line)

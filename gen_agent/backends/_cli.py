@@ -29,7 +29,7 @@ import msgspec
 from loguru import logger
 
 from gen_agent.backend import Backend, BackendError, DispatchError, SessionStartError, TurnContext
-from gen_agent.backends._jsonl import LineTranslator, translate_line
+from gen_agent.backends._jsonl import LineTranslator, OutputTail, translate_line
 from gen_agent.backends._option_checks import (
     Check,
     int_at_least,
@@ -52,7 +52,28 @@ from gen_agent.backends._process import (
 from gen_agent.event import Event
 from gen_agent.response import TextAccumulator
 
-__all__ = ["CLI_CHECKS", "CLIBackend", "CLIOptions", "CLISession", "Runner"]
+__all__ = ["CLI_CHECKS", "CLIBackend", "CLIOptions", "CLISession", "Runner", "argv_unsafe"]
+
+_EXIT_WAIT_S: Final = 2.0  # how long a CLI that said it cannot go on may take to exit
+
+# What an argument of a command line cannot hold: the OS ends it at a NUL, and a lone surrogate
+# has no UTF-8 form (os.fsencode fails on it, or turns it into a stray byte).
+_ARGV_UNSAFE: Final = re.compile("[\x00\ud800-\udfff]")
+
+
+def argv_unsafe(text: str) -> tuple[int, str] | None:
+    """The first character of `text` a command-line argument cannot carry.
+
+    Returns:
+        `(index, what)`: its index in `text` (0-based) and what it is (`"a NUL character"`,
+        `"a lone surrogate U+D800"`), or None when `text` can be passed as an argument.
+    """
+    match = _ARGV_UNSAFE.search(text)
+    if match is None:
+        return None
+    char = match.group(0)
+    what = "a NUL character" if char == "\x00" else f"a lone surrogate U+{ord(char):04X}"
+    return match.start(), what
 
 
 class CLIOptions(msgspec.Struct, frozen=True, kw_only=True):
@@ -202,7 +223,7 @@ class CLIBackend(Backend, Generic[SessionT]):
     `CLIOptions` subclass), `_CHECKS` (its option table), `_REJECTED` (keys refused on
     purpose, with why) and `_RESUME_FIELD` (the session field holding the id to resume).
     Class methods it implements: `command`, `_new_session`, `_translator`; it may extend
-    `_child_env` and `_check_prompt`.
+    `_child_env`, `_check_prompt` and `_prompt_in_argv`.
 
     Thread-safety: every hook may run in any thread; `cancel` may run while `prompt`'s stream
     is being read in another thread.
@@ -216,6 +237,8 @@ class CLIBackend(Backend, Generic[SessionT]):
     _RESUME_FIELD: ClassVar[str]
     # What the CLI writes to stderr when the session it was asked to resume does not exist.
     _SESSION_NOT_FOUND: ClassVar[re.Pattern[str] | None] = None
+    # The option that makes the backend send prompts on stdin (named in argv errors).
+    _ESCAPING_MODE: ClassVar[str] = "a stdin mode"
 
     @classmethod
     def start_session(cls, opts: Mapping[str, Any]) -> SessionT:
@@ -282,6 +305,25 @@ class CLIBackend(Backend, Generic[SessionT]):
         return cls.resume_session(session_id, opts)
 
     @classmethod
+    def check_prompt(cls, session: SessionT, prompt: str) -> None:
+        """Refuse, at the client, a prompt this session's wire cannot carry: in the modes
+        that pass the prompt as a command-line argument (`ClaudeCLI` per-turn, `CodexCLI`
+        exec), a NUL or a lone surrogate. The warm and app-server modes carry any `str`
+        (their stdin JSON escapes it), so nothing is refused there.
+
+        Runs in the caller's thread, before the request is queued (`ask`, `tell`, ...), with
+        the session the agent started with (the mode never changes).
+
+        Raises:
+            ValueError: naming the character and its index in the prompt.
+        """
+        if not cls._prompt_in_argv(session):
+            return
+        bad = argv_unsafe(prompt)
+        if bad is not None:
+            raise ValueError(cls._argv_message(session, bad))
+
+    @classmethod
     def command(cls, session: SessionT, prompt: str) -> list[str]:
         """The argument list one turn runs: the CLI, its flags, then the prompt (one argument).
 
@@ -312,7 +354,9 @@ class CLIBackend(Backend, Generic[SessionT]):
             TypeError: `prompt` is not a str.
             DispatchError: a `BackendError` (`"cli_not_found"`, `"cwd_not_found"`,
                 `"cli_not_executable"`, `"argument_list_too_long"`, `"spawn_failed"`, or a
-                prompt the CLI cannot take).
+                prompt the CLI cannot take: `"invalid_request"` for a NUL or a lone surrogate,
+                which a command-line argument cannot carry; `ask` and `tell` refuse those
+                before queuing, so this is a prompt made by a callback).
             gen_agent.errors.CheckpointError: while iterating, when the agent rejects the
                 session id (the turn fails with the recorded checkpoint reason).
 
@@ -320,6 +364,12 @@ class CLIBackend(Backend, Generic[SessionT]):
         """
         if not isinstance(prompt, str):
             raise TypeError(f"prompt must be a str, got {type(prompt).__name__}")
+        bad = argv_unsafe(prompt)
+        if bad is not None:
+            message = cls._argv_message(session, bad)
+            reason = BackendError.new(cls._PROVIDER, "invalid_request", {"index": bad[0]},
+                                      message=message)
+            raise DispatchError(reason, message)
         cls._check_prompt(prompt)
         o = session.options
         # The previous turn's CLI ends in the background after its reply; this turn starts
@@ -350,7 +400,7 @@ class CLIBackend(Backend, Generic[SessionT]):
             child.cancel()
         translator = cls._translator(session)
         resumed = getattr(session, cls._RESUME_FIELD)
-        ending = _Ending(cls._PROVIDER, resumed, cls._SESSION_NOT_FOUND)
+        ending = _Ending(cls._PROVIDER, resumed, cls._SESSION_NOT_FOUND, o.stderr_tail_bytes)
         return _turn_events(session.runner, child, context, translator, ending), session
 
     @classmethod
@@ -403,7 +453,20 @@ class CLIBackend(Backend, Generic[SessionT]):
 
     @classmethod
     def _check_prompt(cls, prompt: str) -> None:
-        """Raise `DispatchError` for a prompt the CLI cannot take; any prompt by default."""
+        """Raise `DispatchError` for a prompt the CLI cannot take (beyond what a command line
+        cannot carry, which `prompt` checks itself); any prompt by default."""
+
+    @classmethod
+    def _prompt_in_argv(cls, session: SessionT) -> bool:
+        """Whether this session passes the prompt as a command-line argument (True here)."""
+        return True
+
+    @classmethod
+    def _argv_message(cls, session: SessionT, bad: tuple[int, str]) -> str:
+        index, what = bad
+        return (f"the prompt holds {what} at index {index}; {cls.__name__} passes the "
+                "prompt as one command-line argument in this mode, which cannot carry it "
+                f"({cls._ESCAPING_MODE} sends it escaped)")
 
     @classmethod
     def _child_env(cls, options: Any) -> dict[str, str]:
@@ -430,12 +493,14 @@ class _Ending:
     """How a turn's terminal error is completed: its provider, the session it resumed and
     the stderr pattern of a resume of a session that does not exist."""
 
-    __slots__ = ("provider", "resumed", "session_not_found")
+    __slots__ = ("provider", "resumed", "session_not_found", "tail_bytes")
 
-    def __init__(self, provider: str, resumed: Any, session_not_found: re.Pattern[str] | None):
+    def __init__(self, provider: str, resumed: Any, session_not_found: re.Pattern[str] | None,
+                 tail_bytes: int) -> None:
         self.provider = provider
         self.resumed = resumed if is_arg(resumed) else None
         self.session_not_found = session_not_found
+        self.tail_bytes = tail_bytes
 
 
 def _turn_events(
@@ -446,16 +511,19 @@ def _turn_events(
     ending: _Ending,
 ) -> Iterator[Event]:
     provider = ending.provider
+    plain = OutputTail(ending.tail_bytes)  # what the CLI printed that was not JSON
 
     def unparsed(raw: bytes) -> None:
         logger.debug("gen_agent {}: a stdout line was not JSON ({} bytes)", provider, len(raw))
+        plain.add(raw)
 
     text = TextAccumulator()
     try:
         for item in child.read_lines():
             if isinstance(item, LineTooLong):
                 child.cancel()
-                yield _diagnosed(translator.error(_line_too_long(provider, item)), child, text)
+                yield _diagnosed(translator.error(_line_too_long(provider, item)), child, text,
+                                 plain)
                 return
             events = translate_line(translator, item, on_unparsed=unparsed)
             session_id = translator.take_session_id()
@@ -465,19 +533,27 @@ def _turn_events(
                 if event.kind == "text":
                     text.add(event.data)
                 elif event.kind == "error":
-                    event = _diagnosed(event, child, text)
+                    reason = event.data.get("reason")
+                    if isinstance(reason, BackendError) and reason.kind == "session_not_found":
+                        # It exits right after saying so: its exit status and stderr belong
+                        # on the error (a bounded wait).
+                        child.wait_exit(_EXIT_WAIT_S)
+                    event = _diagnosed(event, child, text, plain)
                 yield event
                 if event.is_terminal:
                     return
-        yield _diagnosed(_ended_without_outcome(child, translator, context, ending), child, text)
+        yield _diagnosed(_ended_without_outcome(child, translator, context, ending), child, text,
+                         plain)
     finally:
         runner.detach(child)
         child.release()
 
 
-def _diagnosed(event: Event, child: ChildProcess, text: TextAccumulator) -> Event:
+def _diagnosed(event: Event, child: ChildProcess, text: TextAccumulator,
+               plain: OutputTail) -> Event:
     """`event` (a terminal error) with its reason's diagnostics filled: the text streamed so
-    far, the session id, the exit status (once the child exited) and the stderr tail."""
+    far, the session id, the exit status (once the child exited), the stderr tail and the
+    stdout lines that were not JSON."""
     reason = event.data.get("reason")
     if not isinstance(reason, BackendError):
         return event
@@ -487,6 +563,7 @@ def _diagnosed(event: Event, child: ChildProcess, text: TextAccumulator) -> Even
         session_id=session_id if is_arg(session_id) else None,
         exit_code=child.returncode,
         stderr_tail=child.stderr_tail().decode("utf-8", errors="replace"),
+        stdout_tail=plain.value(),
     )
     return Event(event.kind, {**event.data, "reason": reason}, event.timestamp)
 

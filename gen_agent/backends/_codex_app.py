@@ -22,7 +22,19 @@ server answers `{"id", "result"}` or `{"id", "error"}`, sends notifications `{"m
   `interrupted`;
 - approvals: the server requests `item/commandExecution/requestApproval` {command, cwd,
   reason, itemId} and `item/fileChange/requestApproval` {reason, itemId}; we answer
-  `{"decision": "accept" | "decline" | "cancel"}` from `handle_tool_permission`.
+  `{"decision": "accept" | "decline" | "cancel"}` from `handle_tool_permission`;
+- errors (JSON-RPC `{"id", "error": {"code", "message", "data"?}}`): `-32001` "Server
+  overloaded; retry later." is backpressure, to retry later (codex-rs/app-server
+  `error_code.rs` OVERLOADED_ERROR_CODE, and its README): `BackendError` kind
+  `"server_error"`, retryable, never retried here; `thread/resume` of a thread whose
+  rollout is gone answers `-32600` "no rollout found for thread id ..." (recorded:
+  tests/fixtures/codex-cli/app_server/missing_rollout.jsonl): `"session_not_found"`, after
+  which the agent forgets the thread. Any other error is `"rpc_error"`.
+
+Notifications name their turn (`params.turnId`, or `params.turn.id`): once `turn/start` said
+which turn is ours, a notification of another turn is not ours; each such turn becomes one
+`UnrequestedTurn` record for `handle_info` when it completes, never part of a caller's
+answer. A line that is not JSON is kept for the turn's diagnostics (`stdout_tail`).
 
 `AppSlot` is the mutable part of a session (shared by its copies): the live process, its
 thread, the turn that owns it.
@@ -39,18 +51,21 @@ from typing import Any, Final
 import msgspec
 
 from gen_agent.backend import BackendError, DispatchError, TurnContext
-from gen_agent.backends._codex_stream import usage_since
+from gen_agent.backends._codex_stream import THREAD_NOT_FOUND, usage_since
+from gen_agent.backends._jsonl import OutputTail, repair_surrogates
 from gen_agent.backends._process import ChildProcess, LineTooLong
 from gen_agent.backends.warm import (
     LiveProcess,
     Slot,
     TurnQueue,
+    UnrequestedLines,
     WarmExited,
     WarmOutput,
     drain_abandoned_turn,
 )
 from gen_agent.event import Event, monotonic_ms
 from gen_agent.permission import DENY_FAILED, Allow, Deny, ToolPermissionRequest
+from gen_agent.response import TextAccumulator
 
 __all__ = ["AppSlot", "app_turn"]
 
@@ -65,61 +80,144 @@ _APPROVALS: Final = {
 _INPUT_KEYS: Final = ("command", "cwd", "reason", "grantRoot")
 _DECODE: Final = msgspec.json.Decoder()
 _REQUEST_S: Final = 60.0
+OVERLOADED: Final = -32001
+"""The app-server's JSON-RPC error code for "Server overloaded; retry later." (codex-rs
+app-server `OVERLOADED_ERROR_CODE`)."""
+_MAX_OTHER_TURNS: Final = 16  # turns of no asked prompt followed at once (bounded memory)
 
 
 class _Lines(TurnQueue):
-    """The items routed to one turn (messages, EXIT, CANCEL)."""
+    """The items routed to one turn (messages, EXIT, CANCEL, LineTooLong, a surrogate
+    repair count), the turn's id once `turn/start` said it, and its stdout lines that were
+    not JSON (`plain`)."""
+
+    __slots__ = ("plain", "turn_id")
+
+    def __init__(self, tail_bytes: int = 64 * 1024) -> None:
+        super().__init__()
+        self.plain = OutputTail(tail_bytes)
+        self.turn_id: Any = None
+
+
+class _Replaced:
+    """Routed before a message whose escaped lone surrogates were read as U+FFFD."""
+
+    __slots__ = ("count", "size_bytes")
+
+    def __init__(self, count: int, size_bytes: int) -> None:
+        self.count, self.size_bytes = count, size_bytes
+
+
+class _Waiter:
+    __slots__ = ("answer", "event", "method", "turn")
+
+    def __init__(self, method: str, turn: _Lines | None) -> None:
+        self.event = threading.Event()
+        self.method = method
+        self.turn = turn  # `turn/start`: the turn its answer names
+        self.answer: Any = None
 
 
 class _AppProcess:
     def __init__(self, slot: AppSlot, child: ChildProcess, idle_timeout_ms: int | None,
-                 info: Callable[[Any], None] | None) -> None:
+                 info: Callable[[Any], None] | None, tail_bytes: int = 64 * 1024) -> None:
         self.slot = slot
         self.info = info
+        self.tail_bytes = tail_bytes
         self.turn: _Lines | None = None
         self.thread_id: str | None = None
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
-        self._pending: dict[int, list[Any]] = {}
+        self._pending: dict[int, _Waiter] = {}
+        self._others: dict[Any, UnrequestedLines] = {}  # turns of no asked prompt, by id
         self.live = LiveProcess(child, provider=PROVIDER, route=self._route,
                                 on_exit=self._exited, idle_timeout_ms=idle_timeout_ms)
 
     def _route(self, item: bytes | LineTooLong) -> None:
-        if not isinstance(item, bytes) or not item.strip():
+        turn = self.turn
+        if not isinstance(item, bytes):
+            if turn is not None:
+                turn.put(item)  # a line over max_line_bytes fails the turn
             return
+        if not item.strip():
+            return
+        repaired, count = 0, 0
         try:
             message = _DECODE.decode(item)
         except msgspec.DecodeError:
-            message = None
+            fixed, count = repair_surrogates(item)
+            try:
+                message = _DECODE.decode(fixed) if count else None
+            except msgspec.DecodeError:
+                message = None
+            repaired = count
         if not isinstance(message, dict):
+            if turn is not None:
+                turn.plain.add(item)
             self._unsolicited(None, len(item))
             return
         if "method" not in message and "id" in message:
             with self._lock:
                 waiter = self._pending.pop(message["id"], None)
             if waiter is not None:
-                waiter.append(message)
-                waiter[0].set()
+                waiter.answer = message
+                if waiter.turn is not None:  # our turn's id, before its notifications
+                    result = _dict(message.get("result"))
+                    waiter.turn.turn_id = _dict(result.get("turn")).get("id")
+                waiter.event.set()
             return
-        turn = self.turn
-        if turn is not None:
-            turn.put(message)
-        elif "id" in message:
-            self.respond_error(message["id"], "no turn is running")
+        params = _dict(message.get("params"))
+        other = turn is None or not _ours(turn, params)
+        if other and "id" not in message:
+            self._other_turn(message, params, len(item))
+        elif other:
+            self.respond_error(message["id"], "no turn of the agent is running")
         else:
-            self._unsolicited(message, len(item))
+            assert turn is not None
+            if repaired:
+                turn.put(_Replaced(repaired, len(item)))
+            turn.put(message)
+
+    def _other_turn(self, message: dict[str, Any], params: dict[str, Any], size: int) -> None:
+        """A notification of no asked turn: part of another turn's record when it names one,
+        else a `WarmOutput` of its own."""
+        turn_id = _turn_id(params)
+        if turn_id is None:
+            self._unsolicited(message, size)
+            return
+        lines = self._others.get(turn_id)
+        if lines is None:
+            if len(self._others) >= _MAX_OTHER_TURNS:
+                self._others.pop(next(iter(self._others)))
+            lines = self._others[turn_id] = UnrequestedLines(self.tail_bytes, str(turn_id))
+        item = _dict(params.get("item"))
+        text = item.get("text") if (message.get("method") == "item/completed"
+                                    and item.get("type") == "agentMessage") else None
+        lines.add(size, session_id=params.get("threadId"), text=text)
+        if message.get("method") != "turn/completed":
+            return
+        del self._others[turn_id]
+        turn = _dict(params.get("turn"))
+        self._tell(lines.record(PROVIDER, self.live.pid,
+                                is_error=turn.get("status") not in ("completed", None)))
 
     def _unsolicited(self, message: Any, size: int) -> None:
+        self._tell(WarmOutput(backend=PROVIDER, pid=self.live.pid, line=message,
+                              size_bytes=size))
+
+    def _tell(self, message: Any) -> None:
         if self.info is not None:
-            self.info(WarmOutput(backend=PROVIDER, pid=self.live.pid, line=message,
-                                 size_bytes=size))
+            self.info(message)
 
     def _exited(self, live: LiveProcess) -> None:
         with self._lock:
             waiters = list(self._pending.values())
             self._pending.clear()
         for waiter in waiters:
-            waiter[0].set()
+            waiter.event.set()
+        others, self._others = list(self._others.values()), {}
+        for lines in others:  # turns of their own, cut off
+            self._tell(lines.record(PROVIDER, live.pid, complete=False))
         turn = self.turn
         if turn is not None:
             turn.put(_EXIT)
@@ -129,28 +227,32 @@ class _AppProcess:
                                  exit_code=live.child.returncode, stderr_tail=tail))
         self.slot._process_gone(self)
 
-    def request(self, method: str, params: dict[str, Any], wait_s: float = _REQUEST_S) -> Any:
-        """Send a request and wait for its result. Raises BackendError (kind
-        `"rpc_error"` with the server's message, or `"cli_exited"`)."""
+    def request(self, method: str, params: dict[str, Any], wait_s: float = _REQUEST_S,
+                *, turn: _Lines | None = None) -> Any:
+        """Send a request and wait for its result (`turn`: the turn a `turn/start` starts,
+        told its id as the answer is read).
+
+        Raises:
+            BackendError: kind `"server_error"` (retryable) for the server's overload
+                answer (`OVERLOADED`), `"rpc_error"` with the server's message for another
+                error answer, `"rpc_timeout"`, or `"cli_exited"`.
+        """
         request_id = next(self._ids)
-        waiter: list[Any] = [threading.Event()]
+        waiter = _Waiter(method, turn)
         with self._lock:
             self._pending[request_id] = waiter
         try:
             self.live.write_json({"id": request_id, "method": method, "params": params})
         except OSError:
             raise _exited_error(method) from None
-        if not waiter[0].wait(wait_s) or len(waiter) < 2:
+        if not waiter.event.wait(wait_s) or waiter.answer is None:
             with self._lock:
                 self._pending.pop(request_id, None)
             raise _exited_error(method) if not self.live.alive else BackendError.new(
                 PROVIDER, "rpc_timeout", method, message=f"no answer to {method}")
-        answer = waiter[1]
+        answer = waiter.answer
         if "error" in answer:
-            error = answer["error"]
-            text = error.get("message") if isinstance(error, dict) else None
-            raise BackendError.new(PROVIDER, "rpc_error", answer,
-                                   message=text if isinstance(text, str) else method)
+            raise rpc_error(method, answer)
         return answer.get("result")
 
     def notify(self, method: str) -> None:
@@ -171,6 +273,58 @@ def _exited_error(method: str) -> BackendError:
                             message=f"codex app-server exited before answering {method}")
 
 
+def rpc_error(method: str, answer: dict[str, Any]) -> BackendError:
+    """The `BackendError` of an error answer to `method` (the one mapping for JSON-RPC
+    errors): the overload code is `"server_error"`, retryable, with the server's retry hint
+    as `retry_after` when its `data` gives one (`retryAfterMs`, or `retryAfter` in
+    seconds; codex 0.171 gives none); anything else `"rpc_error"`."""
+    error = _dict(answer.get("error"))
+    text = error.get("message")
+    message = text if isinstance(text, str) else method
+    if error.get("code") == OVERLOADED:
+        return BackendError.new(PROVIDER, "server_error", answer, retryable=True,
+                                retry_after=_retry_hint(error.get("data")), message=message)
+    return BackendError.new(PROVIDER, "rpc_error", answer, message=message)
+
+
+def _retry_hint(data: Any) -> str | None:
+    if not isinstance(data, dict):
+        return None
+    for key, scale in (("retryAfterMs", 1000), ("retryAfter", 1)):
+        value = data.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
+            seconds = value / scale
+            return str(int(seconds)) if float(seconds).is_integer() else str(seconds)
+    return None
+
+
+def _turn_id(params: dict[str, Any]) -> Any:
+    """The turn a notification names (`turnId`, else `turn.id`), or None."""
+    turn_id = params.get("turnId")
+    return turn_id if turn_id is not None else _dict(params.get("turn")).get("id")
+
+
+def _ours(lines: _Lines, params: dict[str, Any]) -> bool:
+    """Whether a message belongs to the running turn: it names none, our id is not known
+    yet, or it names ours."""
+    turn_id = _turn_id(params)
+    return turn_id is None or lines.turn_id is None or turn_id == lines.turn_id
+
+
+def _with_process(reason: BackendError, process: _AppProcess, lines: _Lines | None,
+                  partial_text: str, session_id: str | None) -> BackendError:
+    """`reason` with the diagnostics of its turn: the text streamed so far, the thread id
+    (None after `"session_not_found"`), the exit status (once exited), the stderr tail and
+    the stdout lines that were not JSON."""
+    child = process.live.child
+    return reason.with_diagnostics(
+        partial_text=partial_text,
+        session_id=None if reason.kind == "session_not_found" else session_id,
+        exit_code=child.returncode,
+        stderr_tail=child.stderr_tail().decode("utf-8", errors="replace"),
+        stdout_tail=None if lines is None else lines.plain.value())
+
+
 class AppSlot(Slot[_AppProcess, _Lines]):
     """The mutable part of a `CodexSession` in app-server mode (the `Slot` bookkeeping of its
     live process). Thread-safe."""
@@ -178,25 +332,28 @@ class AppSlot(Slot[_AppProcess, _Lines]):
     provider = PROVIDER
 
     def acquire(self, spawn: Callable[[], ChildProcess], start_thread: Callable[[Any], str],
-                *, info: Any, idle_timeout_ms: int | None,
-                settle_s: float) -> tuple[_AppProcess, _Lines]:
+                *, info: Any, idle_timeout_ms: int | None, settle_s: float,
+                tail_bytes: int = 64 * 1024, resume_id: str | None = None,
+                ) -> tuple[_AppProcess, _Lines]:
         """Wait for the previous turn to settle (killing its process past `settle_s`); start
         a process and its thread (`start_thread`) when none is live; make a new turn its
         owner. Turn task thread.
 
         Raises:
-            BackendError: `start_thread` failed (the new process is killed).
+            BackendError: `start_thread` failed (the new process is killed; the error has
+                its diagnostics: exit status, stderr tail, the thread it resumed).
         """
         process = self._settle_previous(settle_s)
-        lines = _Lines()
+        lines = _Lines(tail_bytes)
         if process is None:
-            process = _AppProcess(self, spawn(), idle_timeout_ms, info)
+            process = _AppProcess(self, spawn(), idle_timeout_ms, info, tail_bytes)
             process.turn = lines  # what the server says while starting belongs to this turn
             try:
                 process.thread_id = start_thread(process)
-            except BackendError:
+            except BackendError as exc:
                 process.live.kill()
-                raise
+                process.live.wait_exited(settle_s)
+                raise _with_process(exc, process, lines, "", resume_id) from None
         with self._cond:
             self._own_locked(process, lines)
         return process, lines
@@ -213,14 +370,18 @@ def app_turn(slot: AppSlot, prompt: str, context: TurnContext, *,
              spawn: Callable[[], ChildProcess], thread_params: dict[str, Any],
              resume_id: str | None, model: str | None, idle_timeout_ms: int | None,
              interrupt_grace_ms: int, permission_timeout_ms: int,
-             output_schema: dict[str, Any] | None = None) -> Iterator[Event]:
+             output_schema: dict[str, Any] | None = None,
+             tail_bytes: int = 64 * 1024) -> Iterator[Event]:
     """Start (or reuse) the app-server and its thread, start the turn, return its events.
 
-    `output_schema` (a JSON schema, or None) goes in `turn/start` as `outputSchema`.
+    `output_schema` (a JSON schema, or None) goes in `turn/start` as `outputSchema`;
+    `tail_bytes` bounds the diagnostics' `stdout_tail` (bytes).
 
     Raises:
         DispatchError: a `BackendError` when the process could not start, the thread could
-            not be started or resumed, or `turn/start` failed.
+            not be started or resumed (`"session_not_found"` for a thread whose rollout is
+            gone), the server is overloaded (`"server_error"`, retryable), or `turn/start`
+            failed; with the diagnostics known then.
     """
     settle_s = interrupt_grace_ms / 1000 + 1.0
 
@@ -228,7 +389,15 @@ def app_turn(slot: AppSlot, prompt: str, context: TurnContext, *,
         process.request("initialize", {"clientInfo": {"name": "gen_agent", "version": "1"}})
         process.notify("initialized")
         if resume_id is not None:
-            result = process.request("thread/resume", {**thread_params, "threadId": resume_id})
+            try:
+                result = process.request("thread/resume",
+                                         {**thread_params, "threadId": resume_id})
+            except BackendError as exc:
+                if exc.kind == "rpc_error" and THREAD_NOT_FOUND.search(exc.message or ""):
+                    raise BackendError.new(
+                        PROVIDER, "session_not_found", exc.raw,
+                        message=f"codex has no thread {resume_id!r} to resume") from None
+                raise
         else:
             result = process.request("thread/start", thread_params)
         thread = result.get("thread") if isinstance(result, dict) else None
@@ -239,7 +408,8 @@ def app_turn(slot: AppSlot, prompt: str, context: TurnContext, *,
 
     try:
         process, lines = slot.acquire(spawn, start_thread, info=context.info_sink,
-                                      idle_timeout_ms=idle_timeout_ms, settle_s=settle_s)
+                                      idle_timeout_ms=idle_timeout_ms, settle_s=settle_s,
+                                      tail_bytes=tail_bytes, resume_id=resume_id)
     except BackendError as exc:
         raise DispatchError(exc, exc.message) from None
     thread_id = process.thread_id
@@ -251,12 +421,17 @@ def app_turn(slot: AppSlot, prompt: str, context: TurnContext, *,
     if output_schema is not None:
         params["outputSchema"] = output_schema
     try:
-        result = process.request("turn/start", params)
+        result = process.request("turn/start", params, turn=lines)
     except BackendError as exc:
         slot.release(process, lines)
         if exc.kind == "cli_exited":
             process.live.kill()
-        raise DispatchError(exc, exc.message) from None
+            process.live.wait_exited(settle_s)
+        reason = _with_process(exc, process, lines, "", thread_id)
+        raise DispatchError(reason, reason.message) from None
+    except BaseException:
+        slot.release(process, lines)  # never a process left claimed by a failed turn
+        raise
     turn = result.get("turn") if isinstance(result, dict) else None
     turn_id = turn.get("id") if isinstance(turn, dict) else None
     return _events(slot, process, lines, context, thread_id, turn_id, model,
@@ -270,6 +445,15 @@ def _events(slot: AppSlot, process: _AppProcess, lines: _Lines, context: TurnCon
     usage: dict[str, Any] | None = None
     before: dict[str, Any] | None = None  # the thread's totals before this turn
     interrupt_requested = False
+    text = TextAccumulator()
+
+    def diagnosed(event: Event) -> Event:
+        reason = event.data.get("reason")
+        if not isinstance(reason, BackendError):
+            return event
+        reason = _with_process(reason, process, lines, text.assembled(), thread_id)
+        return Event(event.kind, {**event.data, "reason": reason}, event.timestamp)
+
     try:
         context.checkpoint(thread_id)
         while True:
@@ -278,8 +462,23 @@ def _events(slot: AppSlot, process: _AppProcess, lines: _Lines, context: TurnCon
                 return
             if item is _EXIT:
                 settled = True
-                yield _ended(process, thread_id, context)
+                yield diagnosed(_ended(process, thread_id, context))
                 return
+            if isinstance(item, LineTooLong):
+                process.live.kill()
+                settled = True
+                message = (f"a {PROVIDER} stdout line of {item.size_bytes} bytes exceeds "
+                           f"max_line_bytes={item.limit_bytes}")
+                raw = {"size_bytes": item.size_bytes, "limit_bytes": item.limit_bytes}
+                reason = BackendError.new(PROVIDER, "line_too_long", raw, message=message)
+                yield diagnosed(Event("error", {"reason": reason, "session_id": thread_id},
+                                      monotonic_ms()))
+                return
+            if isinstance(item, _Replaced):
+                yield Event("codex.surrogates_replaced",
+                            {"count": item.count, "size_bytes": item.size_bytes},
+                            monotonic_ms())
+                continue
             method = item.get("method")
             if "id" in item:  # a request of the server: an approval
                 event, interrupt = _approval(process, item, context, permission_timeout_ms)
@@ -289,7 +488,10 @@ def _events(slot: AppSlot, process: _AppProcess, lines: _Lines, context: TurnCon
                 continue
             params = _dict(item.get("params"))
             if method == "item/completed":
-                yield from _item_events(params.get("item"))
+                for event in _item_events(params.get("item")):
+                    if event.kind == "text":
+                        text.add(event.data)
+                    yield event
             elif method == "thread/tokenUsage/updated":
                 token_usage = _dict(params.get("tokenUsage"))
                 last, total = _usage(_dict(token_usage.get("last"))), _usage(
@@ -309,7 +511,7 @@ def _events(slot: AppSlot, process: _AppProcess, lines: _Lines, context: TurnCon
                 settled = True
                 if usage is not None:
                     yield Event("usage", usage, monotonic_ms())
-                yield _terminal(turn, thread_id, model, interrupt_requested)
+                yield diagnosed(_terminal(turn, thread_id, model, interrupt_requested))
                 return
     finally:
         if not settled:

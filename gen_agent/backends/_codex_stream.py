@@ -27,10 +27,20 @@ from gen_agent.backends._jsonl import (
 from gen_agent.backends._option_checks import is_arg
 from gen_agent.event import Event
 
-__all__ = ["PROVIDER", "CodexStreamTranslator", "decode_line", "translate_lines", "usage_since"]
+__all__ = [
+    "PROVIDER", "THREAD_NOT_FOUND", "CodexStreamTranslator", "decode_line", "translate_lines",
+    "usage_since",
+]
 
 PROVIDER: Final = "codex"
 """The `provider` of every `BackendError` and result this backend makes."""
+
+THREAD_NOT_FOUND: Final = re.compile(
+    r"no rollout found for thread id|No saved session found with ID|thread/resume failed",
+    re.IGNORECASE,
+)
+"""What the CLI says when the thread it was asked to resume is gone: `codex exec resume` on
+stderr, `codex app-server` in the error answer to `thread/resume` (0.171.0)."""
 
 # Items that are tool activity: each becomes a tool_use and a tool_result with the whole item.
 _TOOL_ITEMS: Final = frozenset({"command_execution", "file_change", "mcp_tool_call", "web_search"})

@@ -9,6 +9,13 @@ After the first terminal event every further line produces nothing.
 `translate_line` decodes and translates one raw line (the live backend and recorded turns use
 it alike); `feed_lines` translates a recorded turn. No I/O anywhere.
 
+Escaped lone surrogates (`"\\ud800"`: valid JSON, which the CLIs' JavaScript writes for a
+string holding half of a UTF-16 pair) are not text msgspec can decode into a `str`: such a line
+is decoded once more with each lone surrogate replaced by U+FFFD (`repair_surrogates`), and its
+events follow a `<prefix>.surrogates_replaced` {count, size_bytes} event, so nothing of the
+line is lost and the replacement is on the turn's record. `decode_json` does the same for the
+lines a process layer routes itself.
+
 A translator may override `translate_raw` to decode the lines it knows into typed structs
 (faster than generic dicts) as long as the events are exactly those of `translate` on the
 generically decoded line; the generic decoder alone decides whether a line is JSON.
@@ -16,6 +23,9 @@ generically decoded line; the generic decoder alone decides whether a line is JS
 
 from __future__ import annotations
 
+import re
+import threading
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar, Final
 
@@ -26,9 +36,12 @@ from gen_agent.event import TERMINAL_KINDS, Event
 
 __all__ = [
     "LineTranslator",
+    "OutputTail",
+    "decode_json",
     "decode_line",
     "feed_lines",
     "no_result_error",
+    "repair_surrogates",
     "translate_line",
     "without_type",
 ]
@@ -40,6 +53,89 @@ _json_decoder = msgspec.json.Decoder()
 def decode_line(raw: bytes) -> Any:
     """Decode one stdout line with msgspec; raises `msgspec.DecodeError` if it is not JSON."""
     return _json_decoder.decode(raw)
+
+
+# An escaped backslash (consumed as a unit, so what follows it is not read as an escape), or
+# a \\u escape of a high surrogate (with the low one that completes it, if any), or of a low one.
+_SURROGATE_ESCAPE: Final = re.compile(
+    rb"\\\\|\\u([dD][89abAB][0-9a-fA-F]{2})(\\u[dD][c-fC-F][0-9a-fA-F]{2})?"
+    rb"|\\u[dD][c-fC-F][0-9a-fA-F]{2}")
+_LONE_ESCAPE_HINT: Final = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def repair_surrogates(raw: bytes) -> tuple[bytes, int]:
+    """`raw` (JSON text) with every escaped lone surrogate replaced by an escaped U+FFFD.
+
+    A `\\uD800`-`\\uDBFF` escape followed by a `\\uDC00`-`\\uDFFF` one is a pair (one
+    character) and kept; any other surrogate escape is replaced. Escaped backslashes are
+    respected (`\\\\ud800` is text, not an escape). Pure.
+
+    Returns:
+        `(text, count)`: the repaired JSON text and how many escapes were replaced (0: `raw`
+        itself).
+    """
+    if _LONE_ESCAPE_HINT.search(raw) is None:
+        return raw, 0
+    count = 0
+
+    def replace(match: re.Match[bytes]) -> bytes:
+        nonlocal count
+        text = match.group(0)
+        if text == b"\\\\" or match.group(2) is not None:
+            return text
+        count += 1
+        return b"\\ufffd"
+
+    repaired = _SURROGATE_ESCAPE.sub(replace, raw)
+    return repaired, count
+
+
+def decode_json(raw: bytes) -> Any:
+    """Decode one JSON line generically, escaped lone surrogates read as U+FFFD.
+
+    Raises:
+        msgspec.DecodeError: the line is not JSON, even repaired.
+    """
+    try:
+        return _json_decoder.decode(raw)
+    except msgspec.DecodeError:
+        repaired, count = repair_surrogates(raw)
+        if not count:
+            raise
+        return _json_decoder.decode(repaired)
+
+
+class OutputTail:
+    """The most recent lines of a stream, as text: at most `limit_bytes` bytes (UTF-8 of the
+    lines, the newlines between them included), for `Diagnostics.stdout_tail`. Thread-safe
+    (a reader thread adds, a turn reads)."""
+
+    __slots__ = ("_limit", "_lines", "_lock", "_size")
+
+    def __init__(self, limit_bytes: int) -> None:
+        self._limit = limit_bytes
+        self._lines: deque[bytes] = deque()
+        self._size = 0
+        self._lock = threading.Lock()
+
+    def add(self, raw: bytes) -> None:
+        """Keep `raw` (one line, without its newline), dropping the oldest past the bound."""
+        if self._limit <= 0:
+            return
+        line = raw[-self._limit :]
+        with self._lock:
+            self._lines.append(line)
+            self._size += len(line) + 1
+            while self._size - 1 > self._limit and len(self._lines) > 1:
+                self._size -= len(self._lines.popleft()) + 1
+
+    def value(self) -> str | None:
+        """The kept lines joined with newlines (invalid UTF-8 replaced), or None if none."""
+        with self._lock:
+            if not self._lines:
+                return None
+            data = b"\n".join(self._lines)
+        return data[-self._limit :].decode("utf-8", errors="replace")
 
 
 def without_type(line: Mapping[str, Any]) -> dict[str, Any]:
@@ -198,6 +294,15 @@ def _undecodable(
     # A blank line is not JSON either: checked only here, off the path of every line.
     if not raw.strip():
         return []
+    repaired, count = repair_surrogates(raw)
+    if count:
+        try:
+            events = translator.translate(_json_decoder.decode(repaired))
+        except msgspec.DecodeError:
+            pass  # not JSON for another reason as well
+        else:
+            data = {"count": count, "size_bytes": len(raw)}
+            return [Event.new(f"{translator._PREFIX}.surrogates_replaced", data), *events]
     if on_unparsed is not None:
         on_unparsed(raw)
     return [translator.unparsed(raw)]

@@ -42,7 +42,6 @@ text is `claude.subagent_text`; their tool events keep their kinds.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from typing import Any, Final
 
@@ -52,6 +51,7 @@ from gen_agent.backend import BackendError, SessionStartError, TurnContext
 from gen_agent.backends._claude_mcp import McpServer
 from gen_agent.backends._claude_stream import (
     PROVIDER,
+    SESSION_NOT_FOUND,
     ClaudeStreamTranslator,
     decode_line,
     translate_lines,
@@ -269,8 +269,9 @@ class ClaudeCLI(CLIBackend[ClaudeSession]):
         "no_session_persistence": "the backend resumes each next turn with --resume, which "
         "needs the CLI's session persistence",
     }
+    _ESCAPING_MODE = "mode='warm'"
     _RESUME_FIELD = "session_id"
-    _SESSION_NOT_FOUND = re.compile(r"No conversation found with session ID")
+    _SESSION_NOT_FOUND = SESSION_NOT_FOUND
 
     @classmethod
     def start_session(cls, opts: Any) -> ClaudeSession:
@@ -356,7 +357,10 @@ class ClaudeCLI(CLIBackend[ClaudeSession]):
             The argv (`list[str]`).
         """
         argv = cls.command(session, "")[:-2]  # the same flags, without `-- PROMPT`
+        # `--replay-user-messages`: the CLI echoes each prompt it takes (with the uuid we
+        # gave it), which tells our turns from the ones it runs by itself.
         argv[2:2] = ["--input-format", "stream-json"]
+        argv.insert(argv.index("--verbose") + 1, "--replay-user-messages")
         overrides = session.warm.overrides
         for key, flag in (("model", "--model"), ("permission_mode", "--permission-mode")):
             if key in overrides:
@@ -390,7 +394,10 @@ class ClaudeCLI(CLIBackend[ClaudeSession]):
             TypeError: `prompt` is not a str.
             DispatchError: a `BackendError` (`"cli_not_found"`, `"cwd_not_found"`,
                 `"cli_not_executable"`, `"spawn_failed"`, `"cli_exited"` when a new process
-                died before it took the prompt, or, per-turn, `"argument_list_too_long"`).
+                died before it took the prompt, `"session_not_found"` when the session to
+                resume does not exist, or, per-turn, `"argument_list_too_long"` and
+                `"invalid_request"`: a NUL or lone surrogate, which warm mode sends
+                escaped).
 
         Mirrors: `prompt/3` (contract §7.1, §7.6; docs: the backend guide).
         """
@@ -435,7 +442,9 @@ class ClaudeCLI(CLIBackend[ClaudeSession]):
         events = warm_turn(
             session.warm, prompt, context, spawn=spawn, idle_timeout_ms=o.idle_timeout_ms,
             interrupt_grace_ms=o.interrupt_grace_ms,
-            permission_timeout_ms=o.permission_timeout_ms, mcp=mcp, json_schema=schema)
+            permission_timeout_ms=o.permission_timeout_ms, mcp=mcp, json_schema=schema,
+            resume_id=session.session_id, tail_bytes=o.stderr_tail_bytes,
+            stream_partial=o.include_partial_messages)
         return events, session
 
     @classmethod
@@ -521,6 +530,10 @@ class ClaudeCLI(CLIBackend[ClaudeSession]):
             raise BackendError.new(PROVIDER, "control_failed", answer,
                                    message=error if isinstance(error, str) else
                                    f"{request['subtype']} got no answer")
+
+    @classmethod
+    def _prompt_in_argv(cls, session: ClaudeSession) -> bool:
+        return session.options.mode == "per_turn"  # warm: a stdin JSON line
 
     @classmethod
     def _new_session(cls, options: Any, cli: str) -> ClaudeSession:

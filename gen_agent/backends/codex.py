@@ -53,7 +53,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import tempfile
 import weakref
 from collections.abc import Iterator, Mapping
@@ -66,6 +65,7 @@ from gen_agent.backends._cli import CLI_CHECKS, CLIBackend, CLIOptions, CLISessi
 from gen_agent.backends._codex_app import AppSlot, app_turn
 from gen_agent.backends._codex_stream import (
     PROVIDER,
+    THREAD_NOT_FOUND,
     CodexStreamTranslator,
     translate_lines,
 )
@@ -292,11 +292,9 @@ class CodexCLI(CLIBackend[CodexSession]):
         "ephemeral": "the backend resumes each next turn from the thread the CLI saved, which "
         "--ephemeral turns off",
     }
+    _ESCAPING_MODE = "mode='app_server'"
     _RESUME_FIELD = "thread_id"
-    _SESSION_NOT_FOUND = re.compile(
-        r"no rollout found for thread id|No saved session found with ID|thread/resume failed",
-        re.IGNORECASE,
-    )
+    _SESSION_NOT_FOUND = THREAD_NOT_FOUND
 
     @classmethod
     def command(cls, session: CodexSession, prompt: str) -> list[str]:
@@ -410,7 +408,8 @@ class CodexCLI(CLIBackend[CodexSession]):
             resume_id=session.thread_id, model=model, idle_timeout_ms=o.idle_timeout_ms,
             interrupt_grace_ms=o.interrupt_grace_ms,
             permission_timeout_ms=o.permission_timeout_ms,
-            output_schema=None if output is None else strict_schema_of(output))
+            output_schema=None if output is None else strict_schema_of(output),
+            tail_bytes=o.stderr_tail_bytes)
         return events, session
 
     @classmethod
@@ -491,6 +490,10 @@ class CodexCLI(CLIBackend[CodexSession]):
         return CodexStreamTranslator(
             o.model if o.model is not None else _configured_model(o),
             thread_usage=session.thread_usage if session.thread_id is not None else None)
+
+    @classmethod
+    def _prompt_in_argv(cls, session: CodexSession) -> bool:
+        return session.options.mode != "app_server"  # app-server: a stdin JSON-RPC line
 
     @classmethod
     def _check_prompt(cls, prompt: str) -> None:

@@ -4,8 +4,9 @@ The Claude Code CLI (`--input-format stream-json`) and Codex (`codex app-server`
 process per conversation and take turn after turn on its stdin. This module holds what both
 share:
 
-- the records a warm process hands to the agent's `handle_info` (`WarmOutput`, `WarmExited`),
-  for output that arrives while no turn of the agent is running; never part of a turn;
+- the records a warm process hands to the agent's `handle_info` (`WarmOutput`, `WarmExited`,
+  `UnrequestedTurn`), for output that belongs to no turn the agent asked for (arriving
+  between turns, or a turn the CLI ran by itself); never part of a turn;
 - `Slot`: the acquire/release bookkeeping of a session's one live process (which turn owns
   it, waiting for the previous turn to settle, closing);
 - `LiveProcess`: one CLI child with a stdin pipe and a reader thread that routes every stdout
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import json
 import threading
 import time
 from collections.abc import Callable
@@ -46,6 +48,7 @@ __all__ = [
     "Slot",
     "SlotProcess",
     "TurnQueue",
+    "UnrequestedTurn",
     "WarmExited",
     "WarmOutput",
     "live_processes",
@@ -220,8 +223,121 @@ class WarmExited(msgspec.Struct, frozen=True, kw_only=True):
     stderr_tail: str
 
 
+class UnrequestedTurn(msgspec.Struct, frozen=True, kw_only=True):
+    """`handle_info` record: a whole turn the CLI ran that no ask of the agent asked for.
+
+    The Claude Code CLI runs a turn of its own when a background task (a `Bash` command run
+    in the background, a background agent) finishes: the model is told, and answers. Such a
+    turn, and any other turn whose prompt the agent did not write (matched by the prompt's
+    uuid, see `docs/pages/backends/claude.md`), never becomes a caller's answer: its lines
+    become this one record, sent when its `result` arrives (or, unfinished, when the process
+    ends). Codex app-server: the notifications of a turn id other than the running turn's.
+    Buffered while the agent runs a turn, like any info message; dropped (debug log) when
+    the agent defines no `handle_info`.
+
+    Fields:
+        backend: the provider (`"claude"`, `"codex"`).
+        pid: the CLI's process id.
+        session_id: the session (thread) it ran in, or None when its lines named none.
+        turn_id: the provider's id of that turn (Codex), or None.
+        text: its assistant text (the result's text when it has one), at most
+            `stderr_tail_bytes` bytes of UTF-8 (the beginning kept).
+        truncated: whether `text` was cut to that bound.
+        is_error: whether it ended in a failure (a `result` with `is_error`, a failed turn).
+        cost_usd: what it cost (US dollars; the CLI's running total grew by this much), or
+            None when unknown; also added to the session's totals.
+        usage: its token counts, or None.
+        complete: False when it had not ended when the process ended.
+        lines: how many stdout lines it had (count).
+        size_bytes: their total size (bytes).
+    """
+
+    backend: str
+    pid: int
+    session_id: str | None = None
+    turn_id: str | None = None
+    text: str = ""
+    truncated: bool = False
+    is_error: bool = False
+    cost_usd: float | None = None
+    usage: dict[str, Any] | None = None
+    complete: bool = True
+    lines: int = 0
+    size_bytes: int = 0
+
+
+class UnrequestedLines:
+    """Collects the lines of one turn nobody asked for into an `UnrequestedTurn`: a count, a
+    size and its text up to `text_limit_bytes` (bounded memory, whatever the turn's size).
+    Reader thread only."""
+
+    __slots__ = ("_limit", "_parts", "_size_text", "lines", "session_id", "size_bytes",
+                 "truncated", "turn_id")
+
+    def __init__(self, text_limit_bytes: int, turn_id: str | None = None) -> None:
+        self._limit = text_limit_bytes
+        self._parts: list[str] = []
+        self._size_text = 0
+        self.truncated = False
+        self.lines = 0
+        self.size_bytes = 0
+        self.session_id: str | None = None
+        self.turn_id = turn_id
+
+    def add(self, size_bytes: int, *, session_id: Any = None, text: Any = None) -> None:
+        """Count one line of `size_bytes` bytes; keep its session id and text, if any."""
+        self.lines += 1
+        self.size_bytes += size_bytes
+        if isinstance(session_id, str) and session_id:
+            self.session_id = session_id
+        if isinstance(text, str) and text:
+            self.add_text(text)
+
+    def add_text(self, text: str) -> None:
+        room = self._limit - self._size_text
+        if room <= 0:
+            self.truncated = True
+            return
+        encoded = text.encode("utf-8", errors="replace")
+        if len(encoded) > room:
+            text = encoded[:room].decode("utf-8", errors="ignore")
+            self.truncated = True
+        self._parts.append(text)
+        self._size_text += len(text.encode("utf-8", errors="replace"))
+
+    @property
+    def text(self) -> str:
+        return "".join(self._parts)
+
+    def record(self, backend: str, pid: int, *, final_text: Any = None, is_error: bool = False,
+               cost_usd: float | None = None, usage: dict[str, Any] | None = None,
+               complete: bool = True) -> UnrequestedTurn:
+        """The record of the lines seen so far; `final_text` (the result's text, when it has
+        one) replaces the collected text."""
+        text, truncated = self.text, self.truncated
+        if isinstance(final_text, str) and final_text:
+            self._parts, self._size_text, self.truncated = [], 0, False
+            self.add_text(final_text)
+            text, truncated = self.text, self.truncated
+        return UnrequestedTurn(
+            backend=backend, pid=pid, session_id=self.session_id, turn_id=self.turn_id,
+            text=text, truncated=truncated, is_error=is_error, cost_usd=cost_usd,
+            usage=usage or None, complete=complete, lines=self.lines,
+            size_bytes=self.size_bytes)
+
+
 _EXIT = object()
 """The item a reader routes when stdout ended (the process is gone or going)."""
+
+
+def encode_json_line(encoder: msgspec.json.Encoder, value: Any) -> bytes:
+    """`value` as one JSON line (with its newline): msgspec's encoding, or, for a value
+    holding a lone surrogate (which has no UTF-8 form), the standard library's with every
+    non-ASCII character escaped (`\\ud800`), which the CLIs read as the same string."""
+    try:
+        return encoder.encode(value) + b"\n"
+    except UnicodeEncodeError:
+        return json.dumps(value, ensure_ascii=True, separators=(",", ":")).encode() + b"\n"
 
 
 class LiveProcess:
@@ -284,10 +400,13 @@ class LiveProcess:
     def write_json(self, value: Any) -> None:
         """Write `value` as one JSON line to the CLI's stdin.
 
+        Any `str` is carried: one holding a lone surrogate is sent escaped (see
+        `encode_json_line`).
+
         Raises:
             BrokenPipeError / OSError: the CLI is gone (or its stdin was closed).
         """
-        self.child.write(self._encoder.encode(value) + b"\n")
+        self.child.write(encode_json_line(self._encoder, value))
 
     def mark_busy(self, busy: bool) -> None:
         """A turn starts (True) or ends (False); idle processes get the idle timeout."""

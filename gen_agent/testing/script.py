@@ -11,6 +11,7 @@ Mirrors: nothing in the Elixir original (its tests stub HTTP).
 from __future__ import annotations
 
 import itertools
+import json
 import re
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -297,7 +298,7 @@ class _Writer:
         return seconds <= 0 or not self._closing.wait(seconds)
 
     def send_json(self, status: int, payload: Any, headers: Iterable[tuple[str, str]] = ()) -> None:
-        body = msgspec.json.encode(payload)
+        body = _encode(payload)
         handler = self._handler
         handler.send_response(status)
         handler.send_header("content-type", "application/json")
@@ -322,7 +323,7 @@ class _Writer:
         self._streaming = True
 
     def send_event(self, event: str, data: Any) -> None:
-        frame = b"event: " + event.encode() + b"\ndata: " + msgspec.json.encode(data) + b"\n\n"
+        frame = b"event: " + event.encode() + b"\ndata: " + _encode(data) + b"\n\n"
         self._chunk(frame)
 
     def end_stream(self) -> None:
@@ -343,3 +344,12 @@ class _Protocol:
 
     def __init__(self, server: ScriptedModelServer) -> None:
         self.server = server
+
+
+def _encode(payload: Any) -> bytes:
+    """JSON of `payload`; a scripted text holding a lone surrogate (no UTF-8 form) is sent
+    escaped (`\\ud800`), as a provider's JSON may carry it."""
+    try:
+        return msgspec.json.encode(payload)
+    except UnicodeEncodeError:
+        return json.dumps(payload, ensure_ascii=True, separators=(",", ":")).encode()

@@ -73,6 +73,7 @@ def test_the_recorded_mcp_session_replays_byte_exactly(fake: FakeWarm):
     assert [x["got"] for x in replayed] == [x["expected"] for x in replayed]
     answers = [json.loads(x["got"])["response"]["response"]["mcp_response"]
                for x in replayed if '"mcp_response"' in x["got"]]
+    assert [json.loads(x["got"])["type"] for x in replayed].count("user") == 2
     assert answers[-2]["result"] == {"content": [{"type": "text", "text": "42-violet"}]}
     assert answers[-1]["result"] == {"content": [{"type": "text", "text": "no, not that key"}],
                                      "isError": True}
@@ -314,3 +315,24 @@ def test_a_call_past_its_timeout_and_a_cancelled_call_are_error_results():
     canceller.join(5)
     assert answer["result"]["content"][0]["text"] == "cancelled"
     assert answer["result"]["isError"] is True
+
+
+def test_a_tool_result_holding_a_nul_is_sent_escaped_a_lone_surrogate_is_refused(
+        fake: FakeWarm):
+    @tool
+    def nul() -> str:
+        """Return text with a NUL, which JSON carries escaped."""
+        return "a \x00 nul"
+
+    @tool
+    def odd() -> str:
+        """Return text with a lone surrogate, which no UTF-8 wire carries."""
+        return "half \ud800"
+
+    start(fake, backend={"tools": [nul, odd]})
+    assert ask("pytool nul").text == "tool said a \x00 nul"
+    # As on every backend (gen_agent.tools): an error result for the model, not a crash.
+    assert ask("pytool odd").text == ("tool said tool result cannot be encoded: a lone "
+                                      "surrogate (U+D800), which UTF-8 cannot encode")
+    assert ask("hello after").text == "echo: hello after"  # nothing crashed, nothing claimed
+    gen_agent.stop("w")

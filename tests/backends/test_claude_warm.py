@@ -401,38 +401,46 @@ def test_a_prompt_larger_than_the_pipe_buffer(fake: FakeWarm):
 # -- the recorded sessions of the real CLI, replayed ------------------------------------------
 
 
+def stdin_types(fake: FakeWarm) -> list[str]:
+    """The types of the lines we wrote, as the replaying fake read them."""
+    return [json.loads(x["got"])["type"] for x in fake.replayed()]
+
+
 def test_the_recorded_permission_session_replays_allow_then_deny(fake: FakeWarm):
     answers = [Allow(), Deny("not allowed by the agent")]
     start(fake, module=Permitting, permit=lambda r, s: answers.pop(0),
           backend={"env": {"FAKE_CLAUDE_REPLAY": str(RECORDED / "permission.jsonl")}})
     first, second = ask("run it"), ask("run it again")
-    # Our stdin lines are the recorded client's: initialize, the prompt, the allow answer...
+    # Our stdin lines are the recorded client's, byte for byte: initialize, the prompt (with
+    # its uuid), the allow answer...
     assert [(x["expected"] == x["got"]) for x in fake.replayed()] == [True] * 5
-    assert [x["got"][0] for x in fake.replayed()] == [
+    assert stdin_types(fake) == [
         "control_request", "user", "control_response", "user", "control_response"]
     assert first.text == second.text == "The command printed tool-ran."
     assert [e.data["decision"] for e in first.events if e.kind == "permission"] == ["allow"]
     assert [e.data["decision"] for e in second.events if e.kind == "permission"] == ["deny"]
     denied = next(e for e in second.events if e.kind == "tool_result")
     assert denied.data["is_error"] is True
-    # total_cost_usd is the running total: 0.001025, then 0.00205.
-    assert first.cost_usd == pytest.approx(0.001025)
-    assert second.cost_usd == pytest.approx(0.00205 - 0.001025)
-    assert second.extra["process_cost_usd"] == pytest.approx(0.00205)
+    # total_cost_usd is the running total: 0.00021, then 0.00042.
+    assert first.cost_usd == pytest.approx(0.00021)
+    assert second.cost_usd == pytest.approx(0.00042 - 0.00021)
+    assert second.extra["process_cost_usd"] == pytest.approx(0.00042)
     gen_agent.stop("w")
 
 
 def test_the_recorded_interrupt_session_replays(fake: FakeWarm):
     start(fake, backend={"env": {"FAKE_CLAUDE_REPLAY": str(RECORDED / "interrupt.jsonl")}})
     caller, outcome = in_background("slow one")
-    wait_text("session")  # the CLI's init line of that turn
+    # The CLI echoes a prompt only with its turn's first message (here: after the
+    # interrupt), so the turn is interrupted once its prompt was written.
+    assert wait_until(lambda: len(fake.replayed()) == 2, WAIT_S)
     gen_agent.interrupt("w")
     assert outcome.get(timeout=WAIT_S).reason == "interrupted"
     caller.join(WAIT_S)
     second = ask("next")
-    assert second.text == "Hello from the slow loopback model."  # not "Hello " of turn 1
-    assert [x["got"] for x in fake.replayed()] == [
-        ["control_request", "initialize"], ["user", "slow one"],
-        ["control_request", "interrupt"], ["user", "next"]]
-    assert second.cost_usd == pytest.approx(0.000235)
+    assert second.text == "Hello from the slow loopback model."
+    assert [x["expected"] == x["got"] for x in fake.replayed()] == [True] * 4
+    assert stdin_types(fake) == ["control_request", "user", "control_request", "user"]
+    assert json.loads(fake.replayed()[2]["got"])["request"] == {"subtype": "interrupt"}
+    assert second.cost_usd == pytest.approx(0.000141)
     gen_agent.stop("w")

@@ -7,6 +7,7 @@ answers the next ask."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -325,4 +326,128 @@ def test_malformed_and_blank_lines_are_visible_and_the_turn_goes_on(
     assert unparsed == [{"size_bytes": len(first), "line": first},
                         {"size_bytes": 12, "line": "\ufffd\ufffd not utf-8"}]
     assert agent.ask("again", timeout=WAIT_S).text == "you said: again"
+    gen_agent.stop(name)
+
+
+# -- what a CLI prints that is not JSON ------------------------------------------------------
+
+
+@pytest.mark.parametrize(("backend", "fake_name"),
+                         [(ClaudeCLI, "fake_claude"), (CodexCLI, "fake_codex")])
+def test_plain_text_before_an_exit_without_result_is_kept_bounded_on_the_error(
+    request: pytest.FixtureRequest, backend: Any, fake_name: str
+) -> None:
+    fake = request.getfixturevalue(fake_name)
+    fake.script("plain_then_exit", "plain_then_exit", "echo")
+    name = f"plain-{fake_name}"
+    agent = start(name, backend, fake)
+
+    reason = failed(agent)
+
+    assert reason.kind == "no_result"
+    assert reason.diagnostics.stdout_tail == (
+        "Invalid API key · Please run /login\n(no result follows)")
+    assert reason.diagnostics.exit_code == 1
+    assert "Invalid" not in str(reason) and "Invalid" not in repr(reason)
+    gen_agent.stop(name)
+    # Bounded like stderr_tail: the most recent bytes only.
+    agent = start(name, backend, fake, stderr_tail_bytes=12)
+    assert failed(agent).diagnostics.stdout_tail == "ult follows)"
+    assert agent.ask("again", timeout=WAIT_S).text == "you said: again"
+    gen_agent.stop(name)
+
+
+# -- the real CLI's answer to a dead --resume, per turn ---------------------------------------
+
+RECORDED_PER_TURN = (Path(__file__).resolve().parent.parent / "fixtures" / "claude-cli"
+                     / "per_turn" / "dead_resume.jsonl")
+
+
+def test_the_real_clis_dead_resume_result_line_is_session_not_found(
+        fake_claude: FakeClaude) -> None:
+    """claude 2.1.197 answers a dead `--resume` with a `result` line naming the error
+    (`errors`), then the same on stderr and exit 1 (recorded)."""
+    fake_claude.script("recorded")
+    dead = "0badbadb-0000-4000-8000-000000000000"
+    agent = start("dead-real", ClaudeCLI, fake_claude, session_id=dead,
+                  env={"FAKE_CLAUDE_RECORDING": str(RECORDED_PER_TURN)})
+
+    reason = failed(agent)
+
+    assert (reason.kind, reason.retryable) == ("session_not_found", False)
+    assert reason.diagnostics.session_id is None
+    assert dead in (reason.diagnostics.stderr_tail or "")
+    assert gen_agent.backend_session("dead-real").session_id is None
+    assert agent._handle.session_id is None
+    answer = agent.ask("hello again", timeout=WAIT_S)
+    assert answer.text == "Fresh start."
+    assert "--resume" not in fake_claude.calls()[1]["argv"]
+    gen_agent.stop("dead-real")
+
+
+# -- prompts a command line cannot carry -------------------------------------------------------
+
+
+@pytest.mark.parametrize(("backend", "fake_name"),
+                         [(ClaudeCLI, "fake_claude"), (CodexCLI, "fake_codex")])
+@pytest.mark.parametrize(("prompt", "what", "index"), [
+    ("ab\x00cd", "a NUL character", 2), ("x\ud800y", "a lone surrogate U+D800", 1),
+    ("\udcff", "a lone surrogate U+DCFF", 0)])
+def test_the_client_refuses_an_argv_prompt_naming_the_position_before_queuing(
+    request: pytest.FixtureRequest, backend: Any, fake_name: str, prompt: str, what: str,
+    index: int,
+) -> None:
+    fake = request.getfixturevalue(fake_name)
+    name = f"argv-{fake_name}"
+    agent = start(name, backend, fake)
+    with pytest.raises(ValueError) as ask_error:
+        agent.ask(prompt, timeout=WAIT_S)
+    message = str(ask_error.value)
+    assert message.startswith("ask: ") and f"{what} at index {index}" in message
+    with pytest.raises(ValueError, match=r"^tell: "):
+        gen_agent.tell(name, prompt)
+    assert fake.calls() == []  # nothing was queued, nothing ran
+    assert gen_agent.status(name).queued == 0
+    assert agent.ask("fine", timeout=WAIT_S).text == "you said: fine"
+    gen_agent.stop(name)
+
+
+class Rewriting(Agent):
+    """Follows every reply once with a prompt holding a NUL (made by a callback)."""
+
+    def init_agent(self, opts: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+        self.errors = opts["errors"]
+        return opts["backend_opts"], {"done": False}
+
+    def handle_response(self, ref: Any, response: Any, state: Any) -> Any:
+        if state["done"]:
+            return gen_agent.NoReply(state)
+        return gen_agent.Prompt("follow \x00 up", {"done": True})
+
+    def handle_error(self, ref: Any, reason: Any, state: Any) -> Any:
+        self.errors.put(reason)
+        return gen_agent.NoReply(state)
+
+
+@pytest.mark.parametrize(("backend", "fake_name"),
+                         [(ClaudeCLI, "fake_claude"), (CodexCLI, "fake_codex")])
+def test_a_callback_made_argv_prompt_fails_its_turn_through_handle_error(
+    request: pytest.FixtureRequest, backend: Any, fake_name: str
+) -> None:
+    import queue
+
+    fake = request.getfixturevalue(fake_name)
+    errors: queue.Queue[Any] = queue.Queue()
+    name = f"cb-{fake_name}"
+    agent = gen_agent.start_agent(Rewriting, name=name, backend=backend,
+                                  backend_opts=fake.options(), errors=errors)
+    assert agent.ask("first", timeout=WAIT_S).text == "you said: first"
+
+    reason = errors.get(timeout=WAIT_S)
+
+    assert isinstance(reason, BackendError)  # never ("task_crashed", ...)
+    assert (reason.kind, reason.provider) == ("invalid_request", backend._PROVIDER)
+    assert "a NUL character at index 7" in (reason.message or "")
+    assert len(fake.calls()) == 1  # the follow-up never started a process
+    assert agent.ask("second", timeout=WAIT_S).text == "you said: second"
     gen_agent.stop(name)

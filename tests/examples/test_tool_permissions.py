@@ -28,3 +28,17 @@ def test_the_gatekeeper_allows_touch_and_denies_rm(capsys):
         "Bash: allow -> I created notes.txt. (notes.txt exists: True)",
         "Bash: deny -> I was not allowed to clean up. (notes.txt exists: True)",
     ]
+
+
+slow = load_example("guide/slow_permission")
+
+
+def test_a_slow_review_runs_off_the_agent_thread_and_the_tool_runs_after_it(capsys):
+    assert CLI is not None
+    slow.main(["--cli-path", CLI])
+    assert capsys.readouterr().out.splitlines() == [
+        "agent: I asked for approval and will wait for the verdict.",
+        "reviewer: asked about `rm -rf ./build`; agent idle",
+        "agent: The build folder is gone.",
+        "build folder exists: False",
+    ]

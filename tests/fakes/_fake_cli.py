@@ -50,6 +50,12 @@ def hang() -> NoReturn:
         time.sleep(3600)
 
 
+def plain_then_exit(argv: list[str]) -> None:
+    """A CLI that cannot start: plain text (not JSON) on stdout, then exit 1."""
+    write("Invalid API key · Please run /login\n(no result follows)\n".encode())
+    sys.exit(1)
+
+
 def ignoring_term(scenario: Scenario) -> Scenario:
     """`scenario`, with SIGTERM ignored (only SIGKILL ends it)."""
 

@@ -20,6 +20,7 @@ from _fake_cli import (
     ignoring_term,
     line,
     pause,
+    plain_then_exit,
     run,
     start_helper,
     write,
@@ -305,6 +306,7 @@ def malformed_lines(argv: list[str]) -> None:
 
 SCENARIOS = {
     "echo": echo,
+    "plain_then_exit": plain_then_exit,
     "rich_turn": rich_turn,
     "schema_echo": schema_echo,
     "split_line": split_line,

@@ -19,6 +19,7 @@ from _fake_cli import (
     ignoring_term,
     line,
     pause,
+    plain_then_exit,
     run,
     start_helper,
     write,
@@ -350,6 +351,26 @@ def malformed_lines(argv: list[str]) -> None:
           + b"\xff\xfe not utf-8\n" + assistant(sid, "still fine") + result(sid, "still fine"))
 
 
+def recorded(argv: list[str]) -> None:
+    # Replays a recorded per-turn session (`$FAKE_CLAUDE_RECORDING`, from
+    # tests/fixtures/recorder/record.py): this invocation's stdout lines, stderr and exit.
+    import json
+
+    directory = os.environ["FAKE_CLAUDE_DIR"]
+    with open(os.path.join(directory, "calls.jsonl")) as calls:
+        invocation = sum(1 for _ in calls) - 1
+    with open(os.environ["FAKE_CLAUDE_RECORDING"]) as recording:
+        records = [json.loads(x) for x in recording if x.strip()]
+    for record in records:
+        if record.get("process") != invocation:
+            continue
+        if record["dir"] == "stdout":
+            write(line(record["line"]))
+        elif record["dir"] == "exit":
+            write(record["stderr"].encode(), ERR)
+            sys.exit(record["code"])
+
+
 SCENARIOS = {
     "echo": echo,
     "split_line": split_line,
@@ -378,6 +399,8 @@ SCENARIOS = {
     "hang_with_output": hang_with_output,
     "hang_silent": hang_silent,
     "malformed_lines": malformed_lines,
+    "plain_then_exit": plain_then_exit,
+    "recorded": recorded,
 }
 
 

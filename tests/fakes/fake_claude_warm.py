@@ -7,12 +7,27 @@ Reads stdin lines; answers `initialize` and `interrupt` control requests; plays 
 
 - `hello ...`: init, an assistant text "echo: <prompt>", a `result` whose `total_cost_usd`
   is the running total (+0.25 per turn);
-- `tool ...`: a `can_use_tool` request for Bash; then a tool_result saying "allowed" or the
-  denial message, and a result (with `interrupt`, a result error_during_execution instead);
+- `tool ...`: a `can_use_tool` request for Bash (its answer appended to
+  `$FAKE_CLAUDE_DIR/answers.jsonl`); then a tool_result saying "allowed" or the denial
+  message, and a result (with `interrupt`, a result error_during_execution instead);
 - `slow ...`: init, then waits; an `interrupt` ends it with `error_during_execution`;
 - `stuck ...`: like slow, but acknowledges the interrupt and never ends the turn;
 - `die ...`: init, then exits with status 3 mid-turn;
 - `stray ...`: like hello, then one more `system` line after the result (no turn running).
+- `background ...`: like hello, then a turn of its own (a background task's: a
+  `task_notification`, init, an assistant text "background done", a result).
+- `race ...`: like hello, then a `task_notification`; the turn of its own that follows is
+  played only once the next prompt arrived (before that prompt's turn): the order the real
+  CLI shows when a prompt is written just as a background task's turn starts.
+- `sneak ...`: like `race`, without the notification (a turn of its own nobody announced).
+- `garbled ...`: two lines of plain text on stdout, then exits 1 without a result.
+- `surrogate ...`: an assistant text and result holding an escaped lone surrogate
+  (`"\ud800"`, as the CLI's JSON.stringify writes one).
+- `/cost`: a local command: no echo, a synthetic assistant line, a result with
+  `num_turns: 0`.
+
+With `--replay-user-messages` (as the backend starts it), each `user` line is echoed right
+after the turn's init line, with its `uuid` and `isReplay: true`, as the real CLI does.
 - `pytool NAME ...`: init, a tool_use of `mcp__gen_agent__NAME` and an `mcp_message`
   `tools/call` of NAME (no arguments); the answer's text becomes the tool_result; an answer
   "cancelled" then waits for the interrupt (as `slow`), any other ends "tool said TEXT".
@@ -22,10 +37,16 @@ Reads stdin lines; answers `initialize` and `interrupt` control requests; plays 
 Exits at EOF on stdin. Every start appends `{"argv", "pid"}` to `$FAKE_CLAUDE_DIR/calls.jsonl`.
 
 With `FAKE_CLAUDE_REPLAY` naming a recorded session (tests/fixtures/claude-cli/warm/*.jsonl),
-it replays that instead: prints each recorded stdout line, and at each recorded stdin line
-reads one line and appends `{"expected", "got"}` (the line's type and its subtype, behavior or
-content; or, for a record holding `"raw"`, the whole line as written, byte for byte) to
-`$FAKE_CLAUDE_DIR/replay.jsonl`; at the end of the recording it waits for EOF.
+it replays that instead: prints each recorded stdout line (its `"raw"` text when the record
+has one, byte for byte), and at each recorded stdin line reads one line and appends
+`{"expected", "got"}` (the line's type and its subtype, behavior or content; or, for a record
+holding `"raw"`, the whole line as written, byte for byte, our prompt uuid read as the
+recorded one) to `$FAKE_CLAUDE_DIR/replay.jsonl`; the uuid of each prompt read replaces the
+recorded one in the stdout lines that follow (the echo). A stdin record marked `undelivered`
+(the real CLI had exited) is skipped; an `exit` record writes its `stderr` and exits with its
+`code` (negative: killed by that signal). A recording of several processes numbers its
+records (`process`): invocation N replays process N. At the end of its records a process
+waits for EOF.
 Only the standard library.
 """
 
@@ -38,6 +59,7 @@ import time
 
 SESSION = "warm-session-0001"
 cost = 0.0
+current: dict[str, object] = {}  # the user line whose turn is playing
 
 
 def out(obj: object) -> None:
@@ -53,6 +75,8 @@ def session_id() -> str:
 def init() -> None:
     out({"type": "system", "subtype": "init", "session_id": session_id(),
          "model": "fake-model", "tools": ["Bash"], "permissionMode": "default"})
+    if "--replay-user-messages" in sys.argv and current:
+        out({**current, "session_id": session_id(), "isReplay": True})
 
 
 def assistant(content: list[dict[str, object]]) -> None:
@@ -61,12 +85,26 @@ def assistant(content: list[dict[str, object]]) -> None:
                      "role": "assistant", "content": content}})
 
 
-def result(text: str, *, subtype: str = "success", add: float = 0.25) -> None:
+def result(text: str, *, subtype: str = "success", add: float = 0.25, turns: int = 1) -> None:
     global cost
     cost += add
     out({"type": "result", "subtype": subtype, "is_error": subtype != "success",
-         "result": text, "session_id": session_id(), "total_cost_usd": cost, "num_turns": 1,
+         "result": text, "session_id": session_id(), "total_cost_usd": cost, "num_turns": turns,
          "usage": {"input_tokens": 10, "output_tokens": 5}})
+
+
+def own_turn() -> None:
+    """A turn of its own (a background task finished): no user line, no echo."""
+    global current
+    current = {}
+    init()
+    assistant([{"type": "text", "text": "background done"}])
+    result("background done", add=0.5)
+
+
+def notification() -> None:
+    out({"type": "system", "subtype": "task_notification", "task_id": "bg1",
+         "status": "completed", "session_id": session_id()})
 
 
 def read() -> dict[str, object] | None:
@@ -113,6 +151,8 @@ def tool_turn() -> None:
         if message.get("type") == "control_request":
             ack(message)
     answer = message["response"]["response"]  # type: ignore[index]
+    with open(os.path.join(os.environ["FAKE_CLAUDE_DIR"], "answers.jsonl"), "a") as log:
+        log.write(json.dumps(answer) + "\n")  # what the permission request was answered
     if answer["behavior"] == "allow":
         content, is_error = f"allowed: {answer['updatedInput']['command']}", False
     else:
@@ -186,20 +226,49 @@ def shape(message: dict) -> list[object]:
     return [kind]
 
 
-def replay(path: str, directory: str) -> None:
+def replay(path: str, directory: str, invocation: int) -> None:
     with open(path) as recording:
         records = [json.loads(x) for x in recording if x.strip()]
+    records = [r for r in records if r.get("process", 0) == invocation]
+    uuids: dict[str, str] = {}  # recorded prompt uuid -> the one we got
+
+    def mapped(text: str) -> str:
+        for recorded, got in uuids.items():
+            text = text.replace(recorded, got)
+        return text
+
     for record in records:
         if record["dir"] == "stdout":
-            out(record["line"])
+            text = record["raw"] if "raw" in record else json.dumps(record["line"])
+            sys.stdout.write(mapped(text) + "\n")
+            sys.stdout.flush()
             continue
+        if record["dir"] == "exit":
+            sys.stderr.write(record.get("stderr", ""))
+            sys.stderr.flush()
+            code = record["code"]
+            if code < 0:
+                os.kill(os.getpid(), -code)
+            sys.exit(code)
+        if record["dir"] != "stdin" or record.get("undelivered"):
+            continue  # a `start` record, or a line the real CLI never got
         raw = sys.stdin.readline()
         if not raw:
             sys.exit(0)
+        got = json.loads(raw)
+        recorded = record.get("line")
+        if recorded is None:
+            recorded = json.loads(record["raw"])
+        expected_uuid = recorded.get("uuid") if isinstance(recorded, dict) else None
+        if isinstance(expected_uuid, str) and isinstance(got.get("uuid"), str):
+            uuids[expected_uuid] = got["uuid"]
         if "raw" in record:  # a byte-exact recording of what the client wrote
-            entry = {"expected": record["raw"], "got": raw.rstrip("\n")}
+            as_recorded = raw.rstrip("\n")
+            for recorded, ours in uuids.items():
+                as_recorded = as_recorded.replace(ours, recorded)
+            entry = {"expected": record["raw"], "got": as_recorded}
         else:
-            entry = {"expected": shape(record["line"]), "got": shape(json.loads(raw))}
+            entry = {"expected": shape(recorded), "got": shape(got)}
         with open(os.path.join(directory, "replay.jsonl"), "a") as log:
             log.write(json.dumps(entry) + "\n")
     while True:
@@ -207,13 +276,18 @@ def replay(path: str, directory: str) -> None:
 
 
 def main() -> None:
+    global current
     directory = os.environ.get("FAKE_CLAUDE_DIR")
+    invocation = 0
     if directory:
-        with open(os.path.join(directory, "calls.jsonl"), "a") as calls:
+        with open(os.path.join(directory, "calls.jsonl"), "a+") as calls:
+            calls.seek(0)
+            invocation = sum(1 for _ in calls)
             calls.write(json.dumps({"argv": sys.argv[1:], "pid": os.getpid()}) + "\n")
     recording = os.environ.get("FAKE_CLAUDE_REPLAY")
     if recording and directory:
-        replay(recording, directory)
+        replay(recording, directory, invocation)
+    race = False
     while True:
         message = read()
         assert message is not None
@@ -222,9 +296,23 @@ def main() -> None:
             continue
         if message.get("type") != "user":
             continue
+        if race:  # the prompt arrived just as a turn of its own was starting
+            race = False
+            own_turn()
+        current = message
         content = message["message"]["content"]  # type: ignore[index]
         prompt = content if isinstance(content, str) else ""
         word = prompt.split(" ", 1)[0]
+        if word == "/cost":
+            current = {}
+            init()
+            assistant([{"type": "text", "text": "Total cost: $0.0000"}])
+            result("Total cost: $0.0000", add=0.0, turns=0)
+            continue
+        if word == "garbled":
+            sys.stdout.write("Error: something is misconfigured\nsee the docs\n")
+            sys.stdout.flush()
+            sys.exit(1)
         if word == "tool":
             tool_turn()
             continue
@@ -241,11 +329,23 @@ def main() -> None:
             continue
         if word == "die":
             sys.exit(3)
+        if word == "surrogate":
+            assistant([{"type": "text", "text": "half \ud800 pair"}])  # dumps escapes it
+            result("half \ud800 pair")
+            continue
         assistant([{"type": "text", "text": f"echo: {prompt[:40]}"}])
         result(f"echo: {prompt[:40]}")
         if word == "stray":
             out({"type": "system", "subtype": "task_notification", "session_id": session_id(),
                  "note": "background work finished"})
+        elif word == "background":
+            notification()
+            own_turn()
+        elif word == "race":
+            notification()
+            race = True
+        elif word == "sneak":
+            race = True
 
 
 if __name__ == "__main__":
