@@ -512,3 +512,42 @@ def test_two_processes_racing_on_new_keys_never_share_one(tmp_path: Any) -> None
     import msgspec
     assert {key: msgspec.msgpack.decode(blob) for key, blob in states.items()} == {
         f"k{i}": 2 for i in range(40)}  # each key's two turns, one per process, continuous
+
+
+def test_a_supervisor_wide_cap_covers_nested_children_and_pool_workers(
+        system: AgentSystem) -> None:
+    from gen_agent.accounting import SharedBudget
+    from gen_agent.supervisor import child_spec, supervisor_spec
+
+    class Worker(GenAgent):
+        def init_agent(self, opts: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+            return {}, None
+
+        def handle_response(self, ref: Any, response: Any, state: Any) -> NoReply:
+            return NoReply(state)
+
+    turn = text_turn("x", usage={"input_tokens": 5, "output_tokens": 5})
+    backend = MockBackend.with_options(fallback=turn)
+    tree = gen_agent.Supervisor(
+        [child_spec(Worker, name="top", backend=backend),
+         supervisor_spec([child_spec(Worker, name="deep", backend=backend)], name="inner")],
+        max_total_tokens=20, system=system)
+    try:
+        gen_agent.ask("top", "q", agent_system=system)
+        gen_agent.ask("deep", "q", agent_system=system)  # 20 tokens: reached
+        for name in ("top", "deep"):
+            with pytest.raises(TurnError) as caught:
+                gen_agent.ask(name, "q", agent_system=system)
+            assert caught.value.reason[0] == "budget_exceeded"
+        assert tree.budget is not None and tree.budget.spend.turns == 2
+    finally:
+        tree.stop()
+    shared = SharedBudget(max_total_tokens=10)
+    pool = gen_agent.Pool(Worker, size=2, backend=backend, budgets=shared, system=system)
+    try:
+        pool.result(pool.submit("q"), timeout=5)
+        with pytest.raises(TurnError) as caught:
+            pool.result(pool.submit("q"), timeout=5)
+        assert caught.value.reason[0] == "budget_exceeded"
+    finally:
+        pool.stop()
