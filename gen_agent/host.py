@@ -38,6 +38,10 @@ activation, and across processes the store's lease refuses a second live agent f
 A crashed agent is not restarted by the host: its key's next message starts a new
 incarnation, resumed from the store.
 
+Under a supervisor: `host_spec(module, name=..., backend=..., **host_options)` is a child
+spec like any other; the child is a small agent that owns the host (`AgentHost.lookup(name)`
+finds it), closes it when stopped and builds a new one when restarted.
+
 Data lifecycle: `forget(key)` deletes a key's record; `expire(max_idle_days)` deletes the
 records of keys not written for that long (run it from your own schedule; live keys are kept).
 
@@ -68,6 +72,8 @@ from gen_agent._runtime import (
 )
 from gen_agent._timers import TIMERS, TimerHandle
 from gen_agent.accounting import SharedBudget
+from gen_agent.agent import GenAgent, NoReply
+from gen_agent.backend import Backend, DispatchError
 from gen_agent.errors import AgentDown, AgentNotFound, CallTimeout, TurnError
 from gen_agent.ref import RequestRef
 from gen_agent.request import RequestOptions, check_options
@@ -77,7 +83,7 @@ from gen_agent.store import MemoryStore, SessionRecord
 from gen_agent.streaming import AsyncAttachedTurn, AsyncTurnStream, AttachedTurn, TurnStream
 from gen_agent.system import AgentSystem, current_system
 
-__all__ = ["AgentHost", "AsyncHost", "HostOverload", "HostStatus", "HostTimer"]
+__all__ = ["AgentHost", "AsyncHost", "HostOverload", "HostStatus", "HostTimer", "host_spec"]
 
 _HOST_IDS = itertools.count(1)
 _NOT_HOST_OPTIONS = ("name", "store", "session_key")
@@ -201,6 +207,23 @@ class AgentHost:
     def __repr__(self) -> str:
         return f"AgentHost({self.module.__name__}, name={self.name!r}, live={len(self._live)})"
 
+    @staticmethod
+    def lookup(name: Any, *, agent_system: AgentSystem | None = None,
+               timeout: float | None = 5.0) -> AgentHost:
+        """The running host a supervisor started from `host_spec(..., name=name)`.
+
+        Raises:
+            AgentNotFound: no such host runs (not started, or between restarts: retry).
+        """
+        handle = calls.lookup(agent_system, name)
+        if handle.module is not _HostKeeper:
+            raise AgentNotFound(name)
+        try:
+            status = calls.run(handle, calls.STATUS, timeout)
+        except AgentDown:
+            raise AgentNotFound(name) from None  # stopping, or still starting
+        return status.agent_state  # type: ignore[no-any-return]
+
     # ------------------------------------------------------------------ activation
     def _agent_name(self, key: str) -> tuple[Any, str]:
         return (self.name, key)
@@ -251,34 +274,33 @@ class AgentHost:
             if mine:
                 return self._activate(key, victim)
 
-    def _victim(self) -> _Slot | None:
-        # Least recently used first; never one with work the host knows of. Caller holds lock.
+    def _victim(self, tried: set[str] = frozenset()) -> _Slot | None:  # type: ignore[assignment]
+        # Least recently used first; never one with work the host knows of (nor one that
+        # just refused: `tried`). The caller holds the lock.
         for slot in self._live.values():
-            if slot.idle():
+            if slot.idle() and slot.key not in tried:
                 return slot
         return None
 
     def _activate(self, key: str, victim: _Slot | None) -> _Slot:
         try:
-            if victim is not None and not self._deactivate(victim, claimed=True):
-                with self._lock:  # it had work after all: look for another one
-                    victim = self._victim()
+            tried: set[str] = set()
+            while victim is not None and not self._deactivate(victim, claimed=True):
+                tried.add(victim.key)
+                with self._lock:  # it had work after all: the next least recently used
+                    victim = self._victim(tried)
                     if victim is None:
                         raise TurnError(("overloaded", HostOverload(
                             live=len(self._live), max_live=self.max_live or 0)))
                     victim.deactivating = True
-                return self._activate_claimed(key, victim)
-            return self._activate_claimed(key, None)
+            return self._start(key)
         except BaseException:
             with self._lock:
                 self._activating.discard(key)
                 self._changed.notify_all()
             raise
 
-    def _activate_claimed(self, key: str, victim: _Slot | None) -> _Slot:
-        if victim is not None and not self._deactivate(victim, claimed=True):
-            raise TurnError(("overloaded", HostOverload(live=len(self._live),
-                                                        max_live=self.max_live or 0)))
+    def _start(self, key: str) -> _Slot:
         ref = self.system.start_agent(self.module, name=self._agent_name(key),
                                       backend=self.backend, store=self.store, session_key=key,
                                       key=key, **self._options)
@@ -793,3 +815,59 @@ class AsyncHost:
         return AsyncAttachedTurn(host._agent_name(key), ref, after, timeout=timeout,
                                  max_buffered_events=max_buffered_events,
                                  agent_system=host.system)
+
+
+# ---------------------------------------------------------------------- under a supervisor
+class _KeeperBackend(Backend):
+    """The backend of a host's keeper agent: no session, and a prompt is refused."""
+
+    @classmethod
+    def start_session(cls, opts: dict[str, Any]) -> Any:
+        return None
+
+    @classmethod
+    def prompt(cls, session: Any, prompt: str, context: Any) -> Any:
+        raise DispatchError("host_keeper_takes_no_prompts")
+
+    @classmethod
+    def terminate_session(cls, session: Any) -> None:
+        return None
+
+
+class _HostKeeper(GenAgent):
+    """The agent a supervisor runs for a host: its state is the host; stopping it closes
+    the host (its agents stop, their records stay)."""
+
+    def init_agent(self, opts: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+        from gen_agent._context import current_handle
+
+        module, backend, kwargs = opts["host"]
+        system = current_handle().system  # the system the supervisor starts children in
+        return {}, AgentHost(module, backend=backend, agent_system=system, **kwargs)
+
+    def handle_response(self, ref: Any, response: Any, state: Any) -> NoReply:
+        return NoReply(state)
+
+    def terminate_agent(self, reason: Any, state: Any) -> None:
+        state.close()
+
+
+def host_spec(module: type, *, name: Any, backend: Any, restart: str = "permanent",
+              shutdown_ms: Any = 30_000, **host_options: Any) -> Any:
+    """A `Supervisor` child spec that runs an `AgentHost` named `name` (id `name`).
+
+    Args:
+        module, backend, **host_options: as for `AgentHost` (`name` is the spec's).
+        restart: `"permanent"` (default), `"transient"` or `"temporary"`.
+        shutdown_ms: the window for closing the host (its agents stop one by one).
+
+    Returns:
+        A `ChildSpec`; `AgentHost.lookup(name)` finds the running host.
+    """
+    from gen_agent.supervisor import child_spec
+
+    if "agent_system" in host_options:
+        raise ValueError("host_spec: the supervisor's system is used; drop agent_system")
+    return child_spec(_HostKeeper, name=name, backend=_KeeperBackend, restart=restart,  # type: ignore[arg-type]
+                      shutdown_ms=shutdown_ms,
+                      host=(module, backend, {"name": name, **host_options}))

@@ -3,6 +3,7 @@ streams, spend caps over the host, and the data lifecycle."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import queue
@@ -441,7 +442,7 @@ inc = itertools.count(1)
 def answer(prompt):
     key, inc_ = prompt.split("|")[:2]
     log.write(f"enter {key} {os.getpid()}.{inc_} {time.monotonic_ns()}\n")
-    time.sleep(0.002)
+    time.sleep(0.005)
     log.write(f"leave {key} {os.getpid()}.{inc_} {time.monotonic_ns()}\n")
     return text_turn("ok")
 
@@ -494,11 +495,15 @@ def test_two_processes_racing_on_new_keys_never_share_one(tmp_path: Any) -> None
              for _ in range(2)]
     outs = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
-    assert sum(int(out) for out, _err in outs) > 0  # they did meet on a key's lease
     in_flight: dict[str, str] = {}
     events = [line.split() for line in log.read_text().splitlines()]
     events.sort(key=lambda e: int(e[3]))
     turns: dict[str, int] = {}
+    spans: dict[str, list[int]] = {}
+    for _kind, _key, who, at in events:
+        spans.setdefault(who.split(".")[0], []).append(int(at))
+    first, second = sorted(spans.values(), key=min)
+    assert min(second) < max(first)  # the two processes ran their turns at the same time
     for kind, key, who, _at in events:
         if kind == "enter":
             assert key not in in_flight, (key, in_flight[key], who)
@@ -551,3 +556,68 @@ def test_a_supervisor_wide_cap_covers_nested_children_and_pool_workers(
         assert caught.value.reason[0] == "budget_exceeded"
     finally:
         pool.stop()
+
+
+def test_a_host_runs_under_a_supervisor_and_restarts_with_its_records(
+        system: AgentSystem) -> None:
+    from gen_agent.host import host_spec
+
+    witness = Witness()
+    store = MemoryStore()
+    tree = gen_agent.Supervisor([host_spec(Chat, name="chats", backend=MockBackend,
+                                           store=store, model=model(witness))], system=system)
+    try:
+        host = AgentHost.lookup("chats", agent_system=system)
+        assert host.ask("k", "q1").text == "k:q1:0"
+        before = gen_agent.whereis("chats", agent_system=system)
+        gen_agent.stop("chats", agent_system=system)  # the host's agents stop with it
+        assert host.live_keys() == []
+        found: list[AgentHost] = []
+
+        def restarted() -> bool:
+            ref = gen_agent.whereis("chats", agent_system=system)
+            if ref is None or ref == before:
+                return False
+            with contextlib.suppress(AgentNotFound):  # still starting
+                found.append(AgentHost.lookup("chats", agent_system=system))
+            return bool(found)
+
+        assert wait_until(restarted)
+        again = found[0]
+        assert again is not host
+        assert again.ask("k", "q2").text == "k:q2:1"  # resumed from the shared store
+        with pytest.raises(AgentNotFound):
+            AgentHost.lookup(("chats", "k"), agent_system=system)  # an agent, not a host
+    finally:
+        tree.stop()
+    assert witness.violations == []
+
+
+def test_max_live_passes_over_an_agent_whose_own_work_is_pending(system: AgentSystem) -> None:
+    started, release = threading.Event(), threading.Event()
+
+    more = threading.Event()
+
+    def answer(prompt: str) -> list[Event]:
+        if prompt in ("slow", "more"):
+            (started if prompt == "slow" else more).set()
+            assert release.wait(5)
+        return text_turn("ok")
+
+    class Plain(Chat):
+        pre_turn = GenAgent.pre_turn
+
+    with AgentHost(Plain, backend=MockBackend.with_options(fallback=answer),
+                   agent_system=system, max_live=2) as host, ThreadPoolExecutor(1) as pool:
+        # "a" is busy with an ask (the host counts it); "b" looks idle to the host, but
+        # its agent runs a turn told around the host: it refuses to deactivate
+        slow = pool.submit(host.ask, "a", "slow")
+        assert started.wait(5)
+        host.ask("b", "fast")
+        gen_agent.tell((host.name, "b"), "more", agent_system=system)
+        assert more.wait(5)
+        with pytest.raises(TurnError) as caught:  # b refuses (its turn), a is busy
+            host.ask("c", "q")
+        assert caught.value.reason[0] == "overloaded"
+        release.set()
+        assert slow.result(5).text == "ok"
