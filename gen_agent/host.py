@@ -857,9 +857,12 @@ def host_spec(module: type, *, name: Any, backend: Any, restart: str = "permanen
     """A `Supervisor` child spec that runs an `AgentHost` named `name` (id `name`).
 
     Args:
-        module, backend, **host_options: as for `AgentHost` (`name` is the spec's).
+        module: the `GenAgent` subclass, as for `AgentHost`.
+        name: the host's name and the child id.
+        backend: the agents' backend, as for `AgentHost`.
         restart: `"permanent"` (default), `"transient"` or `"temporary"`.
         shutdown_ms: the window for closing the host (its agents stop one by one).
+        **host_options: every other `AgentHost` argument.
 
     Returns:
         A `ChildSpec`; `AgentHost.lookup(name)` finds the running host.
