@@ -143,6 +143,10 @@ def _positive_ms(name: str, value: Any) -> int | None:
 class AgentHost:
     """Agents of one class addressed by key (see the module docstring). Thread-safe.
 
+    A key is a non-empty `str` (it is the store's session key); any other key raises
+    `TypeError` before anything is sent. Use it as a context manager, or call `close()`; the
+    `AgentSystem`'s shutdown closes it too.
+
     Args:
         module: the `GenAgent` subclass. backend: its backend.
         store: the `gen_agent.store` store keys are resumed from (default: a new
@@ -325,6 +329,14 @@ class AgentHost:
                 del self._live[key]
                 self._changed.notify_all()
 
+    def _unread(self, slot: _Slot, ref: RequestRef) -> None:
+        with self._lock:
+            slot.unread[ref] = None
+            limit = self._options.get("max_tell_results")
+            limit = 100 if limit is None else limit
+            while len(slot.unread) > limit:  # the agent's poll cache dropped the oldest
+                del slot.unread[next(iter(slot.unread))]
+
     def _release(self, slot: _Slot) -> None:
         with self._lock:
             slot.busy -= 1
@@ -427,11 +439,7 @@ class AgentHost:
         try:
             ref: RequestRef = calls.run(slot.handle, calls.tell(slot.handle, prompt, timeout,
                                                                 options=options), timeout)
-            with self._lock:
-                slot.unread[ref] = None
-                limit = self._options.get("max_tell_results") or 100
-                while len(slot.unread) > limit:  # the agent's cache dropped the oldest
-                    del slot.unread[next(iter(slot.unread))]
+            self._unread(slot, ref)
             return ref
         finally:
             self._release(slot)
@@ -536,7 +544,11 @@ class AgentHost:
 
     def status(self, key: str, timeout: float | None = None) -> Status | SessionRecord | None:
         """`key`'s agent's `Status` when it is live; else its stored `SessionRecord` (None:
-        the store has none). Never activates."""
+        the store has none). Never activates.
+
+        Raises:
+            CorruptRecord, StoreError: reading the stored record failed (see `gen_agent.store`).
+        """
         self._check_key(key)
         handle = self._live_handle(key)
         if handle is not None:
@@ -724,8 +736,7 @@ class AsyncHost:
         try:
             ref: RequestRef = await calls.run_async(
                 slot.handle, calls.tell(slot.handle, prompt, timeout, options=options), timeout)
-            with self._host._lock:
-                slot.unread[ref] = None
+            self._host._unread(slot, ref)
             return ref
         finally:
             self._host._release(slot)

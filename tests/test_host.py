@@ -621,3 +621,30 @@ def test_max_live_passes_over_an_agent_whose_own_work_is_pending(system: AgentSy
         assert caught.value.reason[0] == "overloaded"
         release.set()
         assert slow.result(5).text == "ok"
+
+
+def test_the_aio_twins_activate_and_answer_as_the_threaded_calls(system: AgentSystem) -> None:
+    import asyncio
+
+    witness = Witness()
+
+    async def scenario(host: AgentHost) -> None:
+        assert (await host.aio.ask("k", "q1")).text == "k:q1:0"
+        ref = await host.aio.tell("k", "q2")
+        for _ in range(500):
+            result = await host.aio.poll("k", ref)
+            if result.status != "pending":
+                break
+            await asyncio.sleep(0.005)
+        assert result.response.text == "k:q2:1"  # type: ignore[union-attr]
+        async with host.aio.stream("other", "q1") as turn:
+            texts = [event.data["text"] async for event in turn]
+        async with host.aio.attach("other", turn.ref, after=1) as again:  # type: ignore[arg-type]
+            assert [event.data["text"] async for event in again] == texts[1:]
+        assert isinstance(await host.aio.status("k"), Status)
+        assert await host.aio.status("nobody") is None
+        await host.aio.interrupt("nobody")
+
+    with AgentHost(Chat, backend=MockBackend, agent_system=system, model=model(witness)) as host:
+        asyncio.run(scenario(host))
+        assert host.host_status().activations == 2
