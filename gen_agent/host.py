@@ -106,12 +106,15 @@ class HostStatus(msgspec.Struct, frozen=True, kw_only=True):
     Fields:
         live: live agents. activations / deactivations: since the host started (counts).
         max_live: the bound, or None.
+        sweeps: idle checks done so far (count; one every half `deactivate_after_ms`, at
+            most every second).
     """
 
     live: int
     activations: int
     deactivations: int
     max_live: int | None
+    sweeps: int = 0
 
 
 class _Slot:
@@ -198,6 +201,7 @@ class AgentHost:
         self._halted: set[str] = set()
         self._activations = 0
         self._deactivations = 0
+        self._sweeps = 0
         self._closed = False
         self._stop = threading.Event()
         self._reaper: threading.Thread | None = None
@@ -404,6 +408,8 @@ class AgentHost:
                 if self._stop.is_set():
                     return
                 self._deactivate(slot)
+            with self._lock:
+                self._sweeps += 1
 
     # ------------------------------------------------------------------ calls
     def _live_handle(self, key: str) -> Any:
@@ -613,7 +619,8 @@ class AgentHost:
         """Counts: live agents, activations and deactivations so far."""
         with self._lock:
             return HostStatus(live=len(self._live), activations=self._activations,
-                              deactivations=self._deactivations, max_live=self.max_live)
+                              deactivations=self._deactivations, max_live=self.max_live,
+                              sweeps=self._sweeps)
 
     def close(self) -> None:
         """Stop the reaper and every live agent (idempotent; the records stay)."""

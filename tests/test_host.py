@@ -152,8 +152,9 @@ def test_pending_work_keeps_an_agent_live(system: AgentSystem) -> None:
         ref2 = host.tell("k", "second")
         assert wait_until(lambda: host.status("k").__class__ is Status
                           and host.status("k").current_request is None)  # type: ignore[union-attr]
-        time.sleep(0.05)  # past deactivate_after_ms: the unread result still holds it
-        assert host.live_keys() == ["k"]
+        swept = host.host_status().sweeps
+        assert wait_until(lambda: host.host_status().sweeps >= swept + 2)
+        assert host.live_keys() == ["k"]  # idle checks passed it over: its result is unread
         assert host.poll("k", ref2).status == "completed"
         assert wait_until(lambda: host.live_keys() == [])
 
@@ -168,9 +169,13 @@ def test_a_send_after_timer_keeps_the_agent_live_until_it_fired(system: AgentSys
 
     with AgentHost(Timed, backend=MockBackend, agent_system=system,
                    deactivate_after_ms=0) as host:
-        host.send_after("k", "tick", 100)
-        time.sleep(0.05)
-        assert host.live_keys() == ["k"]
+        timer = host.send_after("k", "tick", 60_000)
+        swept = host.host_status().sweeps
+        assert wait_until(lambda: host.host_status().sweeps >= swept + 2)
+        assert host.live_keys() == ["k"]  # idle checks passed it over: a timer is pending
+        timer.cancel()
+        assert wait_until(lambda: host.live_keys() == [])
+        host.send_after("k", "tick", 50)
         assert seen.get(timeout=5) == "tick"
         assert wait_until(lambda: host.live_keys() == [])
 
