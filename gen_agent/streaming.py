@@ -45,7 +45,7 @@ from gen_agent._runtime import (
     call_in_loop,
     calls,
 )
-from gen_agent.errors import AgentDown, CallTimeout, TurnError
+from gen_agent.errors import AgentDown, CallTimeout, RequestError, TurnError
 from gen_agent.event import Event
 from gen_agent.ref import RequestRef
 from gen_agent.response import Response
@@ -82,6 +82,11 @@ class _Buffer:
             self._items.append(message)
             self._cond.notify()
         self._signal_loop()
+
+    def lagging(self) -> bool:
+        """For a replay relay: True when the reader has fallen this far behind (twice its
+        bound) that the agent should detach it until it catches up."""
+        return len(self._items) >= 2 * self._max
 
     def pause_relay(self, resume: Callable[[], None]) -> bool:
         """Called by the agent after each relayed event: True asks it to stop draining this
@@ -346,17 +351,54 @@ class _AttachedBase(_TurnStreamBase):
         buffer = _Buffer(self.max_buffered_events, loop)
         return handle, buffer, calls.attach(self.ref, self.after, buffer)  # type: ignore[arg-type]
 
-    def _attached(self, handle: AgentHandle, buffer: _Buffer, missed: int) -> None:
+    def _attached(self, handle: AgentHandle, buffer: _Buffer, _missed: int) -> None:
         self._started(handle, buffer, self.ref)  # type: ignore[arg-type]
-        self.missed = missed
         self._watch = Watch(buffer, handle.name, self.ref)  # type: ignore[arg-type]
         self._watch.attach(handle)  # the agent's end ends the reader
 
     def _read(self, message: Any) -> Event | None:
-        if message is not _DONE and message[1] == "replay":
-            self.seq = message[4]
-            return message[5]  # type: ignore[no-any-return]
+        if message is not _DONE:
+            kind = message[1]
+            if kind == "replay":
+                if message[4] <= self.seq:
+                    return None  # already read (a re-attach overlaps the first relay)
+                self.seq = message[4]
+                return message[5]  # type: ignore[no-any-return]
+            if kind == "missed":
+                self.missed += message[4]
+                return None
+            if kind == "lagged":  # caught up with what was relayed: attach again from here
+                self._reattach()
+                return None
+            if kind == "lost":  # the turn left the replay buffer before the reader rejoined
+                self._outcome = ("lost", message[4])
+                self._finish()
+                return None
         return super()._read(message)
+
+    def _reattach(self) -> None:
+        handle, buffer, ref = self._handle, self._buffer, self.ref
+        if handle is None or buffer is None:
+            return
+        reply = Reply()
+
+        def answered(done: Reply) -> None:
+            try:
+                outcome = done.wait(0)
+            except Exception:  # noqa: BLE001 - the agent ended: its Down record ends the reader
+                return
+            if outcome[0] != "ok":
+                buffer.put_nowait(("gen_agent", "lost", self.name, ref, outcome[1]))
+
+        reply.add_done_callback(answered)
+        if not handle.send(calls.attach(ref, self.seq, buffer).make(reply)):  # type: ignore[arg-type]
+            return  # the agent ended: its Down record ends the reader
+
+    def _raise_outcome(self) -> Response:
+        outcome = self._outcome
+        if outcome is not None and outcome[0] == "lost":
+            raise RequestError(outcome[1])
+        return super()._raise_outcome()
 
 
 class AttachedTurn(_AttachedBase, TurnStream):
@@ -364,7 +406,12 @@ class AttachedTurn(_AttachedBase, TurnStream):
     for the events after `after`, then the live ones; then `response` (or the turn's error,
     as for `TurnStream`). `seq` is the last event's sequence number, `missed` the events
     after `after` the replay buffer had already dropped. Leaving the block detaches the
-    reader; the turn goes on."""
+    reader; the turn goes on.
+
+    A reader more than twice `max_buffered_events` behind is detached by the agent and
+    attaches again from its last event when it has read its buffer, so a slow reader holds
+    bounded memory and still sees every event (unless the turn's byte bound dropped some:
+    `missed`; or the turn left the replay buffer meanwhile: `RequestError("not_found")`)."""
 
     def __enter__(self) -> AttachedTurn:
         handle, buffer, call = self._prepare(None)

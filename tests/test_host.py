@@ -724,3 +724,32 @@ def test_conversations_stay_whole_through_a_real_provider_protocol(tmp_path: Any
     assert wrong == [] and broken == [] and witness.violations == []
     assert set(done.values()) == {3} and witness.turns == 60
     assert activations > 40  # most asks found their key deactivated and restored it
+
+
+def test_a_slow_reader_is_detached_and_rejoins_without_losing_an_event(
+        system: AgentSystem) -> None:
+    produced = threading.Event()
+
+    def many(_prompt: str) -> Iterator[Event]:
+        for i in range(40):
+            yield Event.new("text", {"text": str(i)})
+        produced.wait(5)
+        yield Event.new("result", {"text": "end"})
+
+    class Many(Chat):
+        def init_agent(self, opts: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+            return {"fallback": many}, []
+
+        pre_turn = GenAgent.pre_turn
+
+    with AgentHost(Many, backend=MockBackend, agent_system=system) as host:
+        ref = host.tell("k", "go")
+        with host.attach("k", ref, max_buffered_events=4) as reader:
+            # the 40 events went out while the reader read nothing: it was detached
+            assert wait_until(lambda: gen_agent.runtime_snapshot(
+                (host.name, "k"), agent_system=system).current_request is not None)
+            assert len(reader._buffer._items) <= 9  # type: ignore[union-attr]
+            produced.set()
+            texts = [event.data["text"] for event in reader]
+            assert reader.response.text == "end" and reader.missed == 0
+        assert texts == [str(i) for i in range(40)] + ["end"]  # each once, in order

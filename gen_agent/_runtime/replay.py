@@ -8,8 +8,11 @@ attaches to a running or just-finished turn with `AttachMsg(ref, after, recipien
 the events after `after` at once, then the live ones, then the outcome, as records
 `("gen_agent", "replay", name, ref, seq, event)` and one `Completion`. Several readers of one
 turn are allowed. The buffer is dropped when the agent hibernates, so a hibernated agent holds
-no replay data. Readers hold no relay back (unlike `gen_agent.stream`): their buffers take
-what the turn produces, which the turn's own byte bound limits.
+no replay data. Readers hold no relay back (unlike `gen_agent.stream`): a reader whose
+`lagging()` says it holds too much is detached with a `("gen_agent", "lagged", name, ref)`
+record, and attaches again from its last event once it has read its buffer (the events
+meanwhile wait in the replay buffer). Events after `after` that the byte bound already dropped
+are announced first, as `("gen_agent", "missed", name, ref, count)`.
 
 Deactivation. `DeactivateMsg` stops the agent as a drain does (`terminate_agent` sees
 `"normal"`) but only when nothing is pending (`pending_work`); otherwise it answers what is
@@ -77,8 +80,15 @@ class ReplayBuffer:
         log.bytes += size
         while log.bytes > self.max_bytes and len(log.events) > 1:
             log.bytes -= log.events.popleft()[2]
+        lagging = None
         for reader in log.readers:
             deliver_to(reader, ("gen_agent", "replay", self.name, ref, log.seq, event))
+            check = getattr(reader, "lagging", None)
+            if check is not None and check():
+                lagging = [*(lagging or ()), reader]
+        for reader in lagging or ():
+            log.readers.remove(reader)  # it attaches again when it has caught up
+            deliver_to(reader, ("gen_agent", "lagged", self.name, ref))
 
     def finish(self, ref: Any, outcome: tuple[str, Any]) -> None:
         """`ref`'s request has its outcome: tell its readers, keep the last `keep` logs."""
@@ -115,9 +125,15 @@ class ReplayBuffer:
             log = self._log(ref)
         first = log.events[0][0] if log.events else log.seq + 1
         missed = max(0, first - after - 1)
+        if missed:
+            deliver_to(recipient, ("gen_agent", "missed", self.name, ref, missed))
+        lagging = getattr(recipient, "lagging", None)
         for seq, event, _size in log.events:
             if seq > after:
                 deliver_to(recipient, ("gen_agent", "replay", self.name, ref, seq, event))
+                if lagging is not None and lagging():
+                    deliver_to(recipient, ("gen_agent", "lagged", self.name, ref))
+                    return ("ok", missed)  # it attaches again once it has read these
         if log.outcome is not None:
             deliver_to(recipient, Completion.of(self.name, ref, log.outcome))
         else:
