@@ -753,3 +753,33 @@ def test_a_slow_reader_is_detached_and_rejoins_without_losing_an_event(
             texts = [event.data["text"] for event in reader]
             assert reader.response.text == "end" and reader.missed == 0
         assert texts == [str(i) for i in range(40)] + ["end"]  # each once, in order
+
+
+def test_aio_attach_outside_a_host_needs_replay_turns(system: AgentSystem) -> None:
+    import asyncio
+
+    from gen_agent import aio
+
+    class Plain(GenAgent):
+        def init_agent(self, opts: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+            return {"fallback": text_turn(["a", "b"])}, None
+
+        def handle_response(self, ref: Any, response: Any, state: Any) -> NoReply:
+            return NoReply(state)
+
+    gen_agent.start_agent(Plain, name="kept", backend=MockBackend, replay_turns=1,
+                          agent_system=system)
+    gen_agent.start_agent(Plain, name="plain", backend=MockBackend, agent_system=system)
+
+    async def scenario() -> None:
+        ref = await aio.tell("kept", "go", agent_system=system)
+        async with aio.attach("kept", ref, after=1, agent_system=system) as turn:
+            assert [e.data["text"] async for e in turn] == ["b", "ab"]  # texts, then result
+            assert turn.seq == 3
+        other = await aio.tell("plain", "go", agent_system=system)
+        with pytest.raises(RequestError) as caught:
+            async with aio.attach("plain", other, agent_system=system):
+                pass
+        assert caught.value.reason == "replay_off"
+
+    asyncio.run(scenario())
