@@ -324,6 +324,9 @@ class AgentHost:
             self._activations += 1
             self._changed.notify_all()
         handle.on_exit(lambda h, _reason: self._gone(key, h))
+        if self._closed:  # closed while this one started: it must not outlive the host
+            self.system.stop_handle(handle)
+            raise AgentNotFound(self._agent_name(key))
         return slot
 
     def _gone(self, key: str, handle: Any) -> None:
