@@ -454,7 +454,6 @@ def stream(name: Any, prompt: str, *, interrupt_on_exit: bool = True,
                            agent_system=agent_system)
 
 
-
 def attach(name: Any, ref: RequestRef, *, after: int = 0, timeout: float | None = None,
            max_buffered_events: int = 256,
            agent_system: AgentSystem | None = None) -> AsyncAttachedTurn:

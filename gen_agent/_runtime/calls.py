@@ -38,7 +38,7 @@ from gen_agent._runtime.messages import (
     StatusMsg,
     TellMsg,
 )
-from gen_agent._runtime.replay import AttachMsg, DeactivateMsg
+from gen_agent._runtime.replay import AttachMsg
 from gen_agent._runtime.reply import await_reply, call_in_loop, set_once
 from gen_agent._runtime.watch import Watch
 from gen_agent.errors import AgentNotFound, CallTimeout, RequestError, TurnError
@@ -234,7 +234,6 @@ def attach(ref: Any, after: Any, recipient: Any) -> Call:
     return Call(lambda r: AttachMsg(ref, after, recipient, r), unwrap_request)
 
 
-DEACTIVATE = Call(DeactivateMsg)
 RESET_SESSION = Call(ResetSessionMsg, unwrap_request)
 STATUS = Call(StatusMsg)
 SNAPSHOT = Call(SnapshotMsg)
