@@ -326,15 +326,14 @@ class _AttachedBase(_TurnStreamBase):
     """What the threaded and async attached readers share (see `attach`)."""
 
     def __init__(self, name: Any, ref: RequestRef, after: int, *, timeout: float | None,
-                 max_buffered_events: int, agent_system: Any, handle: AgentHandle | None = None
-                 ) -> None:
+                 max_buffered_events: int, agent_system: Any) -> None:
         self.name = name
         self.prompt = ""
         self.interrupt_on_exit = False  # leaving an attached reader never interrupts
         self.max_buffered_events = max_buffered_events
         self.timeout = timeout
         self._system = agent_system
-        self._handle = handle
+        self._handle = None
         self._buffer = None
         self._outcome = None
         self._deadline = None
@@ -346,8 +345,7 @@ class _AttachedBase(_TurnStreamBase):
         calls.attach(ref, after, _ignore)  # the argument checks, before anything is sent
 
     def _prepare(self, loop: Any) -> tuple[AgentHandle, _Buffer, calls.Call]:
-        handle = self._handle if self._handle is not None else calls.lookup(self._system,
-                                                                               self.name)
+        handle = calls.lookup(self._system, self.name)
         buffer = _Buffer(self.max_buffered_events, loop)
         return handle, buffer, calls.attach(self.ref, self.after, buffer)  # type: ignore[arg-type]
 
@@ -391,8 +389,8 @@ class _AttachedBase(_TurnStreamBase):
                 buffer.put_nowait(("gen_agent", "lost", self.name, ref, outcome[1]))
 
         reply.add_done_callback(answered)
-        if not handle.send(calls.attach(ref, self.seq, buffer).make(reply)):  # type: ignore[arg-type]
-            return  # the agent ended: its Down record ends the reader
+        # not sent when the agent has ended: then its Down record ends the reader
+        handle.send(calls.attach(ref, self.seq, buffer).make(reply))  # type: ignore[arg-type]
 
     def _raise_outcome(self) -> Response:
         outcome = self._outcome
