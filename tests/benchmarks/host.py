@@ -6,7 +6,8 @@ a live key against `AgentRef.ask` straight to a named agent with the same store 
 replay buffer (target: the host keeps >= 0.8x
 the asks per second, i.e. latency ratio <= 1.25), and the resident memory a deactivated key
 leaves behind (`rss` after activating and deactivating `memory_keys` keys, minus before).
-Measured once in setup: the store's bytes per key at `keys` records (file size / keys).
+Measured once in setup: the store's bytes per key at `keys` records (file size / keys, after
+a checkpoint).
 """
 
 from __future__ import annotations
@@ -52,7 +53,9 @@ def setup(params: dict[str, Any]) -> Iterator[dict[str, Any]]:
             lease = store.acquire(f"key-{i}")
             store.update(lease, conversation={"session_id": f"s-{i}"}, backend="MockBackend")
             store.release(lease)
+        store.close()  # the last connection: SQLite checkpoints the WAL into the file
         store_bytes = sum(os.path.getsize(p) for p in Path(tmp).iterdir())
+        store = SQLiteStore(db)
         host = make_host(store, system)
         # the same store and replay buffer as a host agent: the difference is the host
         named = gen_agent.start_agent(HostBenchAgent, name="named", backend=MockBackend,
