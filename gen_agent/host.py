@@ -56,6 +56,7 @@ import itertools
 import math
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from typing import Any
 
@@ -209,7 +210,7 @@ class AgentHost:
             self._reaper = threading.Thread(target=self._reap, daemon=True,
                                             name=f"gen_agent-host-{self.name!s:.40}")
             self._reaper.start()
-        self.system.add_shutdown_hook(self.close)
+        self.system.add_shutdown_hook(_closer(weakref.ref(self)))
         self.aio = AsyncHost(self)
 
     def __repr__(self) -> str:
@@ -404,9 +405,18 @@ class AgentHost:
         tick = min(max(after / 2, 0.005), 1.0)
         while not self._stop.wait(tick):
             now = time.monotonic()
+            due = []
             with self._lock:
-                due = [slot for slot in self._live.values()
-                       if now - slot.used >= after and slot.idle()]
+                # Least recently used first: stop at the first slot used too recently, so a
+                # check costs the expired slots, not all live ones (a slot whose long call
+                # ended lately waits one more check behind it, at most).
+                for slot in self._live.values():
+                    if slot.busy or slot.deactivating:
+                        continue
+                    if now - slot.used < after:
+                        break
+                    if slot.idle():
+                        due.append(slot)
             for slot in due:
                 if self._stop.is_set():
                     return
@@ -645,6 +655,16 @@ class AgentHost:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _closer(host: weakref.ref[AgentHost]) -> Any:
+    # The system's shutdown closes the host without keeping a closed one alive.
+    def close() -> None:
+        live = host()
+        if live is not None:
+            live.close()
+
+    return close
 
 
 class HostTimer:

@@ -785,3 +785,15 @@ def test_aio_attach_outside_a_host_needs_replay_turns(system: AgentSystem) -> No
         assert caught.value.reason == "replay_off"
 
     asyncio.run(scenario())
+
+
+def test_the_systems_shutdown_closes_the_host() -> None:
+    with AgentSystem() as system:
+        host = AgentHost(Chat, backend=MockBackend, agent_system=system,
+                         deactivate_after_ms=60_000, model=model(Witness()))
+        host.ask("k", "q1")
+        reaper = host._reaper
+    assert reaper is not None and not reaper.is_alive()  # no thread outlives the system
+    assert host.live_keys() == []
+    with pytest.raises(AgentNotFound):
+        host.ask("k", "q2")
