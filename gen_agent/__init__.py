@@ -65,6 +65,7 @@ from gen_agent.errors import (
     TurnError,
 )
 from gen_agent.event import Event
+from gen_agent.host import AgentHost, HostOverload, HostStatus
 from gen_agent.pool import Pool, PoolRef, PoolStatus, RetryPolicy
 from gen_agent.ref import RequestRef
 from gen_agent.request import RequestInfo, RequestOptions
@@ -78,7 +79,7 @@ from gen_agent.status import (
     RuntimeSnapshot,
     Status,
 )
-from gen_agent.streaming import TurnStream, stream
+from gen_agent.streaming import AttachedTurn, TurnStream, attach, stream
 from gen_agent.supervisor import (
     ChildEvent,
     ChildInfo,
@@ -96,11 +97,13 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AgentDown",
+    "AgentHost",
     "AgentNotFound",
     "AgentRef",
     "AgentStartError",
     "AgentSystem",
     "AlreadyStarted",
+    "AttachedTurn",
     "Backend",
     "BackendError",
     "CallTimeout",
@@ -117,6 +120,8 @@ __all__ = [
     "GenAgent",
     "GenAgentError",
     "Halt",
+    "HostOverload",
+    "HostStatus",
     "InitAgentError",
     "NoReply",
     "Omission",
@@ -146,6 +151,7 @@ __all__ = [
     "TurnError",
     "TurnStream",
     "ask",
+    "attach",
     "backend_session",
     "cancel_request",
     "child_spec",

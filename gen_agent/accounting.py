@@ -24,12 +24,14 @@ Mirrors: nothing in the Elixir original.
 
 from __future__ import annotations
 
+import math
+import threading
 from collections.abc import Mapping
 from typing import Any, Literal
 
 import msgspec
 
-__all__ = ["BudgetExceeded", "Spend", "add_turn", "check_budget", "total_tokens"]
+__all__ = ["BudgetExceeded", "SharedBudget", "Spend", "add_turn", "check_budget", "total_tokens"]
 
 
 class Spend(msgspec.Struct, frozen=True, kw_only=True):
@@ -108,3 +110,66 @@ def check_budget(
         if spent >= max_total_tokens:
             return BudgetExceeded(limit="tokens", maximum=max_total_tokens, spent=spent)
     return None
+
+
+class SharedBudget:
+    """A spend cap over many agents: what every agent below a `Supervisor`, `Pool` or
+    `AgentHost` spent together, against `max_cost_usd` (US dollars) and `max_total_tokens`
+    (tokens). Thread-safe.
+
+    The runtime charges it with each turn's spend when the turn ends (from the agent's start
+    on: spend restored from a store is not charged again), and checks it at dispatch, next to
+    the agent's own caps: once reached, agents below refuse new turns with
+    `("budget_exceeded", BudgetExceeded)` (running turns finish; nothing is stopped).
+
+    Raises:
+        ValueError: a cap is not a finite number >= 0 (cost) or an int >= 0 (tokens).
+    """
+
+    __slots__ = ("_lock", "max_cost_usd", "max_total_tokens", "spend")
+
+    def __init__(self, max_cost_usd: float | None = None,
+                 max_total_tokens: int | None = None) -> None:
+        if max_cost_usd is not None and (
+                isinstance(max_cost_usd, bool) or not isinstance(max_cost_usd, int | float)
+                or not math.isfinite(max_cost_usd) or max_cost_usd < 0):
+            raise ValueError("max_cost_usd must be a finite number >= 0 (US dollars; None: no "
+                             f"bound), got {max_cost_usd!r}")
+        if max_total_tokens is not None and (
+                isinstance(max_total_tokens, bool) or not isinstance(max_total_tokens, int)
+                or max_total_tokens < 0):
+            raise ValueError(f"max_total_tokens must be an int >= 0 (tokens), "
+                             f"got {max_total_tokens!r}")
+        self.max_cost_usd = None if max_cost_usd is None else float(max_cost_usd)
+        self.max_total_tokens = max_total_tokens
+        self.spend = Spend()  # what the agents below spent together
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return (f"SharedBudget(max_cost_usd={self.max_cost_usd!r}, "
+                f"max_total_tokens={self.max_total_tokens!r}, spent={self.spend!r})")
+
+    def charge(self, usage: Mapping[str, int], cost_usd: float | None, turns: int) -> None:
+        """Add one agent's new spend (token counts per key, US dollars, turns)."""
+        with self._lock:
+            totals = dict(self.spend.usage)
+            for key, value in usage.items():
+                totals[key] = totals.get(key, 0) + value
+            cost = self.spend.cost_usd
+            if cost_usd is not None:
+                cost = (cost or 0.0) + cost_usd
+            self.spend = Spend(usage=totals, cost_usd=cost, turns=self.spend.turns + turns)
+
+    def exceeded(self) -> BudgetExceeded | None:
+        """The cap reached so far, or None."""
+        return check_budget(self.spend, self.max_cost_usd, self.max_total_tokens)
+
+
+def spend_since(now: Spend, before: Spend) -> tuple[dict[str, int], float | None, int]:
+    """What `now` adds to `before`: `(usage delta, cost delta or None, turns delta)`."""
+    usage = {k: v - before.usage.get(k, 0) for k, v in now.usage.items()
+             if v != before.usage.get(k, 0)}
+    cost = None
+    if now.cost_usd is not None and now.cost_usd != (before.cost_usd or 0.0):
+        cost = now.cost_usd - (before.cost_usd or 0.0)
+    return usage, cost, now.turns - before.turns

@@ -52,12 +52,14 @@ from gen_agent.ref import RequestRef
 from gen_agent.request import RequestOptions
 from gen_agent.response import Response
 from gen_agent.status import PollResult, RuntimeSnapshot, Status
-from gen_agent.streaming import AsyncTurnStream
+from gen_agent.streaming import AsyncAttachedTurn, AsyncTurnStream
 from gen_agent.system import AgentSystem, current_system
 
 __all__ = [
+    "AsyncAttachedTurn",
     "AsyncTurnStream",
     "ask",
+    "attach",
     "backend_session",
     "cancel_request",
     "drain",
@@ -439,3 +441,16 @@ def stream(name: Any, prompt: str, *, interrupt_on_exit: bool = True,
                            max_buffered_events=max_buffered_events, timeout=timeout,
                            agent_system=agent_system)
 
+
+def attach(name: Any, ref: RequestRef, *, after: int = 0, timeout: float | None = None,
+           max_buffered_events: int = 256,
+           agent_system: AgentSystem | None = None) -> AsyncAttachedTurn:
+    """Rejoin a running or just-finished turn from an event loop:
+    `async with aio.attach(name, ref, after=seq) as turn: async for event in turn`.
+
+    Args and semantics as `gen_agent.attach` (the same reader, read from a loop).
+
+    Mirrors: nothing in the original.
+    """
+    return AsyncAttachedTurn(name, ref, after, timeout=timeout,
+                             max_buffered_events=max_buffered_events, agent_system=agent_system)

@@ -37,13 +37,21 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 from gen_agent._deprecate import system_renamed
-from gen_agent._runtime import AgentHandle, InterruptRequestMsg, Reply, call_in_loop, calls
-from gen_agent.errors import AgentDown, CallTimeout, TurnError
+from gen_agent._runtime import (
+    AgentHandle,
+    InterruptRequestMsg,
+    Reply,
+    Watch,
+    call_in_loop,
+    calls,
+)
+from gen_agent.errors import AgentDown, CallTimeout, RequestError, TurnError
 from gen_agent.event import Event
 from gen_agent.ref import RequestRef
 from gen_agent.response import Response
 
-__all__ = ["AsyncTurnStream", "TurnStream", "stream"]
+__all__ = ["AsyncAttachedTurn", "AsyncTurnStream", "AttachedTurn", "TurnStream", "attach",
+           "stream"]
 
 _DONE = object()
 
@@ -74,6 +82,11 @@ class _Buffer:
             self._items.append(message)
             self._cond.notify()
         self._signal_loop()
+
+    def lagging(self) -> bool:
+        """For a replay relay: True when the reader has fallen this far behind (twice its
+        bound) that the agent should detach it until it catches up."""
+        return len(self._items) >= 2 * self._max
 
     def pause_relay(self, resume: Callable[[], None]) -> bool:
         """Called by the agent after each relayed event: True asks it to stop draining this
@@ -154,6 +167,7 @@ class _TurnStreamBase:
         self._outcome: tuple[str, Any] | None = None
         self._deadline: float | None = None
         self.ref: RequestRef | None = None
+        self.seq = 0  # the sequence number of the last event read (events count from 1)
 
     def _call(self, handle: AgentHandle, buffer: _Buffer) -> calls.Call:
         return calls.tell(handle, self.prompt, self.timeout, recipient=buffer, completion=True,
@@ -174,6 +188,7 @@ class _TurnStreamBase:
         if message is _DONE:
             raise CallTimeout(self.timeout)
         if message[1] == "event":
+            self.seq += 1  # the relay sends every event of the turn, in order
             return message[4]
         if message[1] == "completion":
             self._outcome = message[4]
@@ -185,6 +200,9 @@ class _TurnStreamBase:
     def _finish(self) -> None:
         if self._buffer is not None:
             self._buffer.close()
+        watch = getattr(self, "_watch", None)
+        if watch is not None:
+            watch.claim()  # stop listening for the agent's end
 
     def _raise_outcome(self) -> Response:
         outcome = self._outcome
@@ -298,6 +316,139 @@ class AsyncTurnStream(_TurnStreamBase):
             async for _event in self:
                 pass
         return self._raise_outcome()
+
+
+def _ignore(_message: Any) -> None:
+    return None
+
+
+class _AttachedBase(_TurnStreamBase):
+    """What the threaded and async attached readers share (see `attach`)."""
+
+    def __init__(self, name: Any, ref: RequestRef, after: int, *, timeout: float | None,
+                 max_buffered_events: int, agent_system: Any) -> None:
+        self.name = name
+        self.prompt = ""
+        self.interrupt_on_exit = False  # leaving an attached reader never interrupts
+        self.max_buffered_events = max_buffered_events
+        self.timeout = timeout
+        self._system = agent_system
+        self._handle = None
+        self._buffer = None
+        self._outcome = None
+        self._deadline = None
+        self._watch: Watch | None = None
+        self.ref = ref
+        self.seq = after
+        self.after = after
+        self.missed = 0  # events after `after` the replay buffer no longer held
+        calls.attach(ref, after, _ignore)  # the argument checks, before anything is sent
+
+    def _prepare(self, loop: Any) -> tuple[AgentHandle, _Buffer, calls.Call]:
+        handle = calls.lookup(self._system, self.name)
+        buffer = _Buffer(self.max_buffered_events, loop)
+        return handle, buffer, calls.attach(self.ref, self.after, buffer)  # type: ignore[arg-type]
+
+    def _attached(self, handle: AgentHandle, buffer: _Buffer, _missed: int) -> None:
+        self._started(handle, buffer, self.ref)  # type: ignore[arg-type]
+        self._watch = Watch(buffer, handle.name, self.ref)  # type: ignore[arg-type]
+        self._watch.attach(handle)  # the agent's end ends the reader
+
+    def _read(self, message: Any) -> Event | None:
+        if message is not _DONE:
+            kind = message[1]
+            if kind == "replay":
+                if message[4] <= self.seq:
+                    return None  # already read (a re-attach overlaps the first relay)
+                self.seq = message[4]
+                return message[5]  # type: ignore[no-any-return]
+            if kind == "missed":
+                self.missed += message[4]
+                return None
+            if kind == "lagged":  # caught up with what was relayed: attach again from here
+                self._reattach()
+                return None
+            if kind == "lost":  # the turn left the replay buffer before the reader rejoined
+                self._outcome = ("lost", message[4])
+                self._finish()
+                return None
+        return super()._read(message)
+
+    def _reattach(self) -> None:
+        handle, buffer, ref = self._handle, self._buffer, self.ref
+        if handle is None or buffer is None:
+            return
+        reply = Reply()
+
+        def answered(done: Reply) -> None:
+            try:
+                outcome = done.wait(0)
+            except Exception:  # noqa: BLE001 - the agent ended: its Down record ends the reader
+                return
+            if outcome[0] != "ok":
+                buffer.put_nowait(("gen_agent", "lost", self.name, ref, outcome[1]))
+
+        reply.add_done_callback(answered)
+        # not sent when the agent has ended: then its Down record ends the reader
+        handle.send(calls.attach(ref, self.seq, buffer).make(reply))  # type: ignore[arg-type]
+
+    def _raise_outcome(self) -> Response:
+        outcome = self._outcome
+        if outcome is not None and outcome[0] == "lost":
+            raise RequestError(outcome[1])
+        return super()._raise_outcome()
+
+
+class AttachedTurn(_AttachedBase, TurnStream):
+    """A reader attached to a running or just-finished turn (`gen_agent.attach`): iterate it
+    for the events after `after`, then the live ones; then `response` (or the turn's error,
+    as for `TurnStream`). `seq` is the last event's sequence number, `missed` the events
+    after `after` the replay buffer had already dropped. Leaving the block detaches the
+    reader; the turn goes on.
+
+    A reader more than twice `max_buffered_events` behind is detached by the agent and
+    attaches again from its last event when it has read its buffer, so a slow reader holds
+    bounded memory and still sees every event (unless the turn's byte bound dropped some:
+    `missed`; or the turn left the replay buffer meanwhile: `RequestError("not_found")`)."""
+
+    def __enter__(self) -> AttachedTurn:
+        handle, buffer, call = self._prepare(None)
+        self._attached(handle, buffer, calls.run(handle, call, self.timeout))
+        return self
+
+
+class AsyncAttachedTurn(_AttachedBase, AsyncTurnStream):
+    """`AttachedTurn` read from an event loop (`async with` / `async for`)."""
+
+    async def __aenter__(self) -> AsyncAttachedTurn:
+        handle, buffer, call = self._prepare(asyncio.get_running_loop())
+        self._attached(handle, buffer, await calls.run_async(handle, call, self.timeout))
+        return self
+
+
+def attach(name: Any, ref: RequestRef, *, after: int = 0, timeout: float | None = None,
+           max_buffered_events: int = 256, agent_system: Any = None) -> AttachedTurn:
+    """Rejoin the turn of request `ref` of agent `name`: `with attach(...) as turn:` iterates
+    its events with a sequence number above `after` (those already produced first, then the
+    live ones), then `turn.response`. Several readers may attach to one turn.
+
+    The agent must keep a replay buffer (start option `replay_turns=n`, n >= 1; an
+    `AgentHost` sets it): the running turn and the last `n` finished ones can be attached
+    to, until the agent hibernates or stops. A stream's `turn.seq` is the `after` to rejoin
+    from; `turn.missed` counts events the buffer's byte bound (`max_event_bytes_per_turn`)
+    had already dropped.
+
+    Raises:
+        TypeError: `ref` is not a `RequestRef`. ValueError: `after` is not an int >= 0.
+        AgentNotFound: (on entering) no agent has that name.
+        RequestError: (on entering) "not_found" (no such running or kept turn) or
+            "replay_off" (the agent keeps no replay buffer).
+        TurnError, AgentDown, CallTimeout: while iterating, as for `stream`.
+
+    Mirrors: nothing in the original.
+    """
+    return AttachedTurn(name, ref, after, timeout=timeout,
+                        max_buffered_events=max_buffered_events, agent_system=agent_system)
 
 
 @system_renamed

@@ -56,6 +56,7 @@ from gen_agent._runtime import (
     ActorBase,
     log_exception,
 )
+from gen_agent.accounting import SharedBudget
 from gen_agent.errors import (
     AgentDown,
     AgentStartError,
@@ -184,6 +185,10 @@ class Supervisor:
             the supervisor thread: it must be quick and must not call this supervisor and
             wait (post to your own thread instead).
         system: the `AgentSystem` to start agents in (default: the current one).
+        max_cost_usd (US dollars) / max_total_tokens (tokens): a cap over every agent below
+            this supervisor together, nested supervisors' included (`self.budget`, a
+            `gen_agent.accounting.SharedBudget`); once reached, their new turns are refused
+            with `("budget_exceeded", BudgetExceeded)`. None (default): no shared cap.
 
     Raises:
         AgentStartError: `("failed_to_start_child", id, reason)` where `reason` is the child's
@@ -209,9 +214,15 @@ class Supervisor:
                  strategy: Strategy = "one_for_one", max_restarts: int = 3,
                  max_seconds: float = 5.0, name: Any = None,
                  listener: Callable[[ChildEvent], Any] | None = None,
-                 system: AgentSystem | None = None, _nested: bool = False) -> None:
+                 system: AgentSystem | None = None, max_cost_usd: float | None = None,
+                 max_total_tokens: int | None = None, _nested: bool = False,
+                 _budgets: tuple[SharedBudget, ...] = ()) -> None:
         specs = tuple(children)
         check_tree_args(specs, strategy, max_restarts, max_seconds)
+        # A cap over every agent below (nested supervisors' too): gen_agent.accounting.
+        self.budget = (None if max_cost_usd is None and max_total_tokens is None
+                       else SharedBudget(max_cost_usd, max_total_tokens))
+        self._budgets = _budgets + ((self.budget,) if self.budget is not None else ())
         self._seq = next(_names)
         self.name = name if name is not None else f"supervisor-{self._seq}"
         self.strategy = strategy
@@ -457,7 +468,8 @@ class Supervisor:
         if isinstance(spec, SupervisorSpec):
             proc = Supervisor(spec.children, strategy=spec.strategy,
                               max_restarts=spec.max_restarts, max_seconds=spec.max_seconds,
-                              name=spec.id, system=self._system, _nested=True)
+                              name=spec.id, system=self._system, _nested=True,
+                              _budgets=self._budgets)
             ref = proc
         else:
             opts = dict(spec.opts)
@@ -465,6 +477,8 @@ class Supervisor:
                 opts["resume_session_id"] = child.session_id
             elif child.no_session:
                 opts.pop("resume_session_id", None)
+            if self._budgets:
+                opts["budgets"] = (*(opts.get("budgets") or ()), *self._budgets)
             shutdown = "infinity" if spec.shutdown_ms is None else spec.shutdown_ms
             ref = self._system.start_agent(spec.module, name=spec.id, backend=spec.backend,
                                            shutdown_ms=shutdown, **opts)

@@ -133,9 +133,10 @@ RECORDS = {
 }
 CONTRACT = {"gen_agent.agent", "gen_agent.backend"}
 API = {
-    "gen_agent._agent_tool", "gen_agent._child_spec", "gen_agent._pool_dispatch",
-    "gen_agent.agent_ref", "gen_agent.aio", "gen_agent.client", "gen_agent.pool",
-    "gen_agent.streaming", "gen_agent.supervisor", "gen_agent.system",
+    "gen_agent._agent_tool", "gen_agent._child_spec", "gen_agent._host_aio",
+    "gen_agent._pool_dispatch", "gen_agent.agent_ref", "gen_agent.aio", "gen_agent.client",
+    "gen_agent.host", "gen_agent.pool", "gen_agent.streaming", "gen_agent.supervisor",
+    "gen_agent.system",
 }
 NAMESPACE_ROOTS = ("gen_agent.backends", "gen_agent.cli", "gen_agent.observer", "gen_agent.ray",
                    "gen_agent.testing")

@@ -62,6 +62,7 @@ def test_logging_is_disabled_for_the_library_by_default() -> None:
 
 PUBLIC_MODULES = (
     "gen_agent.backend", "gen_agent.telemetry", "gen_agent.supervisor", "gen_agent.pool",
+    "gen_agent.host",
     "gen_agent.backends.mock", "gen_agent.backends.claude", "gen_agent.backends.codex",
     "gen_agent.backends.anthropic", "gen_agent.backends.openai", "gen_agent.testing",
     "gen_agent.testing.model_server", "gen_agent.portable",

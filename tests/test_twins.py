@@ -35,7 +35,7 @@ NOT_AWAITABLE = {
 }
 # Awaitable functions with no threaded twin in `gen_agent.client`: the pool's (`Pool.submit`,
 # `Pool.map`), and the stream, whose threaded twin is `gen_agent.stream`.
-AIO_ONLY = {"submit", "map", "stream", "AsyncTurnStream"}
+AIO_ONLY = {"submit", "map", "stream", "AsyncTurnStream", "attach", "AsyncAttachedTurn"}
 
 
 def _params(fn: Callable[..., Any], drop: tuple[str, ...] = ()) -> list[tuple[str, Any, Any]]:
@@ -55,6 +55,7 @@ def test_every_client_call_has_an_awaitable_twin_with_the_same_parameters() -> N
         assert _params(getattr(aio, name)) == _params(getattr(client, name)), name
         assert inspect.iscoroutinefunction(getattr(aio, name)), name
     assert _params(aio.stream) == _params(streaming.stream)
+    assert _params(aio.attach) == _params(streaming.attach)
 
 
 def test_agent_ref_methods_take_the_client_parameters_but_the_name() -> None:

@@ -19,6 +19,7 @@ it), so the runtime's insides can move without touching the rest of the package.
 - `results`: the poll cache of finished requests.
 - `messages`: the actor's mailbox message records.
 - `options`: parsing and validation of the reserved start options.
+- `replay`: the replay buffer of rejoinable turns and the deactivation check (`AgentHost`).
 
 Below the runtime, as leaves every layer may use: `gen_agent._cancel` (a turn's cancel
 signal), `gen_agent._context` (which agent and request a thread works for) and
@@ -57,6 +58,7 @@ from gen_agent._runtime.options import (
     warn_near_misses,
 )
 from gen_agent._runtime.registry import Registry
+from gen_agent._runtime.replay import DeactivateMsg
 from gen_agent._runtime.reply import Reply, await_reply, call_in_loop, set_once
 from gen_agent._runtime.startup import RAISED_DURING_START
 from gen_agent._runtime.turn import WORKERS
@@ -71,6 +73,7 @@ __all__ = [
     "AgentHandle",
     "AskMsg",
     "CancelRequestMsg",
+    "DeactivateMsg",
     "DrainMsg",
     "GetSessionMsg",
     "HaltMsg",

@@ -67,6 +67,7 @@ from gen_agent._runtime.messages import (
 )
 from gen_agent._runtime.options import AgentOptions
 from gen_agent._runtime.pending import BoundedQueue
+from gen_agent._runtime.replay import AttachMsg, DeactivateMsg, ReplayBuffer, attach, deactivate
 from gen_agent._runtime.request import (
     Phase,
     Request,
@@ -148,6 +149,8 @@ class AgentActor(StartupMixin, AdmissionMixin, DispatchMixin, InputsMixin, Contr
         self.spend = options.spend if options.spend is not None else Spend()
         if options.hibernate_after_ms is not None:
             self.enable_hibernation(options.hibernate_after_ms / 1000)
+        self.replay = (None if not options.replay_turns else ReplayBuffer(
+            self.name, options.replay_turns, options.max_event_bytes_per_turn))
         self.durable: Durable | NoDurability = NO_DURABILITY
         if options.store is not None and options.session_key is not None:
             self.durable = Durable(options.store, options.session_key, self.name, backend,
@@ -180,6 +183,8 @@ class AgentActor(StartupMixin, AdmissionMixin, DispatchMixin, InputsMixin, Contr
         if self.turn is not None or self._retry_timer is not None or self.stopping:
             return False
         self.gates.disarm()  # before the flag: once it is set, a wake may arm it anew
+        if self.replay is not None:
+            self.replay.clear()  # a hibernated agent keeps no replay data
         return True
 
     # ------------------------------------------------------------------ message loop
@@ -288,6 +293,10 @@ class AgentActor(StartupMixin, AdmissionMixin, DispatchMixin, InputsMixin, Contr
                 msg.reply.resolve(self.session)
             case DrainMsg():
                 self._on_drain(msg.reply)
+            case AttachMsg():
+                attach(self, msg)
+            case DeactivateMsg():
+                deactivate(self, msg)
             case StopMsg():
                 msg.reply.resolve(None)
                 raise StopAgent(msg.reason)
@@ -337,7 +346,7 @@ class AgentActor(StartupMixin, AdmissionMixin, DispatchMixin, InputsMixin, Contr
         channel = turn.channel
         channel.scheduled = False
         items, add = channel.items, turn.capture.add
-        stream_to, ref = turn.request.stream_to, turn.request.ref
+        stream_to, ref, replay = turn.request.stream_to, turn.request.ref, self.replay
         # a streaming reader (gen_agent.stream) may hold the relay back: see `_relay_paused`
         pause = None if stream_to is None else getattr(stream_to, "pause_relay", None)
         taken = 0
@@ -350,6 +359,8 @@ class AgentActor(StartupMixin, AdmissionMixin, DispatchMixin, InputsMixin, Contr
                 return
             add(item[0], item[1])
             taken += item[1]
+            if replay is not None:
+                replay.event(ref, item[0], item[1])
             if stream_to is not None:
                 deliver_to(stream_to, StreamEvent("gen_agent", "event", self.name, ref, item[0]))
         channel.taken(taken)
@@ -413,6 +424,7 @@ class AgentActor(StartupMixin, AdmissionMixin, DispatchMixin, InputsMixin, Contr
         self.turn = None
         self.handle.turn_mark = None
         self.gates.release_permit(turn.capture.usage)
+        self.gates.charge(self.spend)
 
     def _cancel_task(self, turn: Turn) -> None:
         turn.cancel_event.set()
@@ -550,6 +562,8 @@ class AgentActor(StartupMixin, AdmissionMixin, DispatchMixin, InputsMixin, Contr
 
     def _deliver(self, request: Request, outcome: tuple[str, Any]) -> None:
         """Give a finished request its one outcome: reply, cache, completion (§4.7 step 4)."""
+        if self.replay is not None:
+            self.replay.finish(request.ref, outcome)
         if request.origin == "ask":
             self._replies.append((request.reply, outcome))
         elif request.origin == "tell":

@@ -38,6 +38,7 @@ from gen_agent._runtime.messages import (
     StatusMsg,
     TellMsg,
 )
+from gen_agent._runtime.replay import AttachMsg
 from gen_agent._runtime.reply import await_reply, call_in_loop, set_once
 from gen_agent._runtime.watch import Watch
 from gen_agent.errors import AgentNotFound, CallTimeout, RequestError, TurnError
@@ -252,6 +253,18 @@ def cancel_request(ref: RequestRef) -> Call:
     """`cancel_request`: "cancelled", "current" or "already_finished" ("not_found": the
     request is unknown, or no agent)."""
     return Call(lambda r: CancelRequestMsg(ref, r), missing="not_found")
+
+
+def attach(ref: Any, after: Any, recipient: Any) -> Call:
+    """`attach`: replay `ref`'s events after `after` to `recipient`, then the live ones and
+    the outcome (see `_runtime/replay.py`); its answer is how many were already dropped.
+    Raises `RequestError` "not_found" (no such running or kept turn) or "replay_off"."""
+    if not isinstance(ref, RequestRef):
+        raise TypeError(f"attach: ref must be a RequestRef, got {type(ref).__name__}")
+    if type(after) is not int or after < 0:
+        raise ValueError(f"attach: after must be an int >= 0 (an event's seq), got {after!r}")
+    check_recipient(recipient, "attach")
+    return Call(lambda r: AttachMsg(ref, after, recipient, r), unwrap_request)
 
 
 RESET_SESSION = Call(ResetSessionMsg, unwrap_request)

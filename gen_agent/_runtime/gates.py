@@ -18,18 +18,21 @@ from typing import Any
 from gen_agent._runtime.messages import LimitWakeMsg, WatchdogMsg
 from gen_agent._runtime.options import AgentOptions
 from gen_agent._timers import TIMERS
-from gen_agent.accounting import BudgetExceeded, Spend, check_budget
+from gen_agent.accounting import BudgetExceeded, Spend, check_budget, spend_since
 
 
 class Gates:
     """The spend caps, provider permit and watchdog of one agent."""
 
-    __slots__ = ("_armed", "_capped", "_handle", "_opts", "limit", "permit", "watchdog")
+    __slots__ = ("_armed", "_capped", "_charged", "_handle", "_opts", "limit", "permit",
+                 "watchdog")
 
     def __init__(self, opts: AgentOptions, handle: Any) -> None:
         self._opts = opts
         self._handle = handle
-        self._capped = opts.max_cost_usd is not None or opts.max_total_tokens is not None
+        self._capped = (opts.max_cost_usd is not None or opts.max_total_tokens is not None
+                        or bool(opts.budgets))
+        self._charged: Spend | None = None  # the spend the shared budgets were charged up to
         self.limit = opts.provider_limit  # a shared ProviderLimit, or None
         self.permit = False  # holds one of its permits (between dispatch and the turn's end)
         self.watchdog: Any = None  # the agent's one watchdog timer, while armed
@@ -40,7 +43,25 @@ class Gates:
         """The cap `spend` has reached, or None (a turn may run)."""
         if not self._capped:
             return None
+        if self._charged is None:
+            self._charged = spend  # the start: spend restored from a store is not charged
+        for budget in self._opts.budgets:
+            over = budget.exceeded()
+            if over is not None:
+                return over
         return check_budget(spend, self._opts.max_cost_usd, self._opts.max_total_tokens)
+
+    def charge(self, spend: Spend) -> None:
+        """A turn ended with the agent's totals at `spend`: charge the shared budgets
+        (`gen_agent.accounting.SharedBudget`) with what it added."""
+        before = self._charged
+        if before is None or before is spend or not self._opts.budgets:
+            return
+        self._charged = spend
+        usage, cost, turns = spend_since(spend, before)
+        if usage or cost is not None or turns:
+            for budget in self._opts.budgets:
+                budget.charge(usage, cost, turns)
 
     # ------------------------------------------------------------------ provider permit
     def take_permit(self) -> bool:

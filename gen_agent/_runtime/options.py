@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from gen_agent.accounting import Spend
+from gen_agent.accounting import SharedBudget, Spend
 from gen_agent.limits import ProviderLimit
 from gen_agent.output import check_output_type
 
@@ -27,7 +27,7 @@ RESERVED = (
     "max_pending_notification_bytes", "resume_session_id", "hibernate_after_ms",
     "store", "session_key",
     "provider_limit",
-    "output", "max_cost_usd", "max_total_tokens", "spend",
+    "output", "max_cost_usd", "max_total_tokens", "spend", "budgets", "replay_turns",
 )
 
 HIBERNATE_ENV = "GEN_AGENT_HIBERNATE_AFTER_MS"
@@ -55,12 +55,15 @@ DEFAULTS: dict[str, Any] = {
     "max_cost_usd": None,
     "max_total_tokens": None,
     "spend": None,
+    "budgets": (),
+    "replay_turns": 0,
 }
 
 _POSITIVE = ("max_events_per_turn", "max_event_bytes_per_turn")
 _NON_NEGATIVE = (
     "max_tell_results", "max_tell_result_bytes", "max_pending_prompts",
     "max_pending_prompt_bytes", "max_pending_notifications", "max_pending_notification_bytes",
+    "replay_turns",
 )
 
 
@@ -87,6 +90,8 @@ class AgentOptions(msgspec.Struct, frozen=True, kw_only=True):
     max_cost_usd: float | None = None  # US dollars (gen_agent.accounting)
     max_total_tokens: int | None = None  # tokens
     spend: Spend | None = None  # the totals to start from
+    budgets: tuple[Any, ...] = ()  # SharedBudgets above the agent (supervisor, pool, host)
+    replay_turns: int = 0  # finished turns kept in the replay buffer (0: no buffer)
 
 
 _STORE_METHODS = ("acquire", "release", "load", "update")
@@ -238,6 +243,14 @@ def _check_accounting(values: dict[str, Any]) -> None:
     tokens = values["max_total_tokens"]
     if tokens is not None and not (_is_int(tokens) and tokens >= 0):
         raise ValueError(f"max_total_tokens must be an int >= 0 (tokens), got {tokens!r}")
+    budgets = values["budgets"]
+    if isinstance(budgets, SharedBudget):
+        budgets = (budgets,)
+    if not (isinstance(budgets, tuple | list)
+            and all(isinstance(b, SharedBudget) for b in budgets)):
+        raise ValueError("budgets must be a tuple of gen_agent.accounting.SharedBudget, "
+                         f"got {type(budgets).__name__}")
+    values["budgets"] = tuple(budgets)
     spend = values["spend"]
     if spend is not None and type(spend) is not Spend:
         raise ValueError(f"spend must be a gen_agent.accounting.Spend, got {spend!r}")
