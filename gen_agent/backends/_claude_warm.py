@@ -30,6 +30,7 @@ process, the turn that owns it, and the session's cost and usage totals.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import threading
 from collections.abc import Callable, Iterator
@@ -385,6 +386,7 @@ def warm_turn(
             continue
         finally:
             lines.writing = False
+        lines.interrupter = functools.partial(process.send_control, {"subtype": "interrupt"})
         if context.cancelled:
             slot.cancel()
         return _events(slot, process, lines, context, interrupt_grace_ms,
@@ -515,9 +517,7 @@ def _settle(slot: WarmSlot, process: _ClaudeProcess, lines: _TurnLines,
             interrupt_grace_ms: int) -> None:
     """An abandoned turn: interrupt the CLI and drain this turn's lines up to its `result`;
     past `interrupt_grace_ms`, kill the process (the next turn resumes on a new one)."""
-    try:
-        process.send_control({"subtype": "interrupt"})
-    except OSError:
+    if not lines.interrupt_once():  # (a stopping agent may have sent it already)
         return
 
     def settled(item: Any) -> bool:

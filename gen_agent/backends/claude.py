@@ -67,7 +67,11 @@ from gen_agent.backends._option_checks import (
     one_of,
 )
 from gen_agent.backends._process import ChildProcess
-from gen_agent.backends.warm import DEFAULT_IDLE_TIMEOUT_MS, DEFAULT_INTERRUPT_GRACE_MS
+from gen_agent.backends.warm import (
+    DEFAULT_IDLE_TIMEOUT_MS,
+    DEFAULT_INTERRUPT_GRACE_MS,
+    stop_grace_s,
+)
 from gen_agent.event import Event
 from gen_agent.output import schema_of
 from gen_agent.permission import DEFAULT_PERMISSION_TIMEOUT_MS
@@ -447,14 +451,17 @@ class ClaudeCLI(CLIBackend[ClaudeSession]):
 
     @classmethod
     def terminate_session(cls, session: ClaudeSession) -> None:
-        """End the warm process and wait until it is gone: EOF on its stdin (SIGKILL past
-        `exit_grace_ms`; at once when a turn still runs); kill a per-turn child. Idempotent.
+        """End the warm process and wait until it is gone; kill a per-turn child's tree.
+        Idempotent.
 
-        Blocks the stopping agent for as long as the CLI takes to exit (measured: ~0.1 s),
-        at most `exit_grace_ms` + `term_grace_ms`.
+        Warm: a turn still running is interrupted first (the CLI ends its tools and saves the
+        turn) and gets up to `min(interrupt_grace_ms, 2000)` ms to settle, else its tree is
+        SIGKILLed; then EOF on the CLI's stdin (SIGKILL to its tree past `exit_grace_ms`).
+        Blocks the stopping agent for as long as that takes (measured: ~0.1 s for the exit).
         """
         o = session.options
-        session.warm.close(wait_s=(o.exit_grace_ms + o.term_grace_ms) / 1000 + 1.0)
+        session.warm.stop(grace_s=stop_grace_s(o.interrupt_grace_ms),
+                          wait_s=(o.exit_grace_ms + o.term_grace_ms) / 1000 + 1.0)
         super().terminate_session(session)  # per-turn children
 
     @classmethod

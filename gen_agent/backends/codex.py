@@ -79,7 +79,11 @@ from gen_agent.backends._option_checks import (
     one_of,
 )
 from gen_agent.backends._process import ChildProcess
-from gen_agent.backends.warm import DEFAULT_IDLE_TIMEOUT_MS, DEFAULT_INTERRUPT_GRACE_MS
+from gen_agent.backends.warm import (
+    DEFAULT_IDLE_TIMEOUT_MS,
+    DEFAULT_INTERRUPT_GRACE_MS,
+    stop_grace_s,
+)
 from gen_agent.event import Event
 from gen_agent.output import strict_schema_of
 from gen_agent.permission import DEFAULT_PERMISSION_TIMEOUT_MS
@@ -422,10 +426,15 @@ class CodexCLI(CLIBackend[CodexSession]):
 
     @classmethod
     def terminate_session(cls, session: CodexSession) -> None:
-        """End the app-server process (stdin EOF, bounded; waits until reaped) and the exec
-        children. Idempotent."""
+        """End the app-server process and wait until it is gone; kill an exec child's tree.
+        Idempotent.
+
+        App-server: a turn still running gets `turn/interrupt` first (the CLI ends its
+        command) and up to `min(interrupt_grace_ms, 2000)` ms to settle, else its tree is
+        SIGKILLed; then EOF on its stdin (SIGKILL to its tree past `exit_grace_ms`)."""
         o = session.options
-        session.app.close(wait_s=(o.exit_grace_ms + o.term_grace_ms) / 1000 + 1.0)
+        session.app.stop(grace_s=stop_grace_s(o.interrupt_grace_ms),
+                         wait_s=(o.exit_grace_ms + o.term_grace_ms) / 1000 + 1.0)
         super().terminate_session(session)
 
     @classmethod

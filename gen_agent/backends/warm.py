@@ -42,6 +42,7 @@ __all__ = [
     "DEFAULT_IDLE_TIMEOUT_MS",
     "DEFAULT_INTERRUPT_GRACE_MS",
     "DEFAULT_MAX_LIVE_PROCESSES",
+    "STOP_GRACE_MS",
     "LiveProcess",
     "Slot",
     "SlotProcess",
@@ -51,6 +52,7 @@ __all__ = [
     "live_processes",
     "max_live_processes",
     "set_max_live_processes",
+    "stop_grace_s",
 ]
 
 DEFAULT_IDLE_TIMEOUT_MS: Final = 15 * 60 * 1000
@@ -62,17 +64,51 @@ DEFAULT_INTERRUPT_GRACE_MS: Final = 5_000
 DEFAULT_MAX_LIVE_PROCESSES: Final = 32
 """Default cap on live warm CLI processes in this Python process."""
 
+STOP_GRACE_MS: Final = 2_000
+"""The most a stopping agent's running turn gets to settle after its interrupt (ms): with the
+CLI's exit (~0.1 s measured) it fits the default 5 s shutdown window. Shorter when
+`interrupt_grace_ms` is."""
+
+
+def stop_grace_s(interrupt_grace_ms: int) -> float:
+    """The settle time of a stopping agent's turn: `min(interrupt_grace_ms, STOP_GRACE_MS)`
+    in seconds."""
+    return min(interrupt_grace_ms, STOP_GRACE_MS) / 1000
+
 
 class TurnQueue:
     """The items a live process's reader routes to the turn that reads them (lines, control
     requests, EXIT, CANCEL): a small blocking FIFO. Thread-safe; shared by the warm Claude
     and the Codex app-server runners."""
 
-    __slots__ = ("cond", "items")
+    __slots__ = ("_interrupted", "cond", "interrupter", "items")
 
     def __init__(self) -> None:
         self.items: collections.deque[Any] = collections.deque()
         self.cond = threading.Condition(threading.Lock())
+        # Sends the CLI's interrupt for this turn (set by the turn once it can be interrupted:
+        # its prompt was sent); `interrupt_once` calls it at most once.
+        self.interrupter: Callable[[], None] | None = None
+        self._interrupted = False
+
+    def interrupt_once(self) -> bool:
+        """Send the turn's interrupt unless it was sent already (any thread).
+
+        Returns:
+            False when it could not be sent (no interrupter yet, or the CLI is gone).
+        """
+        with self.cond:
+            interrupter, sent = self.interrupter, self._interrupted
+            self._interrupted = self._interrupted or interrupter is not None
+        if sent:
+            return True
+        if interrupter is None:
+            return False
+        try:
+            interrupter()
+        except OSError:
+            return False
+        return True
 
     def put(self, item: Any) -> None:
         """Append `item` and wake the reader."""
@@ -168,6 +204,32 @@ class Slot(Generic[ProcessT, LinesT]):
                 self._turn = None
             self._cond.notify_all()
         process.live.mark_busy(False)
+
+    def stop(self, *, grace_s: float, wait_s: float) -> None:
+        """End the live process for an agent that stops: a turn still running is interrupted
+        first (the CLI's own interrupt, which ends the tools it runs) and given `grace_s`
+        seconds to settle; then stdin EOF (SIGKILL to the tree past the exit grace), or
+        SIGKILL to the tree at once when the turn did not settle. Waits up to `wait_s`
+        seconds until it was reaped. Any thread; idempotent."""
+        with self._cond:
+            process, lines = self.process, self._turn
+        if process is None:
+            return
+        if lines is not None:
+            if lines.interrupt_once():
+                deadline = time.monotonic() + grace_s
+                with self._cond:
+                    while self._turn is lines and (left := deadline - time.monotonic()) > 0:
+                        self._cond.wait(left)
+            with self._cond:
+                busy = self._turn is lines
+        else:
+            busy = False
+        if busy:
+            process.live.kill()
+        else:
+            process.live.close()
+        process.live.wait_exited(wait_s)
 
     def close(self, *, kill: bool = False, wait_s: float | None = None) -> None:
         """End the live process: stdin EOF (SIGKILL past its exit grace), or SIGKILL now when

@@ -18,6 +18,10 @@ Reads stdin lines; answers `initialize` and `interrupt` control requests; plays 
   "cancelled" then waits for the interrupt (as `slow`), any other ends "tool said TEXT".
 - `late NAME ...`: like slow, but after acknowledging the interrupt sends a `tools/call` of
   NAME, writes the answer to `$FAKE_CLAUDE_DIR/late.json`, then ends the turn.
+- `bash ...`: init, a Bash tool_use whose command (a `sleep`) runs in a session of its own,
+  as the real CLI's Bash tool does (its pid in `$FAKE_CLAUDE_DIR/helper.pid`); an `interrupt`
+  kills it and ends the turn (as the real CLI does); `bashstuck ...`: the same, but the
+  interrupt is acknowledged only: the command runs on and the turn never ends.
 
 Exits at EOF on stdin. Every start appends `{"argv", "pid"}` to `$FAKE_CLAUDE_DIR/calls.jsonl`.
 
@@ -174,6 +178,30 @@ def late_tool_turn(name: str) -> None:
     result("", subtype="error_during_execution", add=0.0)
 
 
+def bash_turn(*, settle: bool) -> None:
+    import signal
+    import subprocess
+
+    init()
+    assistant([{"type": "tool_use", "id": "toolu_bash", "name": "Bash",
+                "input": {"command": "sleep 1000"}}])
+    tool = subprocess.Popen(["sleep", "1000"], start_new_session=True)
+    with open(os.path.join(os.environ["FAKE_CLAUDE_DIR"], "helper.pid"), "w") as f:
+        f.write(str(tool.pid))
+    if settle:
+        while True:
+            message = read()
+            assert message is not None
+            if message.get("type") == "control_request":
+                ack(message)
+                if message["request"].get("subtype") == "interrupt":  # type: ignore[union-attr]
+                    os.kill(tool.pid, signal.SIGKILL)
+                    tool.wait()
+                    result("", subtype="error_during_execution", add=0.0)
+                    return
+    wait_interrupt(settle=False)
+
+
 def shape(message: dict) -> list[object]:
     """What a replay compares of a stdin line: its type and what it says."""
     kind = message.get("type")
@@ -230,6 +258,9 @@ def main() -> None:
             continue
         if word == "late":
             late_tool_turn(prompt.split(" ")[1])
+            continue
+        if word in ("bash", "bashstuck"):
+            bash_turn(settle=word == "bash")
             continue
         if word == "pytool":
             python_tool_turn(prompt.split(" ")[1])

@@ -1,0 +1,127 @@
+"""What is left of a CLI's process tree, read from /proc (Linux): the tests of issue 32's
+guarantees (a CLI and its tools end with their agent, their host, their node).
+
+A test marks the tree it wants to watch with an environment variable of its own (`mark()`),
+passed to the CLI in the backend's `env`: the CLI, the launcher and every tool they start
+inherit it. `marked(token)` lists the live processes carrying it; `SessionSampler` records,
+from a background thread, how many live CLI processes carry each `--resume` session id.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+VAR = "GA_TREE_MARK"
+
+
+def mark() -> tuple[str, dict[str, str]]:
+    """A fresh token and the `env` entry that carries it."""
+    token = uuid.uuid4().hex
+    return token, {VAR: token}
+
+
+def _stat(pid: str) -> list[str] | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat[stat.rindex(")") + 2:].split()
+
+
+def marked(token: str) -> list[tuple[int, str]]:
+    """`(pid, command line)` of every live (non-zombie) process whose environment holds
+    `GA_TREE_MARK=token`."""
+    needle = f"{VAR}={token}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            environ = Path(f"/proc/{entry}/environ").read_bytes()
+        except OSError:
+            continue
+        if needle not in environ.split(b"\0"):
+            continue
+        fields = _stat(entry)
+        if fields is None or fields[0] in ("Z", "X"):
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+        except OSError:
+            continue
+        found.append((int(entry), cmdline.replace(b"\0", b" ").decode(errors="replace")))
+    return found
+
+
+def wait_gone(token: str, timeout: float) -> list[tuple[int, str]]:
+    """Wait up to `timeout` seconds until no process carries `token`; what is left."""
+    deadline = time.monotonic() + timeout
+    pause = threading.Event()
+    while (left := marked(token)) and time.monotonic() < deadline:
+        pause.wait(0.05)
+    return left
+
+
+def kill_marked(token: str) -> None:
+    """SIGKILL what carries `token` (a failed test's leftovers; only this test's own)."""
+    for pid, _ in marked(token):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, 9)
+
+
+class SessionSampler:
+    """Samples, every `interval_s`, the live processes carrying `token` whose command line
+    names a session (`is_cli(cmdline)` picks the CLI processes, `session_of(cmdline)` the
+    id); `max_per_session` is the most CLI processes seen at once on one session id."""
+
+    def __init__(self, token: str, is_cli: Callable[[str], bool],
+                 session_of: Callable[[str], str | None], interval_s: float = 0.02) -> None:
+        self.token = token
+        self.is_cli = is_cli
+        self.session_of = session_of
+        self.interval_s = interval_s
+        self.max_per_session: dict[str, int] = {}
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> SessionSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def current(self) -> dict[str, set[int]]:
+        """Session id -> pids of the live CLI processes on it, now."""
+        by_session: dict[str, set[int]] = {}
+        for pid, cmdline in marked(self.token):
+            session = self.session_of(cmdline) if self.is_cli(cmdline) else None
+            if session is not None:
+                by_session.setdefault(session, set()).add(pid)
+        return by_session
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            for session, pids in self.current().items():
+                self.max_per_session[session] = max(self.max_per_session.get(session, 0),
+                                                    len(pids))
+            self.samples += 1
+
+
+def resumed_session(cmdline: str) -> str | None:
+    """The id after `--resume` (claude) or `resume` (codex exec) in a command line, or None."""
+    words = cmdline.split()
+    for flag in ("--resume", "resume"):
+        if flag in words:
+            at = words.index(flag)
+            if at + 1 < len(words):
+                return words[at + 1]
+    return None
