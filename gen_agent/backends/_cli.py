@@ -32,6 +32,7 @@ from gen_agent.backend import Backend, BackendError, DispatchError, SessionStart
 from gen_agent.backends._jsonl import LineTranslator, translate_line
 from gen_agent.backends._option_checks import (
     Check,
+    duration_ms,
     int_at_least,
     is_arg,
     is_arg_seq,
@@ -94,8 +95,8 @@ CLI_CHECKS: Final[Mapping[str, Check]] = {
     "extra_args": (is_arg_seq, "a list of non-empty str"),
     "max_line_bytes": (int_at_least(1), "an int >= 1 (bytes)"),
     "stderr_tail_bytes": (int_at_least(0), "an int >= 0 (bytes)"),
-    "exit_grace_ms": (int_at_least(0), "an int >= 0 (milliseconds)"),
-    "term_grace_ms": (int_at_least(0), "an int >= 0 (milliseconds)"),
+    "exit_grace_ms": duration_ms(0),
+    "term_grace_ms": duration_ms(0),
 }
 """The option table rows of `CLIOptions` (see `_option_checks.validate_options`)."""
 

@@ -59,6 +59,7 @@ from gen_agent.backends._claude_stream import (
 from gen_agent.backends._claude_warm import WarmSlot, warm_turn
 from gen_agent.backends._cli import CLI_CHECKS, CLIBackend, CLIOptions, CLISession
 from gen_agent.backends._option_checks import (
+    duration_ms,
     int_at_least,
     is_arg,
     is_arg_seq,
@@ -188,9 +189,9 @@ _CHECKS: Final = {
     "dangerously_skip_permissions": (is_bool, "a bool"),
     "include_partial_messages": (is_bool, "a bool"),
     "mode": one_of(MODES),
-    "idle_timeout_ms": (int_at_least(1), "an int >= 1 (milliseconds)"),
-    "interrupt_grace_ms": (int_at_least(0), "an int >= 0 (milliseconds)"),
-    "permission_timeout_ms": (int_at_least(1), "an int >= 1 (milliseconds)"),
+    "idle_timeout_ms": duration_ms(1),
+    "interrupt_grace_ms": duration_ms(0),
+    "permission_timeout_ms": duration_ms(1),
     "tools": (lambda v: isinstance(v, list | tuple) and all(_is_tool(t) for t in v),
               "a list of functions or gen_agent.tools.Tool"),
 }

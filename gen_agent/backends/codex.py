@@ -71,7 +71,7 @@ from gen_agent.backends._codex_stream import (
 )
 from gen_agent.backends._codex_stream import decode_line as decode_line
 from gen_agent.backends._option_checks import (
-    int_at_least,
+    duration_ms,
     is_arg,
     is_arg_seq,
     is_bool,
@@ -206,9 +206,9 @@ _CHECKS: Final = {
     "images": (is_arg_seq, "a list of non-empty str (file paths)"),
     "mode": one_of(MODES),
     "approval_policy": one_of(APPROVAL_POLICIES),
-    "idle_timeout_ms": (int_at_least(1), "an int >= 1 (milliseconds)"),
-    "interrupt_grace_ms": (int_at_least(0), "an int >= 0 (milliseconds)"),
-    "permission_timeout_ms": (int_at_least(1), "an int >= 1 (milliseconds)"),
+    "idle_timeout_ms": duration_ms(1),
+    "interrupt_grace_ms": duration_ms(0),
+    "permission_timeout_ms": duration_ms(1),
 }
 
 
