@@ -39,7 +39,7 @@ from loguru import logger
 from gen_agent import telemetry
 from gen_agent._runtime.context import capture_trace_context
 from gen_agent._runtime.crash import log_exception
-from gen_agent._runtime.timers import TIMERS
+from gen_agent._runtime.timers import TIMERS, check_duration_ms, wait_s
 from gen_agent.agent_ref import AgentRef
 from gen_agent.backend import BackendError
 from gen_agent.errors import AgentDown, CallTimeout, GenAgentError, RequestError, TurnError
@@ -94,6 +94,8 @@ class RetryPolicy(msgspec.Struct, frozen=True, kw_only=True):
         _check_count("attempts", self.attempts, 1)
         _check_count("base_delay_ms", self.base_delay_ms, 0)
         _check_count("max_delay_ms", self.max_delay_ms, 0)
+        check_duration_ms("base_delay_ms", self.base_delay_ms)
+        check_duration_ms("max_delay_ms", self.max_delay_ms)
         if self.retry_on is not None and not callable(self.retry_on):
             raise ValueError(f"retry_on must be callable, got {type(self.retry_on).__name__}")
 
@@ -408,7 +410,8 @@ class Pool:
             raise TypeError("map: prompts must be an iterable of str prompts, got a single "
                             f"{type(prompts).__name__} (wrap it in a list: [prompt])")
         refs = [self.submit(prompt, output=output) for prompt in prompts]
-        deadline = None if timeout is None else time.monotonic() + timeout
+        limit = wait_s(timeout)  # beyond threading.TIMEOUT_MAX: forever
+        deadline = None if limit is None else time.monotonic() + limit
         responses: list[Any] = []
         try:
             for ref in refs:
@@ -438,7 +441,8 @@ class Pool:
 
         Mirrors: `concurrent.futures.as_completed`.
         """
-        deadline = None if timeout is None else time.monotonic() + timeout
+        limit = wait_s(timeout)
+        deadline = None if limit is None else time.monotonic() + limit
         with self._cond:
             pending = []
             for ref in refs:
@@ -522,7 +526,8 @@ class Pool:
             CallTimeout: not quiescent within `timeout` seconds.
             RequestError: `("pool_down", reason)` when the pool stopped meanwhile.
         """
-        deadline = None if timeout is None else time.monotonic() + timeout
+        limit = wait_s(timeout)
+        deadline = None if limit is None else time.monotonic() + limit
         handler_id = ("gen_agent.pool.wait_idle", uuid.uuid4().hex)
         telemetry.attach(handler_id, telemetry.STATE_CHANGED, self._wake)
         try:
@@ -611,13 +616,13 @@ class Pool:
             self._supervisor.stop(timeout)
         self._inbox.put(("stop",))
         if threading.current_thread() is not self._thread:
-            self._thread.join(timeout)
+            self._thread.join(wait_s(timeout))
             if self._thread.is_alive():
                 raise CallTimeout(timeout)
 
     def wait_stopped(self, timeout: float | None = None) -> bool:
         """Block until the pool stopped; False if `timeout` (s) expired first."""
-        return self._stopped.wait(timeout)
+        return self._stopped.wait(wait_s(timeout))
 
     # ------------------------------------------------------------------ bookkeeping
     def _spec(self, slot: _Slot, warn_as: str | None = None) -> Any:
@@ -920,7 +925,7 @@ def _collect_result(lock: Any, tasks: dict[int, Any], ref: Any, timeout: float |
         task = tasks.get(ref.id) if isinstance(ref, PoolRef) else None
     if task is None:
         raise LookupError("unknown PoolRef, or its result was already collected")
-    if not task.done.wait(timeout):
+    if not task.done.wait(wait_s(timeout)):
         raise CallTimeout(timeout)
     with lock:
         if tasks.pop(ref.id, None) is None:

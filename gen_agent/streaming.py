@@ -39,6 +39,7 @@ from typing import Any
 from gen_agent._runtime.handle import AgentHandle
 from gen_agent._runtime.messages import InterruptRequestMsg
 from gen_agent._runtime.reply import Reply, await_reply, call_in_loop
+from gen_agent._runtime.timers import wait_s
 from gen_agent.agent_ref import _check_prompt, _tell_answered, _tell_message
 from gen_agent.client import _lookup
 from gen_agent.errors import AgentDown, CallTimeout, TurnError
@@ -108,7 +109,8 @@ class _Buffer:
     def take(self, timeout: float | None) -> Any:
         """Block until a message arrives (`_DONE` after `timeout` seconds)."""
         with self._cond:
-            if not self._items and not self._cond.wait_for(lambda: self._items, timeout):
+            if not self._items and not self._cond.wait_for(lambda: self._items,
+                                                           wait_s(timeout)):
                 return _DONE
         return self.take_nowait()
 

@@ -43,6 +43,7 @@ from gen_agent import telemetry
 from gen_agent._runtime.crash import log_exception
 from gen_agent._runtime.options import outside_level, validate_shutdown, warn_near_misses
 from gen_agent._runtime.server import RAISED_DURING_START
+from gen_agent._runtime.timers import wait_s
 from gen_agent.errors import (
     AgentDown,
     AgentStartError,
@@ -459,7 +460,7 @@ class Supervisor:
     def wait_stopped(self, timeout: float | None = None) -> bool:
         """Block until the supervisor stopped (children included); False if `timeout` (s)
         expired first."""
-        return self._stopped.wait(timeout)
+        return self._stopped.wait(wait_s(timeout))
 
     def on_exit(self, listener: Callable[[Supervisor, Any], Any]) -> None:
         """Call `listener(supervisor, reason)` once when it has stopped (at once if it has).
@@ -486,7 +487,7 @@ class Supervisor:
         self._post(("stop", "shutdown"))
         if threading.current_thread() is self._thread:
             return
-        if not self._stopped.wait(timeout):
+        if not self._stopped.wait(wait_s(timeout)):
             raise CallTimeout(timeout)
 
     def which_children(self) -> list[ChildInfo]:
