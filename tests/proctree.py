@@ -34,6 +34,11 @@ def _stat(pid: str) -> list[str] | None:
     return stat[stat.rindex(")") + 2:].split()
 
 
+def _parent(pid: int) -> str:
+    fields = _stat(str(pid))
+    return "?" if fields is None else fields[1]
+
+
 def marked(token: str) -> list[tuple[int, str]]:
     """`(pid, command line)` of every live (non-zombie) process whose environment holds
     `GA_TREE_MARK=token`."""
@@ -87,6 +92,7 @@ class SessionSampler:
         self.session_of = session_of
         self.interval_s = interval_s
         self.max_per_session: dict[str, int] = {}
+        self.worst: dict[str, list[str]] = {}  # the command lines of the fullest sample
         self.samples = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -99,20 +105,27 @@ class SessionSampler:
         self._stop.set()
         self._thread.join(10)
 
-    def current(self) -> dict[str, set[int]]:
-        """Session id -> pids of the live CLI processes on it, now."""
-        by_session: dict[str, set[int]] = {}
+    def current(self) -> dict[str, dict[int, str]]:
+        """Session id -> {pid: command line} of the live CLI processes on it, now. A process
+        whose parent is one of them is not another CLI: a fork of the CLI about to exec a
+        tool (its command line is the CLI's until the exec)."""
+        by_session: dict[str, dict[int, str]] = {}
         for pid, cmdline in marked(self.token):
             session = self.session_of(cmdline) if self.is_cli(cmdline) else None
             if session is not None:
-                by_session.setdefault(session, set()).add(pid)
+                by_session.setdefault(session, {})[pid] = cmdline
+        for pids in by_session.values():
+            for pid in [pid for pid in pids if _parent(pid) in {str(p) for p in pids}]:
+                del pids[pid]
         return by_session
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
             for session, pids in self.current().items():
-                self.max_per_session[session] = max(self.max_per_session.get(session, 0),
-                                                    len(pids))
+                if len(pids) > self.max_per_session.get(session, 0):
+                    self.max_per_session[session] = len(pids)
+                    self.worst[session] = [f"{pid} (parent {_parent(pid)}) {cmd[:100]}"
+                                           for pid, cmd in pids.items()]
             self.samples += 1
 
 

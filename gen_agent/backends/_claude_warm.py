@@ -423,6 +423,7 @@ def _events(slot: WarmSlot, process: _ClaudeProcess, lines: _TurnLines, context:
             events = translate_line(translator, item)
             session_id = translator.take_session_id()
             if session_id is not None:
+                process.live.child.session_id = session_id  # (see ChildProcess.spawn)
                 context.checkpoint(session_id)
             for event in events:
                 if event.kind == "usage":

@@ -323,6 +323,7 @@ class CLIBackend(Backend, Generic[SessionT]):
             # The turn's trace context, so a CLI exporting its own spans nests them under the
             # agent's turn span (both CLIs read TRACEPARENT / TRACESTATE; docs/observability).
             env.update(context.trace_env())
+        resumed = getattr(session, cls._RESUME_FIELD)
         try:
             child = ChildProcess.spawn(
                 cls.command(session, prompt),
@@ -334,6 +335,8 @@ class CLIBackend(Backend, Generic[SessionT]):
                 exit_grace_ms=o.exit_grace_ms,
                 term_grace_ms=o.term_grace_ms,
                 install_hint=cls._INSTALL_HINT,
+                session_id=resumed if is_arg(resumed) else None,
+                owner=session.runner,
             )
         except BackendError as exc:
             raise DispatchError(exc, exc.message) from None
@@ -341,7 +344,6 @@ class CLIBackend(Backend, Generic[SessionT]):
         if context.cancelled:
             child.cancel()
         translator = cls._translator(session)
-        resumed = getattr(session, cls._RESUME_FIELD)
         ending = _Ending(cls._PROVIDER, resumed, cls._SESSION_NOT_FOUND)
         return _turn_events(session.runner, child, context, translator, ending), session
 
@@ -450,6 +452,7 @@ def _turn_events(
             events = translate_line(translator, item, on_unparsed=unparsed)
             session_id = translator.take_session_id()
             if session_id is not None:
+                child.session_id = session_id
                 context.checkpoint(session_id)  # a CheckpointError fails the turn (§7.3)
             for event in events:
                 if event.kind == "text":

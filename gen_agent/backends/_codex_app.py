@@ -275,6 +275,7 @@ def _events(slot: AppSlot, process: _AppProcess, lines: _Lines, context: TurnCon
     before: dict[str, Any] | None = None  # the thread's totals before this turn
     interrupt_requested = False
     try:
+        process.live.child.session_id = thread_id  # (see ChildProcess.spawn)
         context.checkpoint(thread_id)
         while True:
             item = lines.get()

@@ -57,7 +57,11 @@ __all__ = [
     "ChildProcess",
     "LineBuffer",
     "LineTooLong",
+    "end_other_holders",
     "live_children",
+    "owner_marker",
+    "reap_marked",
+    "set_child_marker",
     "spawn_error",
     "wait_all_reaped",
 ]
@@ -262,6 +266,10 @@ class ChildProcess:
         self._popen = popen
         self._cli_pid = popen.pid if cli_pid is None else cli_pid
         self._lifeline = lifeline  # our end of the launcher's lifeline pipe, until closed
+        # The conversation this CLI runs (resumed, or reported by its stream) and who owns
+        # it: a later spawn resuming the same id for another owner ends this one first.
+        self.session_id: str | None = None
+        self.owner: object | None = None
         self._max_line_bytes = max_line_bytes
         self._exit_grace_ms = exit_grace_ms
         self._term_grace_ms = term_grace_ms
@@ -298,6 +306,8 @@ class ChildProcess:
         term_grace_ms: int = DEFAULT_TERM_GRACE_MS,
         install_hint: str | None = None,
         stdin_pipe: bool = False,
+        session_id: str | None = None,
+        owner: object | None = None,
     ) -> ChildProcess:
         """Start `argv` under the launcher, in a new process group and session.
 
@@ -312,6 +322,12 @@ class ChildProcess:
             term_grace_ms: how long between SIGTERM and SIGKILL (ms).
             install_hint: appended to the "not found" message (what to install).
             stdin_pipe: give the child a stdin pipe that `write` feeds (default: /dev/null).
+            session_id: the conversation the CLI resumes, or None. A CLI of this process
+                still running it for another `owner` (an earlier incarnation of the agent,
+                say) is killed, tree and all, and reaped first: one conversation never has
+                two live CLIs (bounded by `exit_grace_ms + term_grace_ms` + 1 s).
+            owner: who runs the conversation (the session's runner or slot, shared by its
+                copies).
 
         Returns:
             The running `ChildProcess`.
@@ -319,6 +335,9 @@ class ChildProcess:
         Raises:
             BackendError: the child could not be started (see `spawn_error`).
         """
+        if session_id is not None:
+            end_other_holders(session_id, owner,
+                              timeout=(exit_grace_ms + term_grace_ms) / 1000 + 1.0)
         env = _owned_env(env)
         if not use_launcher:
             try:
@@ -344,7 +363,7 @@ class ChildProcess:
                 raise spawn_error(
                     exc, provider=provider, executable=argv[0], cwd=cwd,
                     install_hint=install_hint) from exc
-        return cls(
+        child = cls(
             popen,
             max_line_bytes=max_line_bytes,
             stderr_tail_bytes=stderr_tail_bytes,
@@ -353,6 +372,8 @@ class ChildProcess:
             cli_pid=cli_pid,
             lifeline=lifeline,
         )
+        child.session_id, child.owner = session_id, owner
+        return child
 
     # -- introspection -------------------------------------------------------------------
 
@@ -685,11 +706,98 @@ class ChildProcess:
         return f"ChildProcess(pid={self.pid}, returncode={self.returncode})"
 
 
+_MARKERS: dict[str, str] = {}
+
+
+def set_child_marker(name: str, value: str | None) -> None:
+    """Put `name=value` in the environment of every CLI started from now on (whatever its
+    `env` and `inherit_env`), or stop doing so (`value` None): how a Ray node marks its CLIs
+    so that its next incarnation finds them (`reap_marked`)."""
+    if value is None:
+        _MARKERS.pop(name, None)
+    else:
+        _MARKERS[name] = value
+
+
 def _owned_env(env: Mapping[str, str] | None) -> dict[str, str]:
-    """The child's environment with `OWNER_ENV` naming this process."""
+    """The child's environment with `OWNER_ENV` naming this process, and the markers."""
     owned = dict(os.environ if env is None else env)
+    owned.update(_MARKERS)
     owned[OWNER_ENV] = _OWNER
     return owned
+
+
+def owner_marker(pid: int, started_ticks: int) -> bytes:
+    """The `OWNER_ENV` entry (as in `/proc/PID/environ`) of the CLIs a process started."""
+    return f"{OWNER_ENV}={pid}:{started_ticks}".encode()
+
+
+def _marked(matches: Callable[[list[bytes]], bool]) -> list[int]:
+    """The live (non-zombie) processes, other than this one, whose environment entries
+    `matches` accepts (Linux `/proc`; only processes we may read)."""
+    found: list[int] = []
+    me = os.getpid()
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return found
+    for entry in entries:
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as file:
+                environ = file.read().split(b"\0")
+            with open(f"/proc/{entry}/stat", "rb") as file:
+                stat = file.read()
+        except OSError:
+            continue
+        if stat[stat.rindex(b")") + 2:][:1] in (b"Z", b"X") or not matches(environ):
+            continue
+        found.append(int(entry))
+    return found
+
+
+def _is_launcher(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as file:
+            return _LAUNCHER.encode() in file.read()
+    except OSError:
+        return False
+
+
+def reap_marked(matches: Callable[[list[bytes]], bool], *, timeout: float) -> int:
+    """End every process whose environment `matches` accepts (e.g. holds `owner_marker` of a
+    dead owner) and wait up to `timeout` seconds until none is left.
+
+    Launchers get SIGUSR1 first (each kills its whole tree, tools whose environment was
+    scrubbed included) and up to a second to do it; then whatever still matches is
+    SIGKILLed. Linux only (`/proc`); elsewhere a no-op.
+
+    Returns:
+        How many matching processes there were.
+    """
+    found = _marked(matches)
+    if not found:
+        return 0
+    deadline = time.monotonic() + timeout
+    for pid in found:
+        if _is_launcher(pid):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGUSR1)
+    pause = threading.Event()
+    launchers_deadline = min(deadline, time.monotonic() + 1.0)
+    while time.monotonic() < launchers_deadline and any(_is_launcher(p) for p in
+                                                        _marked(matches)):
+        pause.wait(0.02)
+    while left := _marked(matches):
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        if time.monotonic() >= deadline:
+            logger.warning("gen_agent: {} marked processes outlived the reap", len(left))
+            break
+        pause.wait(0.02)
+    return len(found)
 
 
 def _start_ticks(pid: int) -> int:
@@ -788,6 +896,25 @@ def _pidfd_open(pid: int) -> int | None:
         return os.pidfd_open(pid)
     except (AttributeError, OSError):
         return None
+
+
+def end_other_holders(session_id: str, owner: object | None, *, timeout: float) -> int:
+    """Kill (tree and all) every child of this process still running conversation
+    `session_id` for an owner other than `owner`, and wait up to `timeout` seconds until
+    they are reaped. Returns how many there were."""
+    with _live_cond:
+        others = [child for child in _live if child.session_id == session_id
+                  and child.owner is not owner and not child.reaped]
+    for child in others:
+        logger.warning("gen_agent: a CLI (pid {}) still runs the session being resumed for "
+                       "another owner; ending it first", child.pid)
+        child.cancel()
+    deadline = time.monotonic() + timeout
+    for child in others:
+        if not child.wait_reaped(max(0.0, deadline - time.monotonic())):
+            logger.warning("gen_agent: the CLI (pid {}) of the resumed session was not reaped "
+                           "in time", child.pid)
+    return len(others)
 
 
 def live_children() -> list[ChildProcess]:

@@ -434,6 +434,8 @@ class ClaudeCLI(CLIBackend[ClaudeSession]):
                 term_grace_ms=o.term_grace_ms,
                 install_hint=INSTALL_HINT,
                 stdin_pipe=True,
+                session_id=turn_session.session_id,
+                owner=session.warm,
             )
 
         events = warm_turn(

@@ -400,7 +400,8 @@ class CodexCLI(CLIBackend[CodexSession]):
                 cls.app_server_command(session), provider=PROVIDER, env=cls._child_env(o),
                 cwd=o.cwd, max_line_bytes=o.max_line_bytes,
                 stderr_tail_bytes=o.stderr_tail_bytes, exit_grace_ms=o.exit_grace_ms,
-                term_grace_ms=o.term_grace_ms, install_hint=INSTALL_HINT, stdin_pipe=True)
+                term_grace_ms=o.term_grace_ms, install_hint=INSTALL_HINT, stdin_pipe=True,
+                session_id=session.thread_id, owner=session.app)
 
         thread_params: dict[str, Any] = {}
         for key, value in (("cwd", o.cwd), ("model", o.model), ("sandbox", o.sandbox),

@@ -252,3 +252,72 @@ def test_a_warm_cli_outlives_the_thread_that_started_it(
     assert len(spawners) == 1
     gen_agent.stop("wt")
     assert wait_gone(token, GONE_S) == []
+
+
+def _starts(fake: FakeWarm) -> list[dict[str, Any]]:
+    return fake.calls()
+
+
+def test_resuming_a_session_ends_the_cli_another_agent_still_runs_on_it(
+        tmp_path: Path, tree: Any):
+    token, env = tree
+    fake = FakeWarm(tmp_path)
+    start("first", ClaudeCLI, fake.options(env=env))
+    session_id = gen_agent.ask("first", "hello one", timeout=WAIT_S).session_id
+    first_pid = gen_agent.backend_session("first", timeout=WAIT_S).pid
+    start("second", ClaudeCLI, fake.options(env=env, session_id=session_id))
+    assert gen_agent.ask("second", "hello two", timeout=WAIT_S).session_id == session_id
+    assert not pid_alive(first_pid)
+    second_start = _starts(fake)[1]
+    assert "--resume" in second_start["argv"] and second_start["alive_at_start"] == []
+    # The first agent's next turn resumes the conversation again: the second's CLI ends first.
+    assert gen_agent.ask("first", "hello three", timeout=WAIT_S).text == "echo: hello three"
+    assert _starts(fake)[2]["alive_at_start"] == []
+    gen_agent.stop("first")
+    gen_agent.stop("second")
+    assert wait_gone(token, GONE_S) == []
+
+
+GATE = threading.Event()
+BLOCKED = threading.Event()
+
+
+class Stuck(Recording):
+    """Blocks in handle_info("block") until GATE opens: a stop then outlasts its window."""
+
+    def handle_info(self, message: Any, state: Any) -> Any:
+        if message == "block":
+            BLOCKED.set()
+            GATE.wait(WAIT_S)
+        return gen_agent.NoReply(state)
+
+
+def test_a_restart_after_a_kill_ends_the_killed_incarnations_cli_before_resuming(
+        tmp_path: Path, tree: Any):
+    token, env = tree
+    fake = FakeWarm(tmp_path)
+    GATE.clear()
+    BLOCKED.clear()
+    supervisor = gen_agent.Supervisor([gen_agent.child_spec(
+        Stuck, name="r", backend=ClaudeCLI, restart="permanent", resume_session=True,
+        shutdown_ms=100, backend_opts=fake.options(env=env), calls=queue.Queue())])
+    try:
+        assert gen_agent.ask("r", "hello one", timeout=WAIT_S).text == "echo: hello one"
+        old_pid = gen_agent.backend_session("r", timeout=WAIT_S).pid
+        gen_agent.send_after("r", "block", 0)
+        assert BLOCKED.wait(WAIT_S)
+        # Stuck in a callback: killed after its 100 ms window, no cleanup (§2.19); its warm
+        # CLI is still running.
+        supervisor.terminate_child("r")
+        assert pid_alive(old_pid)
+        supervisor.restart_child("r")
+        response = gen_agent.ask("r", "hello two", timeout=WAIT_S)
+        assert response.text == "echo: hello two"
+        restart = _starts(fake)[1]
+        assert "--resume" in restart["argv"]
+        assert restart["alive_at_start"] == []  # never two CLIs on the conversation
+        assert not pid_alive(old_pid)
+    finally:
+        GATE.set()
+        supervisor.stop(WAIT_S)
+    assert wait_gone(token, GONE_S) == []

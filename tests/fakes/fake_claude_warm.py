@@ -23,7 +23,8 @@ Reads stdin lines; answers `initialize` and `interrupt` control requests; plays 
   kills it and ends the turn (as the real CLI does); `bashstuck ...`: the same, but the
   interrupt is acknowledged only: the command runs on and the turn never ends.
 
-Exits at EOF on stdin. Every start appends `{"argv", "pid"}` to `$FAKE_CLAUDE_DIR/calls.jsonl`.
+Exits at EOF on stdin. Every start appends `{"argv", "pid", "alive_at_start"}` to
+`$FAKE_CLAUDE_DIR/calls.jsonl` (the pids of earlier starts still running then: /proc).
 
 With `FAKE_CLAUDE_REPLAY` naming a recorded session (tests/fixtures/claude-cli/warm/*.jsonl),
 it replays that instead: prints each recorded stdout line, and at each recorded stdin line
@@ -202,6 +203,15 @@ def bash_turn(*, settle: bool) -> None:
     wait_interrupt(settle=False)
 
 
+def alive(pid: int) -> bool:
+    """Whether an earlier fake (pid) still runs (not a zombie)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def shape(message: dict) -> list[object]:
     """What a replay compares of a stdin line: its type and what it says."""
     kind = message.get("type")
@@ -237,8 +247,11 @@ def replay(path: str, directory: str) -> None:
 def main() -> None:
     directory = os.environ.get("FAKE_CLAUDE_DIR")
     if directory:
-        with open(os.path.join(directory, "calls.jsonl"), "a") as calls:
-            calls.write(json.dumps({"argv": sys.argv[1:], "pid": os.getpid()}) + "\n")
+        with open(os.path.join(directory, "calls.jsonl"), "a+") as calls:
+            calls.seek(0)
+            earlier = [json.loads(x)["pid"] for x in calls if x.strip()]
+            calls.write(json.dumps({"argv": sys.argv[1:], "pid": os.getpid(),
+                                    "alive_at_start": [p for p in earlier if alive(p)]}) + "\n")
     recording = os.environ.get("FAKE_CLAUDE_REPLAY")
     if recording and directory:
         replay(recording, directory)
