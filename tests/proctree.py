@@ -4,7 +4,9 @@ guarantees (a CLI and its tools end with their agent, their host, their node).
 A test marks the tree it wants to watch with an environment variable of its own (`mark()`),
 passed to the CLI in the backend's `env`: the CLI, the launcher and every tool they start
 inherit it. `marked(token)` lists the live processes carrying it; `SessionSampler` records,
-from a background thread, how many live CLI processes carry each `--resume` session id.
+from a background thread, the most live CLI processes seen at once on the marked conversation
+(a test marks one conversation: every CLI carrying its mark runs it, whatever its argv says;
+a first CLI has no `--resume` yet, its successor has).
 """
 
 from __future__ import annotations
@@ -81,18 +83,18 @@ def kill_marked(token: str) -> None:
 
 
 class SessionSampler:
-    """Samples, every `interval_s`, the live processes carrying `token` whose command line
-    names a session (`is_cli(cmdline)` picks the CLI processes, `session_of(cmdline)` the
-    id); `max_per_session` is the most CLI processes seen at once on one session id."""
+    """Samples, every `interval_s`, the live processes carrying `token` that `is_cli(cmdline)`
+    picks: `most` is the most seen at once (and `worst` their command lines), `samples` the
+    number of samples taken. A process whose parent is one of them is not another CLI: a fork
+    of the CLI about to exec a tool (its command line is the CLI's until the exec)."""
 
     def __init__(self, token: str, is_cli: Callable[[str], bool],
-                 session_of: Callable[[str], str | None], interval_s: float = 0.02) -> None:
+                 interval_s: float = 0.02) -> None:
         self.token = token
         self.is_cli = is_cli
-        self.session_of = session_of
         self.interval_s = interval_s
-        self.max_per_session: dict[str, int] = {}
-        self.worst: dict[str, list[str]] = {}  # the command lines of the fullest sample
+        self.most = 0
+        self.worst: list[str] = []
         self.samples = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -105,36 +107,19 @@ class SessionSampler:
         self._stop.set()
         self._thread.join(10)
 
-    def current(self) -> dict[str, dict[int, str]]:
-        """Session id -> {pid: command line} of the live CLI processes on it, now. A process
-        whose parent is one of them is not another CLI: a fork of the CLI about to exec a
-        tool (its command line is the CLI's until the exec)."""
-        by_session: dict[str, dict[int, str]] = {}
-        for pid, cmdline in marked(self.token):
-            session = self.session_of(cmdline) if self.is_cli(cmdline) else None
-            if session is not None:
-                by_session.setdefault(session, {})[pid] = cmdline
-        for pids in by_session.values():
-            for pid in [pid for pid in pids if _parent(pid) in {str(p) for p in pids}]:
-                del pids[pid]
-        return by_session
+    def current(self) -> dict[int, str]:
+        """{pid: command line} of the live CLI processes on the conversation, now."""
+        clis = {pid: cmd for pid, cmd in marked(self.token) if self.is_cli(cmd)}
+        forks = [pid for pid in clis if _parent(pid) in {str(p) for p in clis}]
+        for pid in forks:
+            del clis[pid]
+        return clis
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
-            for session, pids in self.current().items():
-                if len(pids) > self.max_per_session.get(session, 0):
-                    self.max_per_session[session] = len(pids)
-                    self.worst[session] = [f"{pid} (parent {_parent(pid)}) {cmd[:100]}"
-                                           for pid, cmd in pids.items()]
+            clis = self.current()
+            if len(clis) > self.most:
+                self.most = len(clis)
+                self.worst = [f"{pid} (parent {_parent(pid)}) {cmd[:100]}"
+                              for pid, cmd in clis.items()]
             self.samples += 1
-
-
-def resumed_session(cmdline: str) -> str | None:
-    """The id after `--resume` (claude) or `resume` (codex exec) in a command line, or None."""
-    words = cmdline.split()
-    for flag in ("--resume", "resume"):
-        if flag in words:
-            at = words.index(flag)
-            if at + 1 < len(words):
-                return words[at + 1]
-    return None
