@@ -146,7 +146,7 @@ class Runner:
         return all(child.wait_reaped(max(0.0, deadline - time.monotonic())) for child in children)
 
     def terminate(self, timeout: float) -> bool:
-        """Kill the current turn's child (SIGKILL to its group) and wait up to `timeout`
+        """Kill the current turn's child (SIGKILL to its tree) and wait up to `timeout`
         seconds until every child is reaped: the earlier ones, whose turns are over, end by
         their own bounded escalation (a CLI that answered may still be saving its session,
         which the next incarnation resumes).
@@ -372,7 +372,7 @@ class CLIBackend(Backend, Generic[SessionT]):
 
     @classmethod
     def cancel(cls, session: SessionT) -> None:
-        """Kill the current turn's process group now (any thread; idempotent; quick)."""
+        """Kill the current turn's process tree now (any thread; idempotent; quick)."""
         session.runner.cancel()
 
     @classmethod

@@ -248,8 +248,9 @@ class ChildProcess:
     and then `release()` or `close()`; `cancel`, `stderr_tail`, `returncode`, `pid` and
     `wait_reaped` may be used from any thread.
 
-    Whenever the child is found gone, every process left in its group (tools it started) is
-    killed before the child is reaped, so the group id cannot have been reused.
+    Whenever the CLI is found gone, every process left in its tree (tools it started, in any
+    group or session) is killed by the launcher before it exits, and what is left in the
+    launcher's group before the launcher is reaped, so no id can have been reused.
     """
 
     def __init__(
@@ -529,8 +530,8 @@ class ChildProcess:
         """Owner only: end the child, waiting for the whole bounded escalation.
 
         Waits up to `exit_grace_ms` for a natural exit (no wait after `cancel`), then
-        SIGTERM to the group and up to `term_grace_ms`, then SIGKILL; kills what is left of
-        the group, reaps the child, ends the stderr thread and closes the pipes.
+        SIGTERM to the CLI's group and up to `term_grace_ms`, then SIGKILL to the tree; kills
+        what is left, reaps the child, ends the stderr thread and closes the pipes.
 
         Returns:
             The exit status (negative: the signal that killed it).
@@ -843,12 +844,11 @@ def _launch(argv: Sequence[str], *, env: dict[str, str], cwd: str | None,
         )
     except BaseException:
         os.close(life_w)
+        os.close(status_r)
         raise
     finally:
-        os.close(life_r)
+        os.close(life_r)  # the launcher has its copies now
         os.close(status_w)
-        if sys.exc_info()[0] is not None:
-            os.close(status_r)
     try:
         status = _read_status(status_r)
     finally:

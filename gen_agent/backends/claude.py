@@ -139,7 +139,7 @@ class ClaudeOptions(CLIOptions, frozen=True, kw_only=True):
         idle_timeout_ms: warm mode: close the process after this long without a turn (ms;
             default 15 min). The next turn resumes the conversation on a new process.
         interrupt_grace_ms: warm mode: how long an interrupted turn may take to settle after
-            the `interrupt` control request before the process group is killed (ms).
+            the `interrupt` control request before the process tree is killed (ms).
         permission_timeout_ms: warm mode: how long a tool permission request waits for
             `handle_tool_permission` before it is denied (ms).
         tools: warm mode: the agent's Python tools (`gen_agent.tools.Tool`s, made from the
@@ -252,7 +252,7 @@ class ClaudeCLI(CLIBackend[ClaudeSession]):
     `prompt` runs one `claude` child per turn and streams its events, checkpointing the first
     session id; `update_session` / `checkpoint_session` keep the id to `--resume`;
     `reset_session` forgets it; `cancel` and `terminate_session` kill the running child's
-    process group.
+    process tree.
 
     Errors (reasons are data): option errors at start are `SessionStartError` with
     `("unknown_option", key)` or `("invalid_option", key, value)`; every provider failure is
@@ -447,7 +447,7 @@ class ClaudeCLI(CLIBackend[ClaudeSession]):
     @classmethod
     def cancel(cls, session: ClaudeSession) -> None:
         """Interrupt the running turn: warm, the `interrupt` control request (the process
-        survives; killed past `interrupt_grace_ms`); per-turn, SIGKILL to the process group.
+        survives; killed past `interrupt_grace_ms`); per-turn, SIGKILL to the process tree.
         Any thread; idempotent; quick."""
         session.warm.cancel()
         session.runner.cancel()

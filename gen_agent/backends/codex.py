@@ -147,7 +147,7 @@ class CodexOptions(CLIOptions, frozen=True, kw_only=True):
         idle_timeout_ms: app-server mode: close the process after this long without a turn
             (ms; default 15 min); the next turn resumes the thread on a new process.
         interrupt_grace_ms: app-server mode: how long an interrupted turn may take to
-            complete after `turn/interrupt` before the process group is killed (ms).
+            complete after `turn/interrupt` before the process tree is killed (ms).
         permission_timeout_ms: app-server mode: how long an approval waits for
             `handle_tool_permission` before it is declined (ms).
     """
@@ -274,7 +274,7 @@ class CodexCLI(CLIBackend[CodexSession]):
     (the prompt `"-"`, which the CLI reads as "read the prompt from stdin", is a
     `DispatchError` of kind `"invalid_prompt"`); `update_session` / `checkpoint_session`
     keep the thread to resume; `reset_session` forgets it; `cancel` and `terminate_session`
-    kill the running child's process group.
+    kill the running child's process tree.
 
     Errors (reasons are data): option errors at start are `SessionStartError` with
     `("unknown_option", key)` or `("invalid_option", key, value)`; every provider failure is
@@ -420,7 +420,7 @@ class CodexCLI(CLIBackend[CodexSession]):
     @classmethod
     def cancel(cls, session: CodexSession) -> None:
         """Interrupt the running turn: app-server, `turn/interrupt` (the process survives;
-        killed past `interrupt_grace_ms`); exec, SIGKILL to the process group. Any thread;
+        killed past `interrupt_grace_ms`); exec, SIGKILL to the process tree. Any thread;
         idempotent; quick."""
         session.app.cancel()
         session.runner.cancel()

@@ -10,14 +10,15 @@ share:
   it, waiting for the previous turn to settle, closing);
 - `LiveProcess`: one CLI child with a stdin pipe and a reader thread that routes every stdout
   line (the protocol layer decides where a line goes), and whose end is bounded (stdin EOF,
-  then SIGTERM, then SIGKILL of the process group);
+  then SIGTERM, then SIGKILL of the process tree);
 - the live-process policy: an idle timeout per process (`idle_timeout_ms`) and a cap on the
   live warm processes of this Python process (`set_max_live_processes`), which closes the least
   recently used idle one first. A closed process costs nothing but a slower next turn: that
   turn starts a new process resuming the conversation.
 
-Orphans: the child's stdin is a pipe only we hold; when our process dies, the CLI reads EOF and
-exits (tested by SIGKILLing a Python process that hosts an agent).
+Orphans: the CLI runs under the launcher (`_process`), which kills its whole tree when our
+process dies (tested by SIGKILLing a Python process whose agent's CLI runs a tool); the CLI also
+reads EOF on its stdin then.
 
 Mirrors: no Elixir original (GenAgent runs one CLI per turn); the wire protocols are Claude
 Code's stream-json control protocol (as claude-agent-sdk's `ClaudeSDKClient` drives it) and
@@ -377,13 +378,13 @@ class LiveProcess:
         self.close()
 
     def kill(self) -> None:
-        """SIGKILL the process group now (any thread; idempotent; never blocks)."""
+        """SIGKILL the process tree now (any thread; idempotent; never blocks)."""
         self.close_requested = True
         self.child.cancel()
 
     def close(self, grace_ms: int | None = None) -> None:
         """End the process gracefully: EOF on its stdin, then, if it is still running after
-        `grace_ms` (default the child's `exit_grace_ms`), SIGKILL to its group; any thread;
+        `grace_ms` (default the child's `exit_grace_ms`), SIGKILL to its tree; any thread;
         never blocks."""
         with self._lock:
             if self.closing:

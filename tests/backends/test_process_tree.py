@@ -321,3 +321,29 @@ def test_a_restart_after_a_kill_ends_the_killed_incarnations_cli_before_resuming
         GATE.set()
         supervisor.stop(WAIT_S)
     assert wait_gone(token, GONE_S) == []
+
+
+def test_the_launcher_reports_why_a_cli_could_not_start(tmp_path: Path):
+    from gen_agent.backend import BackendError
+
+    not_executable = tmp_path / "plain-file"
+    not_executable.write_text("#!/bin/sh\n")
+    cases = [([str(tmp_path / "missing")], None, "cli_not_found"),
+             ([str(not_executable)], None, "cli_not_executable"),
+             (["true"], str(tmp_path / "no-such-dir"), "cwd_not_found"),
+             (["true", "x" * (4 * 1024 * 1024)], None, "argument_list_too_long")]
+    for argv, cwd, kind in cases:
+        with pytest.raises(BackendError) as info:
+            _process.ChildProcess.spawn(argv, provider="test", cwd=cwd)
+        assert info.value.kind == kind
+    assert _process.wait_all_reaped(WAIT_S)  # no launcher was left behind
+
+
+def test_the_launcher_passes_on_the_cli_exit_status_and_sigterm():
+    for argv, status in ((["sh", "-c", "exit 3"], 3), (["sh", "-c", "kill -9 $$"], -9)):
+        child = _process.ChildProcess.spawn(argv, provider="test")
+        assert child.launcher_pid not in (None, child.pid)
+        assert child.close() == status
+    child = _process.ChildProcess.spawn(["sleep", "100"], provider="test", exit_grace_ms=0)
+    assert os.getpgid(child.pid) == child.pid  # the CLI leads its own group
+    assert child.close() == -signal.SIGTERM  # the SIGTERM reached it through the launcher
