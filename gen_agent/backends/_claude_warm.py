@@ -33,6 +33,7 @@ import contextlib
 import functools
 import itertools
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any, Final
 
@@ -386,6 +387,7 @@ def warm_turn(
             continue
         finally:
             lines.writing = False
+        lines.started = time.monotonic()  # the CLI runs this turn from here on
         lines.interrupter = functools.partial(process.send_control, {"subtype": "interrupt"})
         if context.cancelled:
             slot.cancel()

@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any, Final
 
@@ -259,6 +260,7 @@ def app_turn(slot: AppSlot, prompt: str, context: TurnContext, *,
         raise DispatchError(exc, exc.message) from None
     turn = result.get("turn") if isinstance(result, dict) else None
     turn_id = turn.get("id") if isinstance(turn, dict) else None
+    lines.started = time.monotonic()  # the CLI runs this turn from here on
     if turn_id is not None:
         lines.interrupter = lambda: process.live.write_json(
             {"id": -1, "method": "turn/interrupt",

@@ -9,10 +9,11 @@ library's C modules only, so it starts in about 10 ms. The launcher:
    starts and then abandons, in any process group or session (the Claude Code Bash tool runs
    in a session of its own), is re-parented to the launcher instead of init, so it stays in
    the launcher's tree;
-2. starts PROGRAM (`posix_spawnp`, default signal dispositions) as the leader of a process
-   group of its own in the launcher's session, writes ``P<pid>\\n`` to STATUS_FD (or
-   ``E<errno>\\n`` when PROGRAM cannot be started, then exits 127) and closes it; its stdin
-   and stdout are handed to PROGRAM, its own become /dev/null;
+2. starts PROGRAM (`posix_spawnp`, default signal dispositions) as the leader of a session
+   (and process group) of its own, as it would run without the launcher (codex 0.171's
+   app-server ends a command at `turn/interrupt` only then: measured), writes ``P<pid>\\n``
+   to STATUS_FD (or ``E<errno>\\n`` when PROGRAM cannot be started, then exits 127) and
+   closes it; its stdin and stdout are handed to PROGRAM, its own become /dev/null;
 3. waits. LIFELINE_FD is the read end of a pipe whose write end only the host holds: EOF on
    it (the host closed it, or the host process is gone, even SIGKILLed) or a SIGUSR1 kills
    every descendant with SIGKILL, PROGRAM included. When PROGRAM exits by itself, what it
@@ -228,7 +229,7 @@ def main(argv: list[str]) -> None:
     for signum in _SIGNALS:
         _signal.signal(signum, _noop)
     try:
-        pid = os.posix_spawnp(program[0], program, os.environ, setpgroup=0,
+        pid = os.posix_spawnp(program[0], program, os.environ, setsid=True,
                               setsigdef=_DEFAULTS)
     except OSError as exc:
         os.write(status_fd, b"E%d\n" % (exc.errno or 0))

@@ -3,8 +3,8 @@
 A `ChildProcess` runs one CLI invocation:
 
 - spawned from an argument list (never a shell string) under the launcher (`_launcher`, a
-  ~10 ms Python start): the launcher leads a new session (`start_new_session=True`) in which
-  the CLI leads its own process group, is a child subreaper on Linux, passes SIGTERM on to
+  ~10 ms Python start): the launcher leads a new session (`start_new_session=True`), the CLI
+  one of its own (and its group), the launcher is a child subreaper on Linux, passes SIGTERM to
   the CLI's group, and kills the CLI's whole tree (other groups and sessions included) once
   the pipe only we hold closes: at `cancel`, or when our process dies, even by SIGKILL,
   whichever thread spawned it; stdin from `/dev/null` (or a pipe that `write` feeds, for a
@@ -667,6 +667,30 @@ class ChildProcess:
         with contextlib.suppress(OSError):
             os.write(self._wake_w, b"x")
 
+    def kill_started_since(self, age_s: float) -> int:
+        """SIGKILL the CLI's descendants (and the orphans its launcher adopted) that started
+        at most `age_s` seconds ago, sparing the CLI: what one interrupted turn started.
+        Linux (`/proc`); elsewhere a no-op. Any thread. Returns how many were killed."""
+        root = self._popen.pid
+        clk_tck = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        try:
+            with open("/proc/uptime", "rb") as file:
+                uptime_s = float(file.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            return 0
+        since = (uptime_s - age_s) * clk_tck - 2  # (2 ticks of slack: the clocks differ)
+        killed = 0
+        with self._reap_lock:  # unreaped: the launcher's pid (the tree's root) is ours
+            if self._popen.returncode is not None:
+                return 0
+            for pid in _descendants(root):
+                if pid == self._cli_pid or _start_ticks(pid) < since:
+                    continue
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+                    killed += 1
+        return killed
+
     def _kill_tree(self) -> None:
         """SIGKILL the whole tree: close the lifeline (the launcher kills every descendant,
         then exits), or, without a launcher, SIGKILL the group. Never blocks."""
@@ -705,6 +729,33 @@ class ChildProcess:
 
     def __repr__(self) -> str:
         return f"ChildProcess(pid={self.pid}, returncode={self.returncode})"
+
+
+def _descendants(root: int) -> list[int]:
+    """Every live process below `root` (Linux `/proc`; [] elsewhere)."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as file:
+                stat = file.read()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(b")") + 2:].split(b" ", 2)
+        if fields[0] not in (b"Z", b"X"):
+            children.setdefault(int(fields[1]), []).append(int(entry))
+    found: list[int] = []
+    todo = [root]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            found.append(child)
+            todo.append(child)
+    return found
 
 
 _MARKERS: dict[str, str] = {}

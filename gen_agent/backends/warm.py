@@ -82,11 +82,14 @@ class TurnQueue:
     requests, EXIT, CANCEL): a small blocking FIFO. Thread-safe; shared by the warm Claude
     and the Codex app-server runners."""
 
-    __slots__ = ("_interrupted", "cond", "interrupter", "items")
+    __slots__ = ("_interrupted", "cond", "interrupter", "items", "started")
 
     def __init__(self) -> None:
         self.items: collections.deque[Any] = collections.deque()
         self.cond = threading.Condition(threading.Lock())
+        # When the CLI began this turn (reset once it took the prompt): what an interrupted
+        # turn started ends with it (`drain_abandoned_turn`).
+        self.started = time.monotonic()
         # Sends the CLI's interrupt for this turn (set by the turn once it can be interrupted:
         # its prompt was sent); `interrupt_once` calls it at most once.
         self.interrupter: Callable[[], None] | None = None
@@ -435,7 +438,9 @@ def drain_abandoned_turn(process: LiveProcess, lines: TurnQueue, exit_marker: ob
                          interrupt_grace_ms: int, settled: Callable[[Any], bool]) -> None:
     """Drain an interrupted turn's routed items until it has settled, for the next turn to
     start clean; past `interrupt_grace_ms` (milliseconds), kill the process (the next turn
-    resumes the session on a new one).
+    resumes the session on a new one). Once it settled, what the turn started and the CLI
+    left running (codex 0.171's app-server, interrupted right after it started a command,
+    leaves it running: measured about one time in three) is killed; the CLI lives on.
 
     Args:
         process: the live process the turn ran on.
@@ -454,7 +459,13 @@ def drain_abandoned_turn(process: LiveProcess, lines: TurnQueue, exit_marker: ob
             process.kill()
             process.wait_exited(interrupt_grace_ms / 1000 + 1.0)
             return
-        if item is exit_marker or settled(item):
+        if item is exit_marker:
+            return
+        if settled(item):
+            ended = process.child.kill_started_since(time.monotonic() - lines.started)
+            if ended:
+                logger.debug("gen_agent {}: ended {} processes the interrupted turn left",
+                             process.provider, ended)
             return
 
 

@@ -179,6 +179,26 @@ def test_warm_interrupt_mid_tool_keeps_the_cli_and_ends_the_tool(tmp_path: Path,
     assert wait_gone(token, GONE_S) == []
 
 
+def test_warm_interrupt_ends_what_the_turn_left_running_and_keeps_the_cli(
+        tmp_path: Path, tree: Any):
+    token, env = tree
+    fake = FakeWarm(tmp_path)
+    start("wl", ClaudeCLI, fake.options(env=env))
+    assert gen_agent.ask("wl", "hello one", timeout=WAIT_S).text == "echo: hello one"
+    outcome = in_background("wl", "bashleave run it")
+    helper = helper_pid(fake.dir)
+    pid = gen_agent.backend_session("wl", timeout=WAIT_S).pid
+    gen_agent.interrupt("wl")
+    error = outcome.get(timeout=WAIT_S)
+    assert isinstance(error, TurnError) and error.reason == "interrupted"
+    assert wait_until(lambda: not pid_alive(helper), GONE_S)  # the CLI left it; we did not
+    assert pid_alive(pid)
+    assert gen_agent.ask("wl", "hello two", timeout=WAIT_S).text == "echo: hello two"
+    assert gen_agent.backend_session("wl", timeout=WAIT_S).pid == pid
+    gen_agent.stop("wl")
+    assert wait_gone(token, GONE_S) == []
+
+
 HOST = textwrap.dedent("""
     import json, sys, threading
     import gen_agent

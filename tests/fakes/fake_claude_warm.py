@@ -21,7 +21,9 @@ Reads stdin lines; answers `initialize` and `interrupt` control requests; plays 
 - `bash ...`: init, a Bash tool_use whose command (a `sleep`) runs in a session of its own,
   as the real CLI's Bash tool does (its pid in `$FAKE_CLAUDE_DIR/helper.pid`); an `interrupt`
   kills it and ends the turn (as the real CLI does); `bashstuck ...`: the same, but the
-  interrupt is acknowledged only: the command runs on and the turn never ends.
+  interrupt is acknowledged only: the command runs on and the turn never ends; `bashleave
+  ...`: the interrupt ends the turn but leaves the command running (as codex 0.171's
+  app-server sometimes does).
 
 Exits at EOF on stdin. Every start appends `{"argv", "pid", "alive_at_start"}` to
 `$FAKE_CLAUDE_DIR/calls.jsonl` (the pids of earlier starts still running then: /proc).
@@ -179,7 +181,7 @@ def late_tool_turn(name: str) -> None:
     result("", subtype="error_during_execution", add=0.0)
 
 
-def bash_turn(*, settle: bool) -> None:
+def bash_turn(*, settle: bool, leave: bool = False) -> None:
     import signal
     import subprocess
 
@@ -196,8 +198,9 @@ def bash_turn(*, settle: bool) -> None:
             if message.get("type") == "control_request":
                 ack(message)
                 if message["request"].get("subtype") == "interrupt":  # type: ignore[union-attr]
-                    os.kill(tool.pid, signal.SIGKILL)
-                    tool.wait()
+                    if not leave:
+                        os.kill(tool.pid, signal.SIGKILL)
+                        tool.wait()
                     result("", subtype="error_during_execution", add=0.0)
                     return
     wait_interrupt(settle=False)
@@ -272,8 +275,8 @@ def main() -> None:
         if word == "late":
             late_tool_turn(prompt.split(" ")[1])
             continue
-        if word in ("bash", "bashstuck"):
-            bash_turn(settle=word == "bash")
+        if word in ("bash", "bashstuck", "bashleave"):
+            bash_turn(settle=word != "bashstuck", leave=word == "bashleave")
             continue
         if word == "pytool":
             python_tool_turn(prompt.split(" ")[1])
