@@ -25,6 +25,7 @@ from __future__ import annotations
 import abc
 import email.utils
 import json
+import math
 import sys
 import threading
 import time
@@ -46,6 +47,7 @@ from gen_agent.permission import (
 from gen_agent.request import DEFAULT_OPTIONS, RequestOptions
 
 __all__ = [
+    "MAX_RETRY_AFTER_MS",
     "OPTIONAL_HOOKS",
     "REQUIRED_HOOKS",
     "Backend",
@@ -58,6 +60,11 @@ __all__ = [
     "TurnContext",
     "validate_backend",
 ]
+
+MAX_RETRY_AFTER_MS: Final = 3_600_000
+"""The longest provider-sent delay honoured (milliseconds; one hour): a `Retry-After` beyond
+it (a date years ahead, `1e13`, `inf`) counts as this, so a provider cannot hold an agent, a
+`ProviderLimit` or a pool retry back for longer; the next failure holds again."""
 
 REQUIRED_HOOKS: Final = ("start_session", "prompt", "terminate_session")
 """Hooks every backend defines (contract §7.1; docs: the backend guide)."""
@@ -664,22 +671,25 @@ class BackendError(GenAgentError):
 
     @property
     def retry_after_ms(self) -> int | None:
-        """`retry_after` in milliseconds from now (an int >= 0), or None when absent or
-        unreadable. Accepts delta-seconds (`"2"`, `"1.5"`) and HTTP dates (RFC 9110)."""
+        """`retry_after` in milliseconds from now (an int from 0 to `MAX_RETRY_AFTER_MS`), or
+        None when absent or unreadable. Accepts delta-seconds (`"2"`, `"1.5"`) and HTTP dates
+        (RFC 9110); a longer delay is clamped to `MAX_RETRY_AFTER_MS` (one hour)."""
         value = self.retry_after
         if value is None:
             return None
         try:
-            return max(0, round(float(value) * 1000))
+            delay_s = float(value)
         except ValueError:
-            pass
-        try:
-            when = email.utils.parsedate_to_datetime(value)
-        except (TypeError, ValueError):
+            try:
+                when = email.utils.parsedate_to_datetime(value)
+            except (TypeError, ValueError):
+                return None
+            if when.tzinfo is None:
+                return None
+            delay_s = when.timestamp() - time.time()
+        if math.isnan(delay_s):
             return None
-        if when.tzinfo is None:
-            return None
-        return max(0, round((when.timestamp() - time.time()) * 1000))
+        return round(min(max(0.0, delay_s * 1000), MAX_RETRY_AFTER_MS))
 
     def _summary(self) -> str:
         status = "" if self.status is None else f", status={self.status}"

@@ -29,7 +29,7 @@ from gen_agent._runtime import (
     calls,
     warn_near_misses,
 )
-from gen_agent._timers import TIMERS, TimerHandle
+from gen_agent._timers import MAX_DURATION_MS, TIMERS, TimerHandle
 from gen_agent.agent_ref import AgentRef
 from gen_agent.ref import RequestRef
 from gen_agent.request import RequestOptions
@@ -427,7 +427,17 @@ def send_after(name: Any, message: Any, delay_ms: int, *,
 
     Returns a handle whose `cancel()` prevents delivery. Mirrors `Process.send_after/3`
     aimed at an agent.
+
+    Raises:
+        TypeError: `delay_ms` is not a number. ValueError: it is negative, NaN or beyond
+            `MAX_DURATION_MS` (`threading.TIMEOUT_MAX` in ms, ~292 years).
     """
+    if isinstance(delay_ms, bool) or not isinstance(delay_ms, int | float):
+        raise TypeError(f"send_after: delay_ms must be milliseconds (an int or float), "
+                        f"got {type(delay_ms).__name__}")
+    if not 0 <= delay_ms <= MAX_DURATION_MS:
+        raise ValueError(f"send_after: delay_ms must be from 0 to {MAX_DURATION_MS} "
+                         f"milliseconds, got {delay_ms!r}")
     system = agent_system or current_system()
     return TIMERS.schedule(delay_ms / 1000,
                            lambda: calls.cast(system, name, InfoMsg(message)))

@@ -46,6 +46,7 @@ from gen_agent._pool_dispatch import (
     StopMsg,
     SupervisorDownMsg,
 )
+from gen_agent._timers import check_duration_ms, wait_s
 from gen_agent.agent_ref import AgentRef
 from gen_agent.backend import BackendError
 from gen_agent.errors import CallTimeout, GenAgentError, RequestError, TurnError
@@ -100,6 +101,8 @@ class RetryPolicy(msgspec.Struct, frozen=True, kw_only=True):
         _check_count("attempts", self.attempts, 1)
         _check_count("base_delay_ms", self.base_delay_ms, 0)
         _check_count("max_delay_ms", self.max_delay_ms, 0)
+        check_duration_ms("base_delay_ms", self.base_delay_ms)
+        check_duration_ms("max_delay_ms", self.max_delay_ms)
         if self.retry_on is not None and not callable(self.retry_on):
             raise ValueError(f"retry_on must be callable, got {type(self.retry_on).__name__}")
 
@@ -419,7 +422,8 @@ class Pool(PoolDispatchMixin):
         except BaseException:
             self._drop_tasks(refs)
             raise
-        deadline = None if timeout is None else time.monotonic() + timeout
+        limit = wait_s(timeout)  # beyond threading.TIMEOUT_MAX: forever
+        deadline = None if limit is None else time.monotonic() + limit
         responses: list[Any] = []
         try:
             for ref in refs:
@@ -542,7 +546,8 @@ class Pool(PoolDispatchMixin):
 
         Mirrors: `concurrent.futures.as_completed`.
         """
-        deadline = None if timeout is None else time.monotonic() + timeout
+        limit = wait_s(timeout)
+        deadline = None if limit is None else time.monotonic() + limit
         with self._cond:
             pending = []
             for ref in refs:
@@ -626,7 +631,8 @@ class Pool(PoolDispatchMixin):
             CallTimeout: not quiescent within `timeout` seconds.
             RequestError: `("pool_down", reason)` when the pool stopped meanwhile.
         """
-        deadline = None if timeout is None else time.monotonic() + timeout
+        limit = wait_s(timeout)
+        deadline = None if limit is None else time.monotonic() + limit
         handler_id = ("gen_agent.pool.wait_idle", uuid.uuid4().hex)
         telemetry.attach(handler_id, telemetry.STATE_CHANGED, self._wake)
         try:
@@ -714,12 +720,13 @@ class Pool(PoolDispatchMixin):
         if self._supervisor.is_alive():
             self._supervisor.stop(timeout)
         self._dispatcher.post(StopMsg())
-        if threading.get_ident() != self._dispatcher.thread and not self._stopped.wait(timeout):
+        if threading.get_ident() != self._dispatcher.thread and not self._stopped.wait(
+                wait_s(timeout)):
             raise CallTimeout(timeout)
 
     def wait_stopped(self, timeout: float | None = None) -> bool:
         """Block until the pool stopped; False if `timeout` (s) expired first."""
-        return self._stopped.wait(timeout)
+        return self._stopped.wait(wait_s(timeout))
 
     # ------------------------------------------------------------------ bookkeeping
     def _spec(self, slot: _Slot, warn_as: str | None = None) -> Any:
@@ -864,7 +871,7 @@ def collect_result(lock: Any, tasks: dict[int, Any], ref: Any, timeout: float | 
         task = tasks.get(ref.id) if isinstance(ref, PoolRef) else None
     if task is None:
         raise LookupError("unknown PoolRef, or its result was already collected")
-    if not task.done.wait(timeout):
+    if not task.done.wait(wait_s(timeout)):
         raise CallTimeout(timeout)
     with lock:
         if tasks.pop(ref.id, None) is None:

@@ -45,6 +45,7 @@ from gen_agent._runtime import (
     call_in_loop,
     calls,
 )
+from gen_agent._timers import wait_s
 from gen_agent.errors import AgentDown, CallTimeout, RequestError, TurnError
 from gen_agent.event import Event
 from gen_agent.ref import RequestRef
@@ -118,7 +119,8 @@ class _Buffer:
     def take(self, timeout: float | None) -> Any:
         """Block until a message arrives (`_DONE` after `timeout` seconds)."""
         with self._cond:
-            if not self._items and not self._cond.wait_for(lambda: self._items, timeout):
+            if not self._items and not self._cond.wait_for(lambda: self._items,
+                                                           wait_s(timeout)):
                 return _DONE
         return self.take_nowait()
 

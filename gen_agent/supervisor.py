@@ -56,6 +56,7 @@ from gen_agent._runtime import (
     ActorBase,
     log_exception,
 )
+from gen_agent._timers import wait_s
 from gen_agent.accounting import SharedBudget
 from gen_agent.errors import (
     AgentDown,
@@ -277,7 +278,7 @@ class Supervisor:
     def wait_stopped(self, timeout: float | None = None) -> bool:
         """Block until the supervisor stopped (children included); False if `timeout` (s)
         expired first."""
-        return self._stopped.wait(timeout)
+        return self._stopped.wait(wait_s(timeout))
 
     def on_exit(self, listener: Callable[[Supervisor, Any], Any]) -> None:
         """Call `listener(supervisor, reason)` once when it has stopped (at once if it has).
@@ -304,7 +305,7 @@ class Supervisor:
         self._post(_StopMsg("shutdown"))
         if threading.get_ident() == self._actor.thread:
             return
-        if not self._stopped.wait(timeout):
+        if not self._stopped.wait(wait_s(timeout)):
             raise CallTimeout(timeout)
 
     def which_children(self) -> list[ChildInfo]:

@@ -40,6 +40,7 @@ __all__ = [
     "STATE_CHANGED",
     "SUPERVISOR_RESTART",
     "TERMINATED",
+    "TIMER_FAILED",
     "TURN_CANCELLED",
     "TURN_ERROR",
     "TURN_REJECTED",
@@ -99,6 +100,12 @@ SUPERVISOR_RESTART: Final = ("gen_agent", "supervisor", "restart")
 TOOL_PERMISSION: Final = ("gen_agent", "tool_permission")
 """Measurements `system_time`; metadata `agent, ref, attempt, backend, tool_name, decision`
 (`"allow"` / `"deny"`), once per answered permission request (never the tool's input)."""
+
+TIMER_FAILED: Final = ("gen_agent", "timer", "failed")
+"""Measurements `system_time`; metadata `error_type` (the exception's class name): the shared
+timer thread (watchdogs, retry delays, `send_after`, idle timeouts) ended on an exception; the
+next scheduled timer starts a new thread. A gen_agent extension outside `EVENTS` (as
+`gen_agent.store.STORE_ERROR`); also logged at ERROR with the traceback."""
 
 EVENTS: Final = (
     TURN_START,

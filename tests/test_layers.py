@@ -124,7 +124,8 @@ def test_no_import_cycle_inside_the_package() -> None:
 # ---------------------------------------------------------------------- layers
 RECORDS = {
     # values, errors and the leaf services every layer may use
-    "gen_agent._cancel", "gen_agent._context", "gen_agent._deprecate", "gen_agent._timers",
+    "gen_agent._cancel", "gen_agent._context", "gen_agent._deprecate", "gen_agent._reap",
+    "gen_agent._timers",
     "gen_agent._tools", "gen_agent.accounting", "gen_agent.conversation", "gen_agent.debug",
     "gen_agent.errors", "gen_agent.event", "gen_agent.limits", "gen_agent.messages",
     "gen_agent.output", "gen_agent.permission", "gen_agent.portable", "gen_agent.ref",

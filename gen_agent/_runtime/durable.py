@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 
 from gen_agent import telemetry
+from gen_agent._reap import owner_marker, reap_marked
 from gen_agent.backend import SessionStartError
 from gen_agent.errors import AgentStartError
 from gen_agent.portable import to_portable
@@ -32,6 +33,9 @@ from gen_agent.store import (
     TurnOutcome,
     bind_owner,
 )
+from gen_agent.store.lease import _BOOT_ID, _HOST, taken_from
+
+_REAP_WAIT_S = 10.0  # how long a new owner waits for the dead owner's processes to end (s)
 
 
 def ref_text(ref: Any) -> str:
@@ -40,6 +44,18 @@ def ref_text(ref: Any) -> str:
     return text if isinstance(text, str) else repr(ref)
 
 
+
+
+def _reap_dead_owner(holder: Any, log: Any) -> None:
+    """The key's lease was taken over from `holder`, a dead owner: end the CLIs (and their
+    tools) it started on this machine, if any outlived it, before the session resumes."""
+    if holder.pid == os.getpid() or holder.host != _HOST or holder.boot_id != _BOOT_ID:
+        return  # ours (the backend ends it: `end_other_holders`), or another machine's
+    marker = owner_marker(holder.pid, holder.started_ticks)
+    reaped = reap_marked(lambda env: marker in env, timeout=_REAP_WAIT_S)
+    if reaped:
+        log.warning("gen_agent ended {} processes left by the session's dead owner (pid {})",
+                    reaped, holder.pid)
 
 
 def _backend_name(backend: Any) -> str:
@@ -87,6 +103,9 @@ class Durable:
         except StoreError as exc:
             raise AgentStartError(("store_failed", exc.reason)) from None
         bind_owner(self.lease, self._alive)
+        previous = taken_from(self.lease)
+        if previous is not None:
+            _reap_dead_owner(previous, self.log)
         try:
             record = self.store.load(self.key)
             self.persist_state = bool(getattr(impl, "persist_state", False))

@@ -2,7 +2,8 @@
 
 `None` for any option means "use the default", as an explicit `nil` does in the original.
 `watchdog_ms` accepts `"infinity"` or `math.inf` to disable the watchdog; `shutdown_ms` accepts
-the same for an unbounded graceful-stop window.
+the same for an unbounded graceful-stop window. A finite duration is at most `MAX_DURATION_MS`
+(`threading.TIMEOUT_MAX` in milliseconds, ~292 years): what the platform can wait.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from gen_agent._timers import MAX_DURATION_MS
 from gen_agent.accounting import SharedBudget, Spend
 from gen_agent.limits import ProviderLimit
 from gen_agent.output import check_output_type
@@ -123,6 +125,9 @@ def _duration(key: str, value: Any, *, allow_zero: bool) -> int | None:
     if _is_infinity(value):
         return None
     if _is_int(value) and (value > 0 or (allow_zero and value == 0)):
+        if value > MAX_DURATION_MS:
+            raise ValueError(f"{key} must be at most {MAX_DURATION_MS} milliseconds "
+                             f"(threading.TIMEOUT_MAX) or 'infinity', got {value!r}")
         return int(value)
     expected = "a non-negative int" if allow_zero else "a positive int"
     raise ValueError(f"{key} must be {expected} (milliseconds) or 'infinity', got {value!r}")

@@ -18,6 +18,7 @@ import contextlib
 import threading
 from typing import Any
 
+from gen_agent._timers import wait_s
 from gen_agent.errors import CallTimeout
 
 
@@ -90,7 +91,8 @@ class Reply:
             CallTimeout: nothing arrived within `timeout` seconds.
             Any exception the actor failed the reply with.
         """
-        if not self._answered.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
+        wait = wait_s(timeout)  # beyond threading.TIMEOUT_MAX: forever
+        if not self._answered.acquire(timeout=-1 if wait is None else wait):
             raise CallTimeout(timeout)
         self._answered.release()  # keep it open for any other waiter
         if self._error is not None:
@@ -128,7 +130,8 @@ class OnceEvent:
         """Block until set or `timeout` seconds passed; return whether it is set."""
         if self._flag:
             return True
-        if self._lock.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
+        wait = wait_s(timeout)
+        if self._lock.acquire(timeout=-1 if wait is None else wait):
             self._lock.release()  # keep it open for any other waiter
         return self._flag
 

@@ -12,6 +12,7 @@ from loguru import logger
 from gen_agent._cancel import CancelSignal
 from gen_agent._runtime.capture import Capture
 from gen_agent._runtime.turn import TurnChannel
+from gen_agent._timers import MAX_DURATION_MS
 from gen_agent.agent import Halt, NoReply, Prompt
 from gen_agent.event import monotonic_ms
 from gen_agent.ref import RequestRef
@@ -33,11 +34,11 @@ def valid_decision(value: Any) -> bool:
 
 
 def valid_retry_delay(value: Any) -> bool:
-    """A `Prompt` whose `delay_ms` is a retry delay (an int >= 0)."""
+    """A `Prompt` whose `delay_ms` is a retry delay (an int from 0 to `MAX_DURATION_MS`)."""
     if type(value) is not Prompt:
         return False
     delay = value.delay_ms
-    return type(value.text) is str and type(delay) is int and delay >= 0
+    return type(value.text) is str and type(delay) is int and 0 <= delay <= MAX_DURATION_MS
 
 
 class Phase(enum.Enum):

@@ -46,8 +46,10 @@ process, the turn that owns it, and the session's cost and usage totals.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any, Final
@@ -632,6 +634,8 @@ def warm_turn(
             raise
         finally:
             lines.writing = False
+        lines.started = time.monotonic()  # the CLI runs this turn from here on
+        lines.interrupter = functools.partial(process.send_control, {"subtype": "interrupt"})
         if context.cancelled:
             slot.cancel()
         return _events(slot, process, lines, context, interrupt_grace_ms,
@@ -718,6 +722,7 @@ def _events(slot: WarmSlot, process: _ClaudeProcess, lines: _TurnLines, context:
             events = translate_line(translator, item, on_unparsed=lines.plain.add)
             session_id = translator.take_session_id()
             if session_id is not None:
+                process.live.child.session_id = session_id  # (see ChildProcess.spawn)
                 context.checkpoint(session_id)
             for event in events:
                 if event.kind == "text":
@@ -822,9 +827,7 @@ def _settle(slot: WarmSlot, process: _ClaudeProcess, lines: _TurnLines,
             interrupt_grace_ms: int) -> None:
     """An abandoned turn: interrupt the CLI and drain this turn's lines up to its `result`;
     past `interrupt_grace_ms`, kill the process (the next turn resumes on a new one)."""
-    try:
-        process.send_control({"subtype": "interrupt"})
-    except OSError:
+    if not lines.interrupt_once():  # (a stopping agent may have sent it already)
         return
 
     def settled(item: Any) -> bool:

@@ -32,6 +32,7 @@ from gen_agent.backend import Backend, BackendError, DispatchError, SessionStart
 from gen_agent.backends._jsonl import LineTranslator, OutputTail, translate_line
 from gen_agent.backends._option_checks import (
     Check,
+    duration_ms,
     int_at_least,
     is_arg,
     is_arg_seq,
@@ -124,8 +125,8 @@ CLI_CHECKS: Final[Mapping[str, Check]] = {
     "extra_args": (is_arg_seq, "a list of non-empty str"),
     "max_line_bytes": (int_at_least(1), "an int >= 1 (bytes)"),
     "stderr_tail_bytes": (int_at_least(0), "an int >= 0 (bytes)"),
-    "exit_grace_ms": (int_at_least(0), "an int >= 0 (milliseconds)"),
-    "term_grace_ms": (int_at_least(0), "an int >= 0 (milliseconds)"),
+    "exit_grace_ms": duration_ms(0),
+    "term_grace_ms": duration_ms(0),
 }
 """The option table rows of `CLIOptions` (see `_option_checks.validate_options`)."""
 
@@ -175,7 +176,7 @@ class Runner:
         return all(child.wait_reaped(max(0.0, deadline - time.monotonic())) for child in children)
 
     def terminate(self, timeout: float) -> bool:
-        """Kill the current turn's child (SIGKILL to its group) and wait up to `timeout`
+        """Kill the current turn's child (SIGKILL to its tree) and wait up to `timeout`
         seconds until every child is reaped: the earlier ones, whose turns are over, end by
         their own bounded escalation (a CLI that answered may still be saving its session,
         which the next incarnation resumes).
@@ -381,6 +382,7 @@ class CLIBackend(Backend, Generic[SessionT]):
             # The turn's trace context, so a CLI exporting its own spans nests them under the
             # agent's turn span (both CLIs read TRACEPARENT / TRACESTATE; docs/observability).
             env.update(context.trace_env())
+        resumed = getattr(session, cls._RESUME_FIELD)
         try:
             child = ChildProcess.spawn(
                 cls.command(session, prompt),
@@ -392,6 +394,8 @@ class CLIBackend(Backend, Generic[SessionT]):
                 exit_grace_ms=o.exit_grace_ms,
                 term_grace_ms=o.term_grace_ms,
                 install_hint=cls._INSTALL_HINT,
+                session_id=resumed if is_arg(resumed) else None,
+                owner=session.runner,
             )
         except BackendError as exc:
             raise DispatchError(exc, exc.message) from None
@@ -399,7 +403,6 @@ class CLIBackend(Backend, Generic[SessionT]):
         if context.cancelled:
             child.cancel()
         translator = cls._translator(session)
-        resumed = getattr(session, cls._RESUME_FIELD)
         ending = _Ending(cls._PROVIDER, resumed, cls._SESSION_NOT_FOUND, o.stderr_tail_bytes)
         return _turn_events(session.runner, child, context, translator, ending), session
 
@@ -428,7 +431,7 @@ class CLIBackend(Backend, Generic[SessionT]):
 
     @classmethod
     def cancel(cls, session: SessionT) -> None:
-        """Kill the current turn's process group now (any thread; idempotent; quick)."""
+        """Kill the current turn's process tree now (any thread; idempotent; quick)."""
         session.runner.cancel()
 
     @classmethod
@@ -528,6 +531,7 @@ def _turn_events(
             events = translate_line(translator, item, on_unparsed=unparsed)
             session_id = translator.take_session_id()
             if session_id is not None:
+                child.session_id = session_id
                 context.checkpoint(session_id)  # a CheckpointError fails the turn (§7.3)
             for event in events:
                 if event.kind == "text":

@@ -45,6 +45,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any, Final
 
@@ -434,6 +435,11 @@ def app_turn(slot: AppSlot, prompt: str, context: TurnContext, *,
         raise
     turn = result.get("turn") if isinstance(result, dict) else None
     turn_id = turn.get("id") if isinstance(turn, dict) else None
+    lines.started = time.monotonic()  # the CLI runs this turn from here on
+    if turn_id is not None:
+        lines.interrupter = lambda: process.live.write_json(
+            {"id": -1, "method": "turn/interrupt",
+             "params": {"threadId": thread_id, "turnId": turn_id}})
     return _events(slot, process, lines, context, thread_id, turn_id, model,
                    interrupt_grace_ms, permission_timeout_ms)
 
@@ -455,6 +461,7 @@ def _events(slot: AppSlot, process: _AppProcess, lines: _Lines, context: TurnCon
         return Event(event.kind, {**event.data, "reason": reason}, event.timestamp)
 
     try:
+        process.live.child.session_id = thread_id  # (see ChildProcess.spawn)
         context.checkpoint(thread_id)
         while True:
             item = lines.get()
@@ -601,12 +608,8 @@ def _settle(process: _AppProcess, lines: _Lines, thread_id: str, turn_id: Any,
             interrupt_grace_ms: int) -> None:
     """An abandoned turn: `turn/interrupt`, then drain to its `turn/completed`; past the
     grace, kill the process (the next turn resumes the thread on a new one)."""
-    if turn_id is not None:
-        try:
-            process.live.write_json({"id": -1, "method": "turn/interrupt",
-                                     "params": {"threadId": thread_id, "turnId": turn_id}})
-        except OSError:
-            return
+    if turn_id is not None and not lines.interrupt_once():  # (a stop may have sent it)
+        return
 
     def settled(item: Any) -> bool:
         if isinstance(item, dict):

@@ -33,10 +33,12 @@ from typing import Any, Final, TypeVar
 import msgspec
 import msgspec.inspect
 
+from gen_agent._timers import MAX_DURATION_MS
 from gen_agent.backend import SessionStartError
 
 __all__ = [
     "Check",
+    "duration_ms",
     "int_at_least",
     "is_arg",
     "is_arg_seq",
@@ -108,6 +110,14 @@ def is_arg_seq(value: Any) -> bool:
 def int_at_least(minimum: int) -> Callable[[Any], bool]:
     """A predicate: an `int` (not a `bool`) >= `minimum`."""
     return lambda value: isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+
+
+def duration_ms(minimum: int) -> Check:
+    """The table row of a duration in milliseconds: an `int` from `minimum` up to
+    `MAX_DURATION_MS` (`threading.TIMEOUT_MAX`, what the platform can wait; ~292 years)."""
+    at_least = int_at_least(minimum)
+    return (lambda value: at_least(value) and value <= MAX_DURATION_MS,
+            f"an int from {minimum} to {MAX_DURATION_MS} (milliseconds)")
 
 
 def is_number(value: Any) -> bool:

@@ -2,19 +2,24 @@
 
 A `ChildProcess` runs one CLI invocation:
 
-- spawned from an argument list (never a shell string), in its own process group
-  (`start_new_session=True`), stdin from `/dev/null` (or a pipe that `write` feeds, for a
-  long-lived CLI; its EOF when our process dies ends the CLI), stdout and stderr piped;
+- spawned from an argument list (never a shell string) under the launcher (`_launcher`, a
+  ~10 ms Python start): the launcher leads a new session (`start_new_session=True`), the CLI
+  one of its own (and its group), the launcher is a child subreaper on Linux, passes SIGTERM to
+  the CLI's group, and kills the CLI's whole tree (other groups and sessions included) once
+  the pipe only we hold closes: at `cancel`, or when our process dies, even by SIGKILL,
+  whichever thread spawned it; stdin from `/dev/null` (or a pipe that `write` feeds, for a
+  long-lived CLI), stdout and stderr piped;
 - stdout read as bytes and split on `b"\\n"` by a `LineBuffer`, each line at most
   `max_line_bytes` bytes (the newline excluded); a longer line is discarded while it is read
   and reported as one `LineTooLong(size_bytes, limit_bytes)`; decoding is the caller's job, per
   complete line, so a multi-byte UTF-8 character cut by a read boundary is never split;
 - stderr drained concurrently by a daemon thread that keeps only its last `stderr_tail_bytes`
   bytes, so a chatty child can never block on a full pipe;
-- `cancel()` from any thread: SIGKILL to the whole group and an immediate wake-up of a
+- `cancel()` from any thread: SIGKILL to the whole tree and an immediate wake-up of a
   blocked reader; idempotent;
 - bounded closing: wait up to `exit_grace_ms` for the child to exit by itself, then SIGTERM to
-  the group, wait up to `term_grace_ms`, then SIGKILL; the child is always reaped (no zombie).
+  the group, wait up to `term_grace_ms`, then SIGKILL to the tree; the child is always reaped
+  (no zombie). Whatever the CLI leaves running when it exits is killed with it.
   `release()` does it in the background (a reaper thread) unless the child already exited, so
   the reader never waits for the exit.
 
@@ -31,6 +36,7 @@ import select
 import selectors
 import signal
 import subprocess
+import sys
 import threading
 import time
 import weakref
@@ -40,6 +46,16 @@ from typing import Final
 import msgspec
 from loguru import logger
 
+from gen_agent._reap import (
+    LAUNCHER,
+    OWNER_ENV,
+    descendants,
+    owned_env,
+    owner_marker,
+    reap_marked,
+    set_child_marker,
+    start_ticks,
+)
 from gen_agent.backend import BackendError
 
 __all__ = [
@@ -47,10 +63,15 @@ __all__ = [
     "DEFAULT_MAX_LINE_BYTES",
     "DEFAULT_STDERR_TAIL_BYTES",
     "DEFAULT_TERM_GRACE_MS",
+    "OWNER_ENV",
     "ChildProcess",
     "LineBuffer",
     "LineTooLong",
+    "end_other_holders",
     "live_children",
+    "owner_marker",
+    "reap_marked",
+    "set_child_marker",
     "spawn_error",
     "wait_all_reaped",
 ]
@@ -68,6 +89,10 @@ DEFAULT_TERM_GRACE_MS: Final = 2_000
 """Default time between SIGTERM and SIGKILL (milliseconds)."""
 
 _READ_CHUNK_BYTES: Final = 64 * 1024
+# Whether CLIs start under the launcher (tests and benchmarks may switch it off to compare).
+use_launcher = bool(sys.executable) and os.name == "posix"
+_STATUS_WAIT_S: Final = 30.0  # how long a launcher may take to report the CLI's start
+_TREE_KILL_WAIT_S: Final = 12.0  # how long the launcher may take to end a tree (its budget + 2 s)
 
 _live: weakref.WeakSet[ChildProcess] = weakref.WeakSet()
 _live_cond = threading.Condition()
@@ -228,8 +253,9 @@ class ChildProcess:
     and then `release()` or `close()`; `cancel`, `stderr_tail`, `returncode`, `pid` and
     `wait_reaped` may be used from any thread.
 
-    Whenever the child is found gone, every process left in its group (tools it started) is
-    killed before the child is reaped, so the group id cannot have been reused.
+    Whenever the CLI is found gone, every process left in its tree (tools it started, in any
+    group or session) is killed by the launcher before it exits, and what is left in the
+    launcher's group before the launcher is reaped, so no id can have been reused.
     """
 
     def __init__(
@@ -240,8 +266,16 @@ class ChildProcess:
         stderr_tail_bytes: int,
         exit_grace_ms: int,
         term_grace_ms: int,
+        cli_pid: int | None = None,
+        lifeline: int | None = None,
     ) -> None:
         self._popen = popen
+        self._cli_pid = popen.pid if cli_pid is None else cli_pid
+        self._lifeline = lifeline  # our end of the launcher's lifeline pipe, until closed
+        # The conversation this CLI runs (resumed, or reported by its stream) and who owns
+        # it: a later spawn resuming the same id for another owner ends this one first.
+        self.session_id: str | None = None
+        self.owner: object | None = None
         self._max_line_bytes = max_line_bytes
         self._exit_grace_ms = exit_grace_ms
         self._term_grace_ms = term_grace_ms
@@ -278,8 +312,10 @@ class ChildProcess:
         term_grace_ms: int = DEFAULT_TERM_GRACE_MS,
         install_hint: str | None = None,
         stdin_pipe: bool = False,
+        session_id: str | None = None,
+        owner: object | None = None,
     ) -> ChildProcess:
-        """Start `argv` in its own process group.
+        """Start `argv` under the launcher, in a new process group and session.
 
         Args:
             argv: the program and its arguments (a sequence of `str`; no shell).
@@ -292,6 +328,12 @@ class ChildProcess:
             term_grace_ms: how long between SIGTERM and SIGKILL (ms).
             install_hint: appended to the "not found" message (what to install).
             stdin_pipe: give the child a stdin pipe that `write` feeds (default: /dev/null).
+            session_id: the conversation the CLI resumes, or None. A CLI of this process
+                still running it for another `owner` (an earlier incarnation of the agent,
+                say) is killed, tree and all, and reaped first: one conversation never has
+                two live CLIs (bounded by `exit_grace_ms + term_grace_ms` + 1 s).
+            owner: who runs the conversation (the session's runner or slot, shared by its
+                copies).
 
         Returns:
             The running `ChildProcess`.
@@ -299,35 +341,57 @@ class ChildProcess:
         Raises:
             BackendError: the child could not be started (see `spawn_error`).
         """
-        try:
-            popen = subprocess.Popen(
-                list(argv),
-                stdin=subprocess.PIPE if stdin_pipe else subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                env=None if env is None else dict(env),
-                cwd=cwd,
-                start_new_session=True,
-                close_fds=True,
-            )
-        except OSError as exc:
-            raise spawn_error(
-                exc, provider=provider, executable=argv[0], cwd=cwd, install_hint=install_hint
-            ) from exc
-        return cls(
+        if session_id is not None:
+            end_other_holders(session_id, owner,
+                              timeout=(exit_grace_ms + term_grace_ms) / 1000 + 1.0)
+        env = owned_env(env)
+        if not use_launcher:
+            try:
+                popen = subprocess.Popen(
+                    list(argv),
+                    stdin=subprocess.PIPE if stdin_pipe else subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    env=env,
+                    cwd=cwd,
+                    start_new_session=True,
+                    close_fds=True,
+                )
+            except OSError as exc:
+                raise spawn_error(
+                    exc, provider=provider, executable=argv[0], cwd=cwd,
+                    install_hint=install_hint) from exc
+            cli_pid, lifeline = None, None
+        else:
+            try:
+                popen, cli_pid, lifeline = _launch(argv, env=env, cwd=cwd, stdin_pipe=stdin_pipe)
+            except OSError as exc:
+                raise spawn_error(
+                    exc, provider=provider, executable=argv[0], cwd=cwd,
+                    install_hint=install_hint) from exc
+        child = cls(
             popen,
             max_line_bytes=max_line_bytes,
             stderr_tail_bytes=stderr_tail_bytes,
             exit_grace_ms=exit_grace_ms,
             term_grace_ms=term_grace_ms,
+            cli_pid=cli_pid,
+            lifeline=lifeline,
         )
+        child.session_id, child.owner = session_id, owner
+        return child
 
     # -- introspection -------------------------------------------------------------------
 
     @property
     def pid(self) -> int:
-        """The child's process id (also its process group id)."""
-        return self._popen.pid
+        """The CLI's process id (also its process group id)."""
+        return self._cli_pid
+
+    @property
+    def launcher_pid(self) -> int | None:
+        """The launcher's process id (the CLI's session id), or None without a launcher."""
+        return None if self._cli_pid == self._popen.pid else self._popen.pid
 
     @property
     def returncode(self) -> int | None:
@@ -445,7 +509,7 @@ class ChildProcess:
     # -- ending ----------------------------------------------------------------------------
 
     def cancel(self) -> None:
-        """Kill the child's process group now (SIGKILL) and wake any blocked reader.
+        """Kill the child's whole tree now (SIGKILL) and wake any blocked reader.
 
         Safe from any thread, idempotent, never blocks on the child; a reaper thread reaps it.
         """
@@ -453,9 +517,9 @@ class ChildProcess:
             if self._cancelled:
                 return
             self._cancelled = True
-        self._signal_group(signal.SIGKILL)
+        self._kill_tree()
         self._wake()
-        self._start_reaper(self._reap)
+        self._start_reaper(self._reap_killed)
 
     def wait_exit(self, timeout: float) -> int | None:
         """Wait up to `timeout` seconds for the child to exit, then reap it.
@@ -471,17 +535,19 @@ class ChildProcess:
         """Owner only: end the child, waiting for the whole bounded escalation.
 
         Waits up to `exit_grace_ms` for a natural exit (no wait after `cancel`), then
-        SIGTERM to the group and up to `term_grace_ms`, then SIGKILL; kills what is left of
-        the group, reaps the child, ends the stderr thread and closes the pipes.
+        SIGTERM to the CLI's group and up to `term_grace_ms`, then SIGKILL to the tree; kills
+        what is left, reaps the child, ends the stderr thread and closes the pipes.
 
         Returns:
             The exit status (negative: the signal that killed it).
         """
-        grace_s = 0.0 if self._cancelled else self._exit_grace_ms / 1000
-        if not self._wait_exited(grace_s):
+        if self._cancelled:
+            return self._reap_killed()  # the tree is being killed: no SIGTERM, no grace
+        if not self._wait_exited(self._exit_grace_ms / 1000):
             self._signal_group(signal.SIGTERM)
             if not self._wait_exited(self._term_grace_ms / 1000):
-                self._signal_group(signal.SIGKILL)
+                self._kill_tree()
+                return self._reap_killed()
         code = self._reap()
         self._close_pipes()
         return code
@@ -553,6 +619,16 @@ class ChildProcess:
             return True  # already reaped
         return info is not None
 
+    def _reap_killed(self) -> int:
+        """`_reap` after `_kill_tree`: a launcher that has not ended the tree within
+        `_TREE_KILL_WAIT_S` gets its group SIGKILLed instead."""
+        if not self._wait_exited(_TREE_KILL_WAIT_S):
+            logger.warning("gen_agent child launcher did not end its tree in time; killing")
+            self._signal_group(signal.SIGKILL)
+        code = self._reap()
+        self._close_pipes()
+        return code
+
     def _reap(self) -> int:
         """Kill what is left of the group while the exited leader still holds its pid, reap
         it, and end the stderr drain. Blocks until the child has exited."""
@@ -596,21 +672,62 @@ class ChildProcess:
         with contextlib.suppress(OSError):
             os.write(self._wake_w, b"x")
 
+    def kill_started_since(self, age_s: float) -> int:
+        """SIGKILL the CLI's descendants (and the orphans its launcher adopted) that started
+        at most `age_s` seconds ago, sparing the CLI: what one interrupted turn started.
+        Linux (`/proc`); elsewhere a no-op. Any thread. Returns how many were killed."""
+        root = self._popen.pid
+        clk_tck = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        try:
+            with open("/proc/uptime", "rb") as file:
+                uptime_s = float(file.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            return 0
+        since = (uptime_s - age_s) * clk_tck - 2  # (2 ticks of slack: the clocks differ)
+        killed = 0
+        with self._reap_lock:  # unreaped: the launcher's pid (the tree's root) is ours
+            if self._popen.returncode is not None:
+                return 0
+            for pid in descendants(root):
+                if pid == self._cli_pid or start_ticks(pid) < since:
+                    continue
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+                    killed += 1
+        return killed
+
+    def _kill_tree(self) -> None:
+        """SIGKILL the whole tree: close the lifeline (the launcher kills every descendant,
+        then exits), or, without a launcher, SIGKILL the group. Never blocks."""
+        with self._reap_lock:
+            lifeline, self._lifeline = self._lifeline, None
+            if lifeline is None:
+                self._signal_group_locked(signal.SIGKILL)
+                return
+        with contextlib.suppress(OSError):
+            os.close(lifeline)
+
     def _signal_group(self, signum: int) -> None:
         with self._reap_lock:
             self._signal_group_locked(signum)
 
     def _signal_group_locked(self, signum: int) -> None:
-        # The child leads its own group (start_new_session), so its pid is the group id.
-        # Only sent while the child is unreaped (under the reap lock), so the id cannot have
-        # been reused by an unrelated process.
+        # Our child (the launcher, or the CLI itself) leads its own group (start_new_session),
+        # so its pid is the group id. Only sent while the child is unreaped (under the reap
+        # lock), so the id cannot have been reused by an unrelated process. The launcher
+        # passes SIGTERM on to the CLI's group; SIGKILL reaches the launcher's own group only
+        # (sent when it did not end the tree itself, or to what is left once it exited).
         if self._popen.returncode is not None:
             return
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self._popen.pid, signum)
+            if signum == signal.SIGTERM and self._cli_pid != self._popen.pid:
+                os.kill(self._popen.pid, signum)
+            else:
+                os.killpg(self._popen.pid, signum)
 
     def __del__(self) -> None:
-        for fd in (self._wake_r, self._wake_w, self._pidfd):
+        # A dropped child takes its tree with it: closing the lifeline ends it.
+        for fd in (self._wake_r, self._wake_w, self._pidfd, self._lifeline):
             if fd is not None:
                 with contextlib.suppress(OSError):
                     os.close(fd)
@@ -619,11 +736,97 @@ class ChildProcess:
         return f"ChildProcess(pid={self.pid}, returncode={self.returncode})"
 
 
+def _launch(argv: Sequence[str], *, env: dict[str, str], cwd: str | None,
+            stdin_pipe: bool) -> tuple[subprocess.Popen[bytes], int, int]:
+    """Start `argv` under the launcher; returns `(popen of the launcher, the CLI's pid, our
+    end of the lifeline)`. Raises OSError as `Popen` would for the CLI itself (the errno the
+    launcher reports, with `filename` the program)."""
+    life_r, life_w = os.pipe()
+    status_r, status_w = os.pipe()
+    try:
+        popen = subprocess.Popen(
+            [sys.executable, "-I", "-S", LAUNCHER, str(life_r), str(status_w), *argv],
+            stdin=subprocess.PIPE if stdin_pipe else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
+            pass_fds=(life_r, status_w),
+        )
+    except BaseException:
+        os.close(life_w)
+        os.close(status_r)
+        raise
+    finally:
+        os.close(life_r)  # the launcher has its copies now
+        os.close(status_w)
+    try:
+        status = _read_status(status_r)
+    finally:
+        os.close(status_r)
+    if status.startswith(b"P"):
+        return popen, int(status[1:]), life_w
+    os.close(life_w)  # the launcher exits (or is told to)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        popen.wait(_STATUS_WAIT_S)
+    if popen.returncode is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(popen.pid, signal.SIGKILL)
+        popen.wait()
+    for pipe in (popen.stdin, popen.stdout, popen.stderr):
+        if pipe is not None:
+            pipe.close()
+    if status.startswith(b"E"):
+        code = int(status[1:] or 0)
+        raise OSError(code, os.strerror(code), argv[0])
+    raise OSError(errno.ECHILD, "the CLI launcher ended without starting the program", argv[0])
+
+
+def _read_status(fd: int) -> bytes:
+    """The launcher's one status line (`P<pid>` or `E<errno>`), b"" at EOF or after
+    `_STATUS_WAIT_S` seconds."""
+    data = b""
+    deadline = time.monotonic() + _STATUS_WAIT_S
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    while not data.endswith(b"\n"):
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or not poller.poll(int(remaining * 1000) + 1):
+            logger.warning("gen_agent child launcher did not report within {} s",
+                           _STATUS_WAIT_S)
+            return b""
+        chunk = os.read(fd, 64)
+        if not chunk:
+            return b""
+        data += chunk
+    return data.strip()
+
+
 def _pidfd_open(pid: int) -> int | None:
     try:
         return os.pidfd_open(pid)
     except (AttributeError, OSError):
         return None
+
+
+def end_other_holders(session_id: str, owner: object | None, *, timeout: float) -> int:
+    """Kill (tree and all) every child of this process still running conversation
+    `session_id` for an owner other than `owner`, and wait up to `timeout` seconds until
+    they are reaped. Returns how many there were."""
+    with _live_cond:
+        others = [child for child in _live if child.session_id == session_id
+                  and child.owner is not owner and not child.reaped]
+    for child in others:
+        logger.warning("gen_agent: a CLI (pid {}) still runs the session being resumed for "
+                       "another owner; ending it first", child.pid)
+        child.cancel()
+    deadline = time.monotonic() + timeout
+    for child in others:
+        if not child.wait_reaped(max(0.0, deadline - time.monotonic())):
+            logger.warning("gen_agent: the CLI (pid {}) of the resumed session was not reaped "
+                           "in time", child.pid)
+    return len(others)
 
 
 def live_children() -> list[ChildProcess]:

@@ -59,6 +59,7 @@ from gen_agent.backends._claude_stream import (
 from gen_agent.backends._claude_warm import WarmSlot, warm_turn
 from gen_agent.backends._cli import CLI_CHECKS, CLIBackend, CLIOptions, CLISession
 from gen_agent.backends._option_checks import (
+    duration_ms,
     int_at_least,
     is_arg,
     is_arg_seq,
@@ -67,7 +68,11 @@ from gen_agent.backends._option_checks import (
     one_of,
 )
 from gen_agent.backends._process import ChildProcess
-from gen_agent.backends.warm import DEFAULT_IDLE_TIMEOUT_MS, DEFAULT_INTERRUPT_GRACE_MS
+from gen_agent.backends.warm import (
+    DEFAULT_IDLE_TIMEOUT_MS,
+    DEFAULT_INTERRUPT_GRACE_MS,
+    stop_grace_s,
+)
 from gen_agent.event import Event
 from gen_agent.output import schema_of
 from gen_agent.permission import DEFAULT_PERMISSION_TIMEOUT_MS
@@ -135,7 +140,7 @@ class ClaudeOptions(CLIOptions, frozen=True, kw_only=True):
         idle_timeout_ms: warm mode: close the process after this long without a turn (ms;
             default 15 min). The next turn resumes the conversation on a new process.
         interrupt_grace_ms: warm mode: how long an interrupted turn may take to settle after
-            the `interrupt` control request before the process group is killed (ms).
+            the `interrupt` control request before the process tree is killed (ms).
         permission_timeout_ms: warm mode: how long a tool permission request waits for
             `handle_tool_permission` before it is denied (ms).
         tools: warm mode: the agent's Python tools (`gen_agent.tools.Tool`s, made from the
@@ -185,9 +190,9 @@ _CHECKS: Final = {
     "dangerously_skip_permissions": (is_bool, "a bool"),
     "include_partial_messages": (is_bool, "a bool"),
     "mode": one_of(MODES),
-    "idle_timeout_ms": (int_at_least(1), "an int >= 1 (milliseconds)"),
-    "interrupt_grace_ms": (int_at_least(0), "an int >= 0 (milliseconds)"),
-    "permission_timeout_ms": (int_at_least(1), "an int >= 1 (milliseconds)"),
+    "idle_timeout_ms": duration_ms(1),
+    "interrupt_grace_ms": duration_ms(0),
+    "permission_timeout_ms": duration_ms(1),
     "tools": (lambda v: isinstance(v, list | tuple) and all(_is_tool(t) for t in v),
               "a list of functions or gen_agent.tools.Tool"),
 }
@@ -248,7 +253,7 @@ class ClaudeCLI(CLIBackend[ClaudeSession]):
     `prompt` runs one `claude` child per turn and streams its events, checkpointing the first
     session id; `update_session` / `checkpoint_session` keep the id to `--resume`;
     `reset_session` forgets it; `cancel` and `terminate_session` kill the running child's
-    process group.
+    process tree.
 
     Errors (reasons are data): option errors at start are `SessionStartError` with
     `("unknown_option", key)` or `("invalid_option", key, value)`; every provider failure is
@@ -437,6 +442,8 @@ class ClaudeCLI(CLIBackend[ClaudeSession]):
                 term_grace_ms=o.term_grace_ms,
                 install_hint=INSTALL_HINT,
                 stdin_pipe=True,
+                session_id=turn_session.session_id,
+                owner=session.warm,
             )
 
         events = warm_turn(
@@ -450,21 +457,24 @@ class ClaudeCLI(CLIBackend[ClaudeSession]):
     @classmethod
     def cancel(cls, session: ClaudeSession) -> None:
         """Interrupt the running turn: warm, the `interrupt` control request (the process
-        survives; killed past `interrupt_grace_ms`); per-turn, SIGKILL to the process group.
+        survives; killed past `interrupt_grace_ms`); per-turn, SIGKILL to the process tree.
         Any thread; idempotent; quick."""
         session.warm.cancel()
         session.runner.cancel()
 
     @classmethod
     def terminate_session(cls, session: ClaudeSession) -> None:
-        """End the warm process and wait until it is gone: EOF on its stdin (SIGKILL past
-        `exit_grace_ms`; at once when a turn still runs); kill a per-turn child. Idempotent.
+        """End the warm process and wait until it is gone; kill a per-turn child's tree.
+        Idempotent.
 
-        Blocks the stopping agent for as long as the CLI takes to exit (measured: ~0.1 s),
-        at most `exit_grace_ms` + `term_grace_ms`.
+        Warm: a turn still running is interrupted first (the CLI ends its tools and saves the
+        turn) and gets up to `min(interrupt_grace_ms, 2000)` ms to settle, else its tree is
+        SIGKILLed; then EOF on the CLI's stdin (SIGKILL to its tree past `exit_grace_ms`).
+        Blocks the stopping agent for as long as that takes (measured: ~0.1 s for the exit).
         """
         o = session.options
-        session.warm.close(wait_s=(o.exit_grace_ms + o.term_grace_ms) / 1000 + 1.0)
+        session.warm.stop(grace_s=stop_grace_s(o.interrupt_grace_ms),
+                          wait_s=(o.exit_grace_ms + o.term_grace_ms) / 1000 + 1.0)
         super().terminate_session(session)  # per-turn children
 
     @classmethod

@@ -71,7 +71,7 @@ from gen_agent.backends._codex_stream import (
 )
 from gen_agent.backends._codex_stream import decode_line as decode_line
 from gen_agent.backends._option_checks import (
-    int_at_least,
+    duration_ms,
     is_arg,
     is_arg_seq,
     is_bool,
@@ -79,7 +79,11 @@ from gen_agent.backends._option_checks import (
     one_of,
 )
 from gen_agent.backends._process import ChildProcess
-from gen_agent.backends.warm import DEFAULT_IDLE_TIMEOUT_MS, DEFAULT_INTERRUPT_GRACE_MS
+from gen_agent.backends.warm import (
+    DEFAULT_IDLE_TIMEOUT_MS,
+    DEFAULT_INTERRUPT_GRACE_MS,
+    stop_grace_s,
+)
 from gen_agent.event import Event
 from gen_agent.output import strict_schema_of
 from gen_agent.permission import DEFAULT_PERMISSION_TIMEOUT_MS
@@ -144,7 +148,7 @@ class CodexOptions(CLIOptions, frozen=True, kw_only=True):
         idle_timeout_ms: app-server mode: close the process after this long without a turn
             (ms; default 15 min); the next turn resumes the thread on a new process.
         interrupt_grace_ms: app-server mode: how long an interrupted turn may take to
-            complete after `turn/interrupt` before the process group is killed (ms).
+            complete after `turn/interrupt` before the process tree is killed (ms).
         permission_timeout_ms: app-server mode: how long an approval waits for
             `handle_tool_permission` before it is declined (ms).
     """
@@ -203,9 +207,9 @@ _CHECKS: Final = {
     "images": (is_arg_seq, "a list of non-empty str (file paths)"),
     "mode": one_of(MODES),
     "approval_policy": one_of(APPROVAL_POLICIES),
-    "idle_timeout_ms": (int_at_least(1), "an int >= 1 (milliseconds)"),
-    "interrupt_grace_ms": (int_at_least(0), "an int >= 0 (milliseconds)"),
-    "permission_timeout_ms": (int_at_least(1), "an int >= 1 (milliseconds)"),
+    "idle_timeout_ms": duration_ms(1),
+    "interrupt_grace_ms": duration_ms(0),
+    "permission_timeout_ms": duration_ms(1),
 }
 
 
@@ -271,7 +275,7 @@ class CodexCLI(CLIBackend[CodexSession]):
     (the prompt `"-"`, which the CLI reads as "read the prompt from stdin", is a
     `DispatchError` of kind `"invalid_prompt"`); `update_session` / `checkpoint_session`
     keep the thread to resume; `reset_session` forgets it; `cancel` and `terminate_session`
-    kill the running child's process group.
+    kill the running child's process tree.
 
     Errors (reasons are data): option errors at start are `SessionStartError` with
     `("unknown_option", key)` or `("invalid_option", key, value)`; every provider failure is
@@ -395,7 +399,8 @@ class CodexCLI(CLIBackend[CodexSession]):
                 cls.app_server_command(session), provider=PROVIDER, env=cls._child_env(o),
                 cwd=o.cwd, max_line_bytes=o.max_line_bytes,
                 stderr_tail_bytes=o.stderr_tail_bytes, exit_grace_ms=o.exit_grace_ms,
-                term_grace_ms=o.term_grace_ms, install_hint=INSTALL_HINT, stdin_pipe=True)
+                term_grace_ms=o.term_grace_ms, install_hint=INSTALL_HINT, stdin_pipe=True,
+                session_id=session.thread_id, owner=session.app)
 
         thread_params: dict[str, Any] = {}
         for key, value in (("cwd", o.cwd), ("model", o.model), ("sandbox", o.sandbox),
@@ -415,17 +420,22 @@ class CodexCLI(CLIBackend[CodexSession]):
     @classmethod
     def cancel(cls, session: CodexSession) -> None:
         """Interrupt the running turn: app-server, `turn/interrupt` (the process survives;
-        killed past `interrupt_grace_ms`); exec, SIGKILL to the process group. Any thread;
+        killed past `interrupt_grace_ms`); exec, SIGKILL to the process tree. Any thread;
         idempotent; quick."""
         session.app.cancel()
         session.runner.cancel()
 
     @classmethod
     def terminate_session(cls, session: CodexSession) -> None:
-        """End the app-server process (stdin EOF, bounded; waits until reaped) and the exec
-        children. Idempotent."""
+        """End the app-server process and wait until it is gone; kill an exec child's tree.
+        Idempotent.
+
+        App-server: a turn still running gets `turn/interrupt` first (the CLI ends its
+        command) and up to `min(interrupt_grace_ms, 2000)` ms to settle, else its tree is
+        SIGKILLed; then EOF on its stdin (SIGKILL to its tree past `exit_grace_ms`)."""
         o = session.options
-        session.app.close(wait_s=(o.exit_grace_ms + o.term_grace_ms) / 1000 + 1.0)
+        session.app.stop(grace_s=stop_grace_s(o.interrupt_grace_ms),
+                         wait_s=(o.exit_grace_ms + o.term_grace_ms) / 1000 + 1.0)
         super().terminate_session(session)
 
     @classmethod

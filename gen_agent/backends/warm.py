@@ -11,14 +11,15 @@ share:
   it, waiting for the previous turn to settle, closing);
 - `LiveProcess`: one CLI child with a stdin pipe and a reader thread that routes every stdout
   line (the protocol layer decides where a line goes), and whose end is bounded (stdin EOF,
-  then SIGTERM, then SIGKILL of the process group);
+  then SIGTERM, then SIGKILL of the process tree);
 - the live-process policy: an idle timeout per process (`idle_timeout_ms`) and a cap on the
   live warm processes of this Python process (`set_max_live_processes`), which closes the least
   recently used idle one first. A closed process costs nothing but a slower next turn: that
   turn starts a new process resuming the conversation.
 
-Orphans: the child's stdin is a pipe only we hold; when our process dies, the CLI reads EOF and
-exits (tested by SIGKILLing a Python process that hosts an agent).
+Orphans: the CLI runs under the launcher (`_process`), which kills its whole tree when our
+process dies (tested by SIGKILLing a Python process whose agent's CLI runs a tool); the CLI also
+reads EOF on its stdin then.
 
 Mirrors: no Elixir original (GenAgent runs one CLI per turn); the wire protocols are Claude
 Code's stream-json control protocol (as claude-agent-sdk's `ClaudeSDKClient` drives it) and
@@ -44,6 +45,7 @@ __all__ = [
     "DEFAULT_IDLE_TIMEOUT_MS",
     "DEFAULT_INTERRUPT_GRACE_MS",
     "DEFAULT_MAX_LIVE_PROCESSES",
+    "STOP_GRACE_MS",
     "LiveProcess",
     "Slot",
     "SlotProcess",
@@ -54,6 +56,7 @@ __all__ = [
     "live_processes",
     "max_live_processes",
     "set_max_live_processes",
+    "stop_grace_s",
 ]
 
 DEFAULT_IDLE_TIMEOUT_MS: Final = 15 * 60 * 1000
@@ -65,17 +68,54 @@ DEFAULT_INTERRUPT_GRACE_MS: Final = 5_000
 DEFAULT_MAX_LIVE_PROCESSES: Final = 32
 """Default cap on live warm CLI processes in this Python process."""
 
+STOP_GRACE_MS: Final = 2_000
+"""The most a stopping agent's running turn gets to settle after its interrupt (ms): with the
+CLI's exit (~0.1 s measured) it fits the default 5 s shutdown window. Shorter when
+`interrupt_grace_ms` is."""
+
+
+def stop_grace_s(interrupt_grace_ms: int) -> float:
+    """The settle time of a stopping agent's turn: `min(interrupt_grace_ms, STOP_GRACE_MS)`
+    in seconds."""
+    return min(interrupt_grace_ms, STOP_GRACE_MS) / 1000
+
 
 class TurnQueue:
     """The items a live process's reader routes to the turn that reads them (lines, control
     requests, EXIT, CANCEL): a small blocking FIFO. Thread-safe; shared by the warm Claude
     and the Codex app-server runners."""
 
-    __slots__ = ("cond", "items")
+    __slots__ = ("_interrupted", "cond", "interrupter", "items", "started")
 
     def __init__(self) -> None:
         self.items: collections.deque[Any] = collections.deque()
         self.cond = threading.Condition(threading.Lock())
+        # When the CLI began this turn (reset once it took the prompt): what an interrupted
+        # turn started ends with it (`drain_abandoned_turn`).
+        self.started = time.monotonic()
+        # Sends the CLI's interrupt for this turn (set by the turn once it can be interrupted:
+        # its prompt was sent); `interrupt_once` calls it at most once.
+        self.interrupter: Callable[[], None] | None = None
+        self._interrupted = False
+
+    def interrupt_once(self) -> bool:
+        """Send the turn's interrupt unless it was sent already (any thread).
+
+        Returns:
+            False when it could not be sent (no interrupter yet, or the CLI is gone).
+        """
+        with self.cond:
+            interrupter, sent = self.interrupter, self._interrupted
+            self._interrupted = self._interrupted or interrupter is not None
+        if sent:
+            return True
+        if interrupter is None:
+            return False
+        try:
+            interrupter()
+        except OSError:
+            return False
+        return True
 
     def put(self, item: Any) -> None:
         """Append `item` and wake the reader."""
@@ -171,6 +211,32 @@ class Slot(Generic[ProcessT, LinesT]):
                 self._turn = None
             self._cond.notify_all()
         process.live.mark_busy(False)
+
+    def stop(self, *, grace_s: float, wait_s: float) -> None:
+        """End the live process for an agent that stops: a turn still running is interrupted
+        first (the CLI's own interrupt, which ends the tools it runs) and given `grace_s`
+        seconds to settle; then stdin EOF (SIGKILL to the tree past the exit grace), or
+        SIGKILL to the tree at once when the turn did not settle. Waits up to `wait_s`
+        seconds until it was reaped. Any thread; idempotent."""
+        with self._cond:
+            process, lines = self.process, self._turn
+        if process is None:
+            return
+        if lines is not None:
+            if lines.interrupt_once():
+                deadline = time.monotonic() + grace_s
+                with self._cond:
+                    while self._turn is lines and (left := deadline - time.monotonic()) > 0:
+                        self._cond.wait(left)
+            with self._cond:
+                busy = self._turn is lines
+        else:
+            busy = False
+        if busy:
+            process.live.kill()
+        else:
+            process.live.close()
+        process.live.wait_exited(wait_s)
 
     def close(self, *, kill: bool = False, wait_s: float | None = None) -> None:
         """End the live process: stdin EOF (SIGKILL past its exit grace), or SIGKILL now when
@@ -434,13 +500,13 @@ class LiveProcess:
         self.close()
 
     def kill(self) -> None:
-        """SIGKILL the process group now (any thread; idempotent; never blocks)."""
+        """SIGKILL the process tree now (any thread; idempotent; never blocks)."""
         self.close_requested = True
         self.child.cancel()
 
     def close(self, grace_ms: int | None = None) -> None:
         """End the process gracefully: EOF on its stdin, then, if it is still running after
-        `grace_ms` (default the child's `exit_grace_ms`), SIGKILL to its group; any thread;
+        `grace_ms` (default the child's `exit_grace_ms`), SIGKILL to its tree; any thread;
         never blocks."""
         with self._lock:
             if self.closing:
@@ -491,7 +557,9 @@ def drain_abandoned_turn(process: LiveProcess, lines: TurnQueue, exit_marker: ob
                          interrupt_grace_ms: int, settled: Callable[[Any], bool]) -> None:
     """Drain an interrupted turn's routed items until it has settled, for the next turn to
     start clean; past `interrupt_grace_ms` (milliseconds), kill the process (the next turn
-    resumes the session on a new one).
+    resumes the session on a new one). Once it settled, what the turn started and the CLI
+    left running (codex 0.171's app-server, interrupted right after it started a command,
+    leaves it running: measured about one time in three) is killed; the CLI lives on.
 
     Args:
         process: the live process the turn ran on.
@@ -510,7 +578,13 @@ def drain_abandoned_turn(process: LiveProcess, lines: TurnQueue, exit_marker: ob
             process.kill()
             process.wait_exited(interrupt_grace_ms / 1000 + 1.0)
             return
-        if item is exit_marker or settled(item):
+        if item is exit_marker:
+            return
+        if settled(item):
+            ended = process.child.kill_started_since(time.monotonic() - lines.started)
+            if ended:
+                logger.debug("gen_agent {}: ended {} processes the interrupted turn left",
+                             process.provider, ended)
             return
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -42,6 +43,7 @@ from rich.text import Text
 from typer.core import TyperGroup
 
 import gen_agent
+from gen_agent._timers import MAX_DURATION_MS
 from gen_agent.cli.inputs import (
     STDIN,
     expand_prompts,
@@ -157,7 +159,21 @@ CliPathOpt = Annotated[str | None, typer.Option(
     "--cli-path", help="The claude / codex executable (default: looked up on PATH).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON lines instead of text.")]
 TimeoutOpt = Annotated[float, typer.Option(
-    "--timeout", min=1, help="Seconds one turn may take (the agent's watchdog).")]
+    "--timeout", min=1, help="Seconds one turn may take (the agent's watchdog); inf: no bound.")]
+
+
+def _watchdog_ms(timeout: float) -> int | str:
+    """`--timeout` seconds as the agent's `watchdog_ms` (`inf`: "infinity").
+
+    Raises:
+        CliError: beyond what the platform can wait (`threading.TIMEOUT_MAX`).
+    """
+    if math.isinf(timeout):
+        return "infinity"
+    if timeout * 1000 > MAX_DURATION_MS:
+        raise CliError(f"--timeout must be at most {MAX_DURATION_MS // 1000} seconds, or inf "
+                       f"for no bound; got {timeout:g}")
+    return int(timeout * 1000)
 
 
 def _out() -> Console:
@@ -211,7 +227,7 @@ def _agent(setup: Any, name: str, timeout: float) -> Iterator[Any]:
     with gen_agent.AgentSystem():
         ref = gen_agent.start_agent(CliAgent, name=name, backend=setup.backend,
                                     backend_opts=setup.backend_opts,
-                                    watchdog_ms=int(timeout * 1000))
+                                    watchdog_ms=_watchdog_ms(timeout))
         yield ref
 
 
@@ -451,7 +467,7 @@ def pool(
         workers_pool = gen_agent.Pool(CliAgent, size=workers, backend=setup.backend,
                                       name_prefix="gen-agent-pool",
                                       backend_opts=setup.backend_opts,
-                                      watchdog_ms=int(timeout * 1000))
+                                      watchdog_ms=_watchdog_ms(timeout))
         try:
             outcomes, interrupted = _pool_outcomes(workers_pool, prompts)
         finally:

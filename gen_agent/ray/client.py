@@ -31,6 +31,7 @@ from ray.exceptions import (
 )
 
 from gen_agent._runtime import calls
+from gen_agent._timers import wait_s
 from gen_agent.errors import AgentDown, AgentNotFound, CallTimeout, RequestError, TurnError
 from gen_agent.portable import from_portable, to_exception
 from gen_agent.ray.directory import (
@@ -241,7 +242,8 @@ def _resolve(namespace: str, name: Any, refresh: bool = False) -> Any:
 
 def _remote(node: Any, object_ref: Any, timeout: float | None) -> Any:
     try:
-        outcome = ray.get(object_ref, timeout=None if timeout is None else timeout + _GRACE_S)
+        limit = wait_s(timeout)  # beyond threading.TIMEOUT_MAX: forever
+        outcome = ray.get(object_ref, timeout=None if limit is None else limit + _GRACE_S)
         if type(outcome) is bytes:
             outcome = unpack_reply(outcome)
     except GetTimeoutError:

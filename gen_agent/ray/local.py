@@ -5,6 +5,13 @@ turns on token authentication for a new local cluster (writing a token under `~/
 helper starts Ray on loopback only, with a fresh token held in the environment (inherited by
 Ray's own processes, never written to disk by gen_agent), and its session files in a short
 temporary folder, removed again by `shutdown_local` (or at interpreter exit).
+
+Nothing outlives the owner: Ray's processes inherit `GEN_AGENT_RAY_OWNER=<pid>:<start ticks>`
+(set only while `ray.init` starts them), and a small watcher process (`_watch`, ~10 ms to
+start) holding a pipe from the owner ends every process so marked (SIGTERM, SIGKILL after
+2 s) and removes the folder once the owner is gone, even SIGKILLed: measured, nothing of that
+Ray is left ~2.5 s after the owner's SIGKILL (Ray's own agents stayed ~90 s before). A folder
+whose owner died with its watcher is removed by the next `init_local` on the machine.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ import threading
 import time
 from typing import Any
 
-__all__ = ["LOOPBACK", "init_local", "prepare_loopback_env", "shutdown_local"]
+__all__ = ["LOOPBACK", "OWNER_ENV", "init_local", "prepare_loopback_env", "shutdown_local"]
 
 LOOPBACK = "127.0.0.1"
 # Read by Ray at import time: False makes every Ray process use the loopback address.
@@ -30,6 +37,13 @@ _OWNED_LOCK = threading.Lock()
 _AT_EXIT = [False]  # whether the exit hook is registered
 # How long shutdown_local retries removing a folder Ray's exiting processes still write to.
 _REMOVE_WAIT_S = 5.0
+OWNER_ENV = "GEN_AGENT_RAY_OWNER"
+"""Set in the environment of the Ray processes `init_local` starts: `<pid>:<start ticks>` of
+the owner, by which its watcher (or a later `init_local`) finds them."""
+_OWNER_FILE = "gen_agent_owner"  # in the session folder: the owner's `<pid>:<start ticks>`
+_WATCH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_watch.py")
+_WATCHERS: list[tuple[Any, int]] = []  # (Popen, our end of its lifeline) per Ray started
+_WATCH_EXIT_S = 10.0  # how long shutdown_local waits for a watcher to finish
 
 
 def prepare_loopback_env() -> None:
@@ -97,18 +111,34 @@ def init_local(*, num_cpus: int | None = None, namespace: str = "gen_agent",
         return ray.get_runtime_context()
     created = temp_dir is None
     if temp_dir is None:
+        _remove_stale_folders()
         temp_dir = tempfile.mkdtemp(prefix="ga_ray_", dir="/tmp" if sys.platform != "win32"
                                     else None)
+    owner = _owner_identity()
+    if created:
+        with open(os.path.join(temp_dir, _OWNER_FILE), "w", encoding="ascii") as file:
+            file.write(owner)
     ray_init_kwargs.setdefault("include_dashboard", False)
     ray_init_kwargs.setdefault("log_to_driver", False)
     ray_init_kwargs.setdefault("configure_logging", False)
+    watcher = _start_watcher(f"{OWNER_ENV}={owner}", temp_dir if created else "")
+    previous = os.environ.get(OWNER_ENV)
+    os.environ[OWNER_ENV] = owner  # inherited by the processes ray.init starts, and only them
     try:
         context = ray.init(address="local", num_cpus=num_cpus, namespace=namespace,
                            _node_ip_address=LOOPBACK, _temp_dir=temp_dir, **ray_init_kwargs)
     except BaseException:
+        _stop_watcher(*watcher)  # ends what ray.init had started
         if created:
             shutil.rmtree(temp_dir, ignore_errors=True)
         raise
+    finally:
+        if previous is None:
+            os.environ.pop(OWNER_ENV, None)
+        else:
+            os.environ[OWNER_ENV] = previous
+    with _OWNED_LOCK:
+        _WATCHERS.append(watcher)
     if created:
         with _OWNED_LOCK:
             _OWNED.append(temp_dir)
@@ -135,6 +165,9 @@ def shutdown_local() -> None:
         ray.shutdown()
     with _OWNED_LOCK:
         folders, _OWNED[:] = list(_OWNED), []
+        watchers, _WATCHERS[:] = list(_WATCHERS), []
+    for watcher in watchers:
+        _stop_watcher(*watcher)  # ends what ray.shutdown left (nothing, normally)
     for folder in folders:
         deadline = time.monotonic() + _REMOVE_WAIT_S
         while True:
@@ -142,3 +175,84 @@ def shutdown_local() -> None:
             if not os.path.exists(folder) or time.monotonic() >= deadline:
                 break
             time.sleep(0.05)
+
+
+def _owner_identity() -> str:
+    """`<pid>:<start ticks>` of this process (ticks 0 where there is no `/proc`)."""
+    from gen_agent._reap import start_ticks as _start_ticks
+
+    return f"{os.getpid()}:{_start_ticks(os.getpid())}"
+
+
+def _owner_alive(identity: str) -> bool:
+    from gen_agent._reap import start_ticks as _start_ticks
+
+    try:
+        pid_text, ticks_text = identity.strip().split(":")
+        pid, ticks = int(pid_text), int(ticks_text)
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (ValueError, PermissionError, OSError):
+        return True  # unreadable, or another user's: not ours to judge
+    return not ticks or _start_ticks(pid) in (0, ticks)
+
+
+def _start_watcher(marker: str, folder: str) -> tuple[Any, int]:
+    """Start the watcher (see `_watch`) of a Ray about to start; returns it and our end of
+    its lifeline (which only this process holds: closing it, or dying, ends that Ray)."""
+    import subprocess
+
+    life_r, life_w = os.pipe()
+    try:
+        watcher = subprocess.Popen(
+            [sys.executable, "-I", "-S", _WATCH, str(life_r), marker, folder],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            pass_fds=(life_r,), start_new_session=True,
+            env={k: v for k, v in os.environ.items() if k != OWNER_ENV})
+    except BaseException:
+        os.close(life_w)
+        raise
+    finally:
+        os.close(life_r)
+    return watcher, life_w
+
+
+def _stop_watcher(watcher: Any, lifeline: int) -> None:
+    import contextlib
+    import subprocess
+
+    with contextlib.suppress(OSError):
+        os.close(lifeline)
+    try:
+        watcher.wait(_WATCH_EXIT_S)
+    except subprocess.TimeoutExpired:
+        watcher.kill()
+        watcher.wait()
+
+
+def _holds(entry: bytes) -> Any:
+    """A `reap_marked` predicate: the environment holds `entry`."""
+    return lambda environ: entry in environ
+
+
+def _remove_stale_folders() -> None:
+    """Remove `/tmp/ga_ray_*` folders of ours whose owner process is dead, ending the
+    processes of their Ray first (a watcher that died with its owner left them)."""
+    import glob
+
+    for folder in glob.glob("/tmp/ga_ray_*"):
+        try:
+            if os.stat(folder).st_uid != os.getuid():
+                continue
+            with open(os.path.join(folder, _OWNER_FILE), encoding="ascii") as file:
+                identity = file.read().strip()
+        except OSError:
+            continue  # not made by init_local (or not yet written): left alone
+        if _owner_alive(identity):
+            continue
+        from gen_agent._reap import reap_marked
+
+        marker = f"{OWNER_ENV}={identity}".encode()
+        reap_marked(_holds(marker), timeout=5.0)
+        shutil.rmtree(folder, ignore_errors=True)

@@ -7,10 +7,13 @@ on one blocking call). Ray restarts the process when it dies (`max_restarts=-1`:
 intensity is enforced here, against the directory's record of restart times, with OTP's
 meaning); a prompt is never retried by Ray (`max_task_retries=0`).
 
-At a restart the node first kills the process groups of CLI children a previous incarnation
-left behind (found by the `GEN_AGENT_RAY_NODE` variable they inherited; Linux `/proc`), then
-starts its children again with their last provider session ids (children whose spec says
-`resume_session=True`), and the children started later with `gen_agent.ray.start_agent`.
+At a restart the node first ends every process a previous incarnation left behind (found by
+the `GEN_AGENT_RAY_NODE` variable they inherited, which every CLI gets whatever its `env`;
+Linux `/proc`) and waits until they are gone (bounded by `_REAP_WAIT_S`), so a session is never
+resumed beside its old CLI; then it starts its children again with their last provider
+session ids (children whose spec says `resume_session=True`), and the children started later
+with `gen_agent.ray.start_agent`. (A CLI's launcher normally ends its tree within
+milliseconds of the node's death already: the reap covers what escaped it.)
 """
 
 from __future__ import annotations
@@ -21,7 +24,6 @@ import itertools
 import os
 import pickle
 import queue
-import signal
 import threading
 import time
 from collections import deque
@@ -34,6 +36,7 @@ import ray.cloudpickle as cloudpickle
 from loguru import logger
 
 import gen_agent
+from gen_agent._reap import reap_marked, set_child_marker
 from gen_agent._runtime import calls
 from gen_agent.errors import AgentDown, AlreadyStarted, GenAgentError
 from gen_agent.portable import PortableObject, to_portable
@@ -52,6 +55,8 @@ __all__ = ["NODE_ENV", "NodeServer", "node_actor_name", "pack", "pack_outcomes",
            "unpack", "unpack_outcomes", "unpack_reply"]
 
 NODE_ENV = "GEN_AGENT_RAY_NODE"
+# How long a restarted node waits for its previous incarnation's processes to end (seconds).
+_REAP_WAIT_S = 10.0
 # How often the node pushes changed session ids of idle agents to the directory (seconds);
 # asks and streams push theirs before answering.
 _SESSION_SCAN_S = 0.5
@@ -327,9 +332,9 @@ class NodeServer:
         reaped = reap_orphans(marker)
         if reaped:
             logger.bind(gen_agent_node=node).warning(
-                "gen_agent node reaped {} process groups left by its previous incarnation",
-                reaped)
+                "gen_agent node reaped {} processes left by its previous incarnation", reaped)
         os.environ[NODE_ENV] = f"{marker}#{os.getpid()}"
+        set_child_marker(NODE_ENV, os.environ[NODE_ENV])  # also with inherit_env=False
         ids = [spec.id for spec in children]
         record = directory_call(self._directory, "node_starting", node, ids, reconstructed,
                                 node_max_restarts, node_max_seconds)
@@ -745,34 +750,13 @@ _OPS: dict[str, Any] = {
 }
 
 
-def reap_orphans(marker: str) -> int:
-    """Kill the process groups of processes that inherited `GEN_AGENT_RAY_NODE=<marker>#pid`
-    from an incarnation of this node other than the current process. Linux only (`/proc`);
-    elsewhere a no-op. Returns how many process groups were killed."""
+def reap_orphans(marker: str, timeout: float = _REAP_WAIT_S) -> int:
+    """End every process that inherited `GEN_AGENT_RAY_NODE=<marker>#pid` from an
+    incarnation of this node other than the current process (CLI launchers end their whole
+    tree; the rest are SIGKILLed) and wait up to `timeout` seconds until none is left.
+    Linux only (`/proc`); elsewhere a no-op. Returns how many such processes there were."""
     prefix = f"{NODE_ENV}={marker}#".encode()
     own = f"{NODE_ENV}={marker}#{os.getpid()}".encode()
-    killed: set[int] = set()
-    proc = Path("/proc")
-    if not proc.is_dir():
-        return 0
-    for entry in proc.iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            env = (entry / "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if not any(item.startswith(prefix) and item != own for item in env):
-            continue
-        pid = int(entry.name)
-        try:
-            pgid = os.getpgid(pid)
-            if pgid != os.getpgid(0) and pgid not in killed:
-                os.killpg(pgid, signal.SIGKILL)
-                killed.add(pgid)
-            elif pgid == os.getpgid(0):
-                os.kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            continue
-    return len(killed)
+    return reap_marked(lambda env: any(item.startswith(prefix) and item != own for item in env),
+                       timeout=timeout)
 

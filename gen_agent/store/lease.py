@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from gen_agent.store.records import Lease
 
-__all__ = ["bind_owner", "forget_token", "holder_alive", "new_lease"]
+__all__ = ["bind_owner", "forget_token", "holder_alive", "new_lease", "taken_from"]
 
 
 # -- owner identity and liveness ----------------------------------------------------------
@@ -93,10 +93,24 @@ def holder_alive(holder: Lease, ttl_s: float, now: float) -> bool:
     return _pid_alive(holder.pid, holder.started_ticks)
 
 
-def new_lease(key: str, now: float) -> Lease:
+# Leases of this process taken over from a dead owner: token -> that owner's lease, so the
+# runtime can end what the dead owner left running before it resumes (`taken_from`).
+_TAKEN_FROM: dict[str, Lease] = {}
+
+
+def taken_from(lease: Lease) -> Lease | None:
+    """The dead owner's lease that `lease` (just acquired by this process) replaced, or None
+    (a free key); asked once."""
+    with _LIVE_LOCK:
+        return _TAKEN_FROM.pop(lease.token, None)
+
+
+def new_lease(key: str, now: float, previous: Lease | None = None) -> Lease:
     token = uuid.uuid4().hex
     with _LIVE_LOCK:
         _LIVE_TOKENS[token] = None
+        if previous is not None:
+            _TAKEN_FROM[token] = previous
     return Lease(key=key, token=token, pid=os.getpid(), host=_HOST, boot_id=_BOOT_ID,
                  started_ticks=_start_ticks(os.getpid()), heartbeat_at=now, acquired_at=now)
 
@@ -104,3 +118,4 @@ def new_lease(key: str, now: float) -> Lease:
 def forget_token(token: str) -> None:
     with _LIVE_LOCK:
         _LIVE_TOKENS.pop(token, None)
+        _TAKEN_FROM.pop(token, None)

@@ -48,7 +48,7 @@ class MemoryStore:
             holder = self._leases.get(key)
             if holder is not None and holder_alive(holder, float("inf"), now):
                 raise LeaseHeld(key, holder)
-            lease = new_lease(key, now)
+            lease = new_lease(key, now, previous=holder)
             self._leases[key] = lease
             return lease
 

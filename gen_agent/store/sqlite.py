@@ -255,7 +255,7 @@ class SQLiteStore:
             holder = self._holder(conn, key)
             if holder is not None and holder_alive(holder, self.lease_ttl_s, now):
                 raise LeaseHeld(key, holder)
-            lease = new_lease(key, now)
+            lease = new_lease(key, now, previous=holder)
             conn.execute("INSERT OR REPLACE INTO leases (key, token, lease, heartbeat_at) "
                          "VALUES (?, ?, ?, ?)", (key, lease.token, ENCODER.encode(lease), now))
             return lease

@@ -342,6 +342,18 @@ def test_unknown_backend(command: list[str], tmp_path: Path):
                                "openai, mock")
 
 
+def test_a_timeout_beyond_what_the_platform_can_wait_is_one_error_line():
+    result = invoke("run", "--backend", "mock", "--timeout", "1e12", "hi")
+    assert_usage_error(result, "--timeout must be at most 9223372036 seconds, or inf for no "
+                               "bound; got 1e+12")
+
+
+def test_an_infinite_timeout_runs_without_a_watchdog():
+    result = invoke("run", "--backend", "mock", "--timeout", "inf", "hi")
+    assert result.exit_code == 0, result.output
+    assert "(mock) You said: hi" in result.stdout
+
+
 # -- issue #15: help, version, backend names, --base-url, --cli-path ---------------------------
 @pytest.mark.parametrize("command", [[], ["run"], ["chat"], ["pool"], ["demo"], ["observe"]])
 def test_every_command_takes_h_help_and_version(command: list[str]):

@@ -63,3 +63,13 @@ class Counter(gen_agent.GenAgent):
 
     def handle_response(self, ref: Any, response: Any, state: Any) -> Any:
         return gen_agent.NoReply({"turns": state["turns"] + 1})
+
+
+class PassThrough(gen_agent.GenAgent):
+    """Takes `opts["backend_opts"]` as its backend options (a CLI backend's, say)."""
+
+    def init_agent(self, opts: dict[str, Any]) -> Any:
+        return opts["backend_opts"], None
+
+    def handle_response(self, ref: Any, response: Any, state: Any) -> Any:
+        return gen_agent.NoReply(state)

@@ -9,7 +9,8 @@ Every fake is configured by a directory named in an environment variable:
 - `scenarios`: one scenario name per line; invocation N (0-based) plays line N (the last line
   repeats when there are more invocations than lines);
 - `calls.jsonl`: appended by every invocation: `{"argv", "pid", "pgid", ..., "cwd"}`;
-- `helper.pid`: written by the `slow` scenarios (the pid of a helper they started).
+- `helper.pid`: written by the `slow` scenarios (the pid of a helper they started; `slow_tool`
+  starts it in a session of its own).
 """
 
 from __future__ import annotations
@@ -82,9 +83,11 @@ def flooding_stderr(scenario: Scenario, size_var: str) -> Scenario:
     return play
 
 
-def start_helper(dir_var: str) -> None:
-    """Start a long `sleep` in our process group and record its pid in `helper.pid`."""
-    helper = subprocess.Popen(["sleep", "1000"])  # same process group as us
+def start_helper(dir_var: str, *, own_session: bool = False) -> None:
+    """Start a long `sleep` and record its pid in `helper.pid`: in our process group, or
+    (`own_session`) in a session of its own, as the real Claude Code Bash tool runs commands,
+    out of reach of a kill of our group."""
+    helper = subprocess.Popen(["sleep", "1000"], start_new_session=own_session)
     with open(os.path.join(os.environ[dir_var], "helper.pid"), "w") as f:
         f.write(str(helper.pid))
 

@@ -213,6 +213,12 @@ def slow(argv: list[str]) -> None:
     hang()
 
 
+def slow_tool(argv: list[str]) -> None:
+    start_helper("FAKE_CODEX_DIR", own_session=True)
+    write(started(thread_id(argv)))
+    hang()
+
+
 def dead_resume(argv: list[str]) -> None:
     # What codex exec resume writes when the thread's rollout is gone (codex-cli 0.130).
     tid = thread_id(argv)
@@ -326,6 +332,7 @@ SCENARIOS = {
     "linger_ignore_term": ignoring_term(linger),
     "stderr_flood": flooding_stderr(echo, "FAKE_CODEX_STDERR_BYTES"),
     "slow": slow,
+    "slow_tool": slow_tool,
     "dead_resume": dead_resume,
     "usage_limit": usage_limit,
     "quota_exceeded": quota_exceeded,

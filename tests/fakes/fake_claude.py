@@ -232,6 +232,13 @@ def slow(argv: list[str]) -> None:
     hang()
 
 
+def slow_tool(argv: list[str]) -> None:
+    sid = session_id(argv)
+    start_helper("FAKE_CLAUDE_DIR", own_session=True)
+    write(init(sid))
+    hang()
+
+
 def tool_turn(argv: list[str]) -> None:
     sid = session_id(argv)
     call = {"type": "tool_use", "id": "toolu_fake", "name": "Bash", "input": {"command": "true"}}
@@ -389,6 +396,7 @@ SCENARIOS = {
     "linger_ignore_term": ignoring_term(linger),
     "stderr_flood": flooding_stderr(echo, "FAKE_CLAUDE_STDERR_BYTES"),
     "slow": slow,
+    "slow_tool": slow_tool,
     "tool_turn": tool_turn,
     "dead_resume": dead_resume,
     "usage_split": usage_split,

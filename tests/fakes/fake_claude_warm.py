@@ -33,8 +33,15 @@ after the turn's init line, with its `uuid` and `isReplay: true`, as the real CL
   "cancelled" then waits for the interrupt (as `slow`), any other ends "tool said TEXT".
 - `late NAME ...`: like slow, but after acknowledging the interrupt sends a `tools/call` of
   NAME, writes the answer to `$FAKE_CLAUDE_DIR/late.json`, then ends the turn.
+- `bash ...`: init, a Bash tool_use whose command (a `sleep`) runs in a session of its own,
+  as the real CLI's Bash tool does (its pid in `$FAKE_CLAUDE_DIR/helper.pid`); an `interrupt`
+  kills it and ends the turn (as the real CLI does); `bashstuck ...`: the same, but the
+  interrupt is acknowledged only: the command runs on and the turn never ends; `bashleave
+  ...`: the interrupt ends the turn but leaves the command running (as codex 0.171's
+  app-server sometimes does).
 
-Exits at EOF on stdin. Every start appends `{"argv", "pid"}` to `$FAKE_CLAUDE_DIR/calls.jsonl`.
+Exits at EOF on stdin. Every start appends `{"argv", "pid", "alive_at_start"}` to
+`$FAKE_CLAUDE_DIR/calls.jsonl` (the pids of earlier starts still running then: /proc).
 
 With `FAKE_CLAUDE_REPLAY` naming a recorded session (tests/fixtures/claude-cli/warm/*.jsonl),
 it replays that instead: prints each recorded stdout line (its `"raw"` text when the record
@@ -214,6 +221,40 @@ def late_tool_turn(name: str) -> None:
     result("", subtype="error_during_execution", add=0.0)
 
 
+def bash_turn(*, settle: bool, leave: bool = False) -> None:
+    import signal
+    import subprocess
+
+    init()
+    assistant([{"type": "tool_use", "id": "toolu_bash", "name": "Bash",
+                "input": {"command": "sleep 1000"}}])
+    tool = subprocess.Popen(["sleep", "1000"], start_new_session=True)
+    with open(os.path.join(os.environ["FAKE_CLAUDE_DIR"], "helper.pid"), "w") as f:
+        f.write(str(tool.pid))
+    if settle:
+        while True:
+            message = read()
+            assert message is not None
+            if message.get("type") == "control_request":
+                ack(message)
+                if message["request"].get("subtype") == "interrupt":  # type: ignore[union-attr]
+                    if not leave:
+                        os.kill(tool.pid, signal.SIGKILL)
+                        tool.wait()
+                    result("", subtype="error_during_execution", add=0.0)
+                    return
+    wait_interrupt(settle=False)
+
+
+def alive(pid: int) -> bool:
+    """Whether an earlier fake (pid) still runs (not a zombie)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def shape(message: dict) -> list[object]:
     """What a replay compares of a stdin line: its type and what it says."""
     kind = message.get("type")
@@ -282,8 +323,10 @@ def main() -> None:
     if directory:
         with open(os.path.join(directory, "calls.jsonl"), "a+") as calls:
             calls.seek(0)
-            invocation = sum(1 for _ in calls)
-            calls.write(json.dumps({"argv": sys.argv[1:], "pid": os.getpid()}) + "\n")
+            earlier = [json.loads(x)["pid"] for x in calls if x.strip()]
+            invocation = len(earlier)
+            calls.write(json.dumps({"argv": sys.argv[1:], "pid": os.getpid(),
+                                    "alive_at_start": [p for p in earlier if alive(p)]}) + "\n")
     recording = os.environ.get("FAKE_CLAUDE_REPLAY")
     if recording and directory:
         replay(recording, directory, invocation)
@@ -318,6 +361,9 @@ def main() -> None:
             continue
         if word == "late":
             late_tool_turn(prompt.split(" ")[1])
+            continue
+        if word in ("bash", "bashstuck", "bashleave"):
+            bash_turn(settle=word != "bashstuck", leave=word == "bashleave")
             continue
         if word == "pytool":
             python_tool_turn(prompt.split(" ")[1])

@@ -73,7 +73,8 @@ def _gone(pid: int) -> bool:
 
 def _kill_with_cli(child: Child) -> None:
     """SIGKILL the agent's process and its CLI's process group (a container going away)."""
-    clis = child_processes(child.proc.pid) or set()
+    launchers = child_processes(child.proc.pid) or set()
+    clis = launchers.union(*(child_processes(pid) or set() for pid in launchers))
     groups = {os.getpgid(pid) for pid in clis if not _gone(pid)}
     child.kill()
     for group in groups:
