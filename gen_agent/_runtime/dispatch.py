@@ -168,7 +168,10 @@ class DispatchMixin:
                     TurnChannel(self.handle, task_id, self.opts.max_event_bytes_per_turn,
                                 cancel_event), cancel_event)
         self.turn = turn
-        self.durable.turn_started(request, attempt)
+        options = request.options
+        if options.output is None and self.opts.output is not None:
+            options = msgspec.structs.replace(options, output=self.opts.output)
+        journal = self.durable.turn_started(request, attempt, options)
         carrier = record.started(self._emit, self._turn_meta, turn, prompt, self.state,
                                  backend=self.backend, session=self.session,
                                  session_id=self.handle.session_id,
@@ -178,14 +181,12 @@ class DispatchMixin:
         if self.opts.event_retention == "lossless":
             budget = LosslessBudget(self.opts.max_events_per_turn,
                                     self.opts.max_event_bytes_per_turn)
-        options = request.options
-        if options.output is None and self.opts.output is not None:
-            options = msgspec.structs.replace(options, output=self.opts.output)
         context = TurnContext(agent=self.name, ref=request.ref, attempt=attempt,
                               cancel_event=turn.cancel_event,
                               checkpoint=self._checkpoint_fn(turn), options=options,
                               trace_carrier=carrier,
-                              permission=self._permission_fn(turn), info=self._send_info)
+                              permission=self._permission_fn(turn), info=self._send_info,
+                              journal=journal)
         self._set_phase(Phase.PROCESSING)
         self.gates.start_watchdog(turn)
         thread = start_turn(TurnSpec(turn.channel, self.backend, self.session, final_prompt,

@@ -133,7 +133,7 @@ class Durable:
         return start_session(backend_opts), state
 
     # ------------------------------------------------------------------ per turn
-    def turn_started(self, request: Any, attempt: int) -> None:
+    def turn_started(self, request: Any, attempt: int, options: Any = None) -> None:
         """Write the in-flight marker (a failure is reported, the turn still runs)."""
         self._ended_task = None
         marker = InFlightTurn(ref=ref_text(request.ref), origin=request.origin,
@@ -256,7 +256,7 @@ class NoDurability:
              start_session: Any) -> tuple[Any, Any]:
         return start_session(backend_opts), state
 
-    def turn_started(self, request: Any, attempt: int) -> None:
+    def turn_started(self, request: Any, attempt: int, options: Any = None) -> None:
         return None
 
     def turn_ended(self, task_id: int, ref: Any, session: Any, response: Any,
