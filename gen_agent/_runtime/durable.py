@@ -1,10 +1,12 @@
 """The agent side of a durable session (`gen_agent.store`): resume at start, write per turn.
 
-One `Durable` per agent with a store; every method runs in the agent's actor thread. The
-actor calls it at five points (see `server.py`): `open` in `on_start`, `turn_started` at
-dispatch, `turn_ended` after the terminal event (before the decision callback), `save_state`
-after the decision callback (before the reply), and `close` when the agent exits. The write
-order and failure rules are those of issue #22, documented in `gen_agent.store`.
+One `Durable` per agent with a store; every method runs in the agent's actor thread, except
+`write_entry` / `write_marker`, which the turn's `TurnJournal` calls from the turn task and
+tool threads (the store is thread-safe). The actor calls it at five points: `open` in
+`on_start`, `turn_started` at dispatch (it returns the turn's journal), `turn_ended` after
+the terminal event (before the decision callback), `save_state` after the decision callback
+(before the reply), and `close` when the agent exits. The write order and failure rules are
+documented in `gen_agent.store` and on the durable-sessions page.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 import msgspec
 
 from gen_agent import telemetry
+from gen_agent._runtime.journal import TurnJournal
 from gen_agent.backend import SessionStartError
 from gen_agent.errors import AgentStartError
 from gen_agent.portable import to_portable
@@ -28,6 +31,8 @@ from gen_agent.store import (
     SessionRecord,
     StoreError,
     StoreStatus,
+    ToolCallEntry,
+    ToolJournal,
     Totals,
     TurnOutcome,
     bind_owner,
@@ -44,6 +49,21 @@ def ref_text(ref: Any) -> str:
 
 def _backend_name(backend: Any) -> str:
     return backend.__name__ if isinstance(backend, type) else type(backend).__name__
+
+
+def _tool_names(backend_opts: dict[str, Any]) -> tuple[str, ...]:
+    tools = backend_opts.get("tools")
+    if not isinstance(tools, list | tuple):
+        return ()
+    names = (getattr(item, "name", None) or getattr(item, "__name__", None) for item in tools)
+    return tuple(name for name in names if isinstance(name, str))
+
+
+def _type_name(output: Any) -> str | None:
+    if output is None:
+        return None
+    name = getattr(output, "__name__", None)
+    return name if isinstance(name, str) else repr(output)
 
 
 class Durable:
@@ -69,6 +89,11 @@ class Durable:
         self._state_blob: bytes | None = None
         self._export = getattr(backend, "export_session", None)
         self._backend_name = _backend_name(backend)
+        self._journals = isinstance(store, ToolJournal)
+        self._tools: tuple[str, ...] = ()
+        self.journal: TurnJournal | None = None
+        self._marker: InFlightTurn | None = None  # the phase marker awaiting the state write
+        self._flight: InFlightTurn | None = None  # the running turn's marker
 
     # ------------------------------------------------------------------ start
     def open(self, impl: Any, backend_opts: dict[str, Any], state: Any,
@@ -87,6 +112,7 @@ class Durable:
         except StoreError as exc:
             raise AgentStartError(("store_failed", exc.reason)) from None
         bind_owner(self.lease, self._alive)
+        self._tools = _tool_names(backend_opts)
         try:
             record = self.store.load(self.key)
             self.persist_state = bool(getattr(impl, "persist_state", False))
@@ -115,11 +141,9 @@ class Durable:
                 raise CorruptRecord(self.key, "the agent state does not decode") from None
             self._state_blob = record.state
         if record.in_flight is not None:
-            flight = record.in_flight
-            self.interrupted = InterruptedTurn(
-                key=self.key, ref=flight.ref, origin=flight.origin, attempt=flight.attempt,
-                started_at=flight.started_at, detected_at=time.time())
-            self._write("begin", in_flight=None, interrupted=self.interrupted)
+            self._interrupted(record.in_flight)
+        elif self._journals:
+            self._clear_journal()  # a finished turn's entries its owner had no time to clear
         restore = getattr(self.backend, "restore_session", None)
         if record.conversation is not None and restore is not None:
             try:
@@ -132,13 +156,74 @@ class Durable:
                 ) from None
         return start_session(backend_opts), state
 
+    def _interrupted(self, flight: InFlightTurn) -> None:
+        """Report the turn the last owner did not finish: its journal, usage and phase."""
+        entries: list[ToolCallEntry] = []
+        if self._journals:
+            entries = [e for e in self.store.journal(self.key) if e.ref == flight.ref]
+        self.interrupted = InterruptedTurn(
+            key=self.key, ref=flight.ref, origin=flight.origin, attempt=flight.attempt,
+            started_at=flight.started_at, detected_at=time.time(), prompt=flight.prompt,
+            output=flight.output, tools=flight.tools,
+            finished=tuple(e for e in entries if e.finished_at is not None),
+            in_doubt=tuple(e for e in entries if e.finished_at is None),
+            usage=dict(flight.usage), phase=flight.phase, response=flight.response)
+        fields: dict[str, Any] = {"in_flight": None, "interrupted": self.interrupted}
+        if flight.phase == "turn":  # an answered turn is in the totals already
+            self.totals = self.totals.add_interrupted(flight.usage)
+            fields["totals"] = self.totals
+        if self._write("begin", **fields) is None and self._journals:
+            self._clear_journal()
+
+    def _clear_journal(self) -> None:
+        try:
+            self.store.journal_clear(self.lease)
+        except StoreError as exc:
+            self._failed("journal", str(exc.reason))
+
     # ------------------------------------------------------------------ per turn
-    def turn_started(self, request: Any, attempt: int, options: Any = None) -> None:
-        """Write the in-flight marker (a failure is reported, the turn still runs)."""
+    def turn_started(self, request: Any, attempt: int,
+                     options: Any = None) -> TurnJournal | None:
+        """Write the in-flight marker (a failure is reported, the turn still runs).
+
+        Returns:
+            The turn's `TurnJournal` (None when the store keeps no journal).
+        """
         self._ended_task = None
-        marker = InFlightTurn(ref=ref_text(request.ref), origin=request.origin,
-                              attempt=attempt, started_at=time.time(), pid=os.getpid())
+        self._marker = None
+        output = getattr(options if options is not None else request.options, "output", None)
+        ref = ref_text(request.ref)
+        marker = InFlightTurn(ref=ref, origin=request.origin, attempt=attempt,
+                              started_at=time.time(), pid=os.getpid(),
+                              prompt=request.prompt, output=_type_name(output),
+                              tools=self._tools)
+        self._flight = marker
         self._write("begin", sync=False, in_flight=marker)
+        if not self._journals:
+            self.journal = None
+            return None
+        prior = getattr(request.options, "resend_of", None)
+        self.journal = TurnJournal(self, ref, marker, frozenset(self._tools),
+                                   prior if isinstance(prior, InterruptedTurn) else None)
+        return self.journal
+
+    def write_entry(self, entry: ToolCallEntry, marker: InFlightTurn | None, *,
+                    sync: bool) -> str | None:
+        """Journal `entry` (and `marker`); the failure kind, reported, or None. Any thread."""
+        lease = self.lease
+        if lease is None:  # the agent is gone (a tool that outlived it): nothing to fence
+            return "closed"
+        try:
+            self.store.journal_write(lease, entry, in_flight=marker, sync=sync)
+        except StoreError as exc:
+            self._failed("journal", str(exc.reason))
+            return str(exc.reason)
+        return None
+
+    def write_marker(self, marker: InFlightTurn) -> None:
+        """Rewrite the in-flight marker (its usage so far); failures reported. Any thread."""
+        if self.lease is not None:
+            self._write("begin", sync=False, in_flight=marker)
 
     def turn_ended(self, task_id: int, ref: Any, session: Any, response: Any,
                    reason: Any = None) -> str | None:
@@ -150,7 +235,17 @@ class Durable:
         if self._ended_task == task_id:
             return None
         self._ended_task = task_id
+        journal, self.journal = self.journal, None
         fields: dict[str, Any] = {"in_flight": None, "backend": self._backend_name}
+        if response is not None and self.persist_state and self._flight is not None:
+            # Until the decision's state is stored, the marker says so (phase
+            # "after_response"): a death in between is reported, with the stored reply.
+            text = getattr(response, "text", None)
+            flight = self._flight if journal is None else journal.marker
+            self._marker = msgspec.structs.replace(
+                flight, phase="after_response",
+                response=text if isinstance(text, str) else None)
+            fields["in_flight"] = self._marker
         if response is not None:
             fields["totals"] = self.totals.add(response)
             outcome = TurnOutcome(ref=ref_text(ref), ok=True, ended_at=time.time())
@@ -170,6 +265,10 @@ class Durable:
         self._unsynced = self.persist_state
         if kind is None and response is not None:
             self.totals = fields["totals"]
+        if kind is None and journal is not None and journal.written:
+            self._clear_journal()
+        if kind is not None:
+            self._marker = None
         return kind
 
     def session_replaced(self, session: Any) -> None:
@@ -200,10 +299,15 @@ class Durable:
             self.state_pending = True
             self._failed("state", "encode_error")
             return
-        if blob == self._state_blob and not self.state_pending and not self._unsynced:
+        marker, self._marker = self._marker, None
+        if (blob == self._state_blob and not self.state_pending and not self._unsynced
+                and marker is None):
             return
         self._unsynced = False
-        if self._write("state", state=blob) is None:
+        fields: dict[str, Any] = {"state": blob}
+        if marker is not None:
+            fields["in_flight"] = None  # the decision is stored: the turn is over
+        if self._write("state", **fields) is None:
             self._state_blob = blob
             self.state_pending = False
         else:

@@ -44,6 +44,8 @@ from gen_agent.store.records import (
     StoreError,
     StoreSchemaError,
     StoreStatus,
+    ToolCallEntry,
+    ToolJournal,
     Totals,
     TurnOutcome,
 )
@@ -64,6 +66,8 @@ __all__ = [
     "StoreError",
     "StoreSchemaError",
     "StoreStatus",
+    "ToolCallEntry",
+    "ToolJournal",
     "Totals",
     "TurnOutcome",
     "bind_owner",
