@@ -42,6 +42,7 @@ HEADLINES = {
     "ray_cluster": "remote_ask",
     "warm_cli": "warm_turn",
     "sse_decoding": "large_event",
+    "crash_journal": "hits_reply",
 }
 
 
