@@ -23,6 +23,7 @@ from gen_agent.backend import SessionStartError
 from gen_agent.errors import AgentStartError
 from gen_agent.portable import to_portable
 from gen_agent.store import (
+    OUTCOME_UNKNOWN,
     STORE_ERROR,
     CorruptRecord,
     InFlightTurn,
@@ -92,6 +93,7 @@ class Durable:
         self._journals = isinstance(store, ToolJournal)
         self._tools: tuple[str, ...] = ()
         self.journal: TurnJournal | None = None
+        self._unknown = OUTCOME_UNKNOWN
         self._marker: InFlightTurn | None = None  # the phase marker awaiting the state write
         self._flight: InFlightTurn | None = None  # the running turn's marker
 
@@ -113,6 +115,8 @@ class Durable:
             raise AgentStartError(("store_failed", exc.reason)) from None
         bind_owner(self.lease, self._alive)
         self._tools = _tool_names(backend_opts)
+        unknown = getattr(impl, "outcome_unknown", None)
+        self._unknown = unknown if isinstance(unknown, str) and unknown else OUTCOME_UNKNOWN
         try:
             record = self.store.load(self.key)
             self.persist_state = bool(getattr(impl, "persist_state", False))
@@ -204,7 +208,8 @@ class Durable:
             return None
         prior = getattr(request.options, "resend_of", None)
         self.journal = TurnJournal(self, ref, marker, frozenset(self._tools),
-                                   prior if isinstance(prior, InterruptedTurn) else None)
+                                   prior if isinstance(prior, InterruptedTurn) else None,
+                                   self._unknown)
         return self.journal
 
     def write_entry(self, entry: ToolCallEntry, marker: InFlightTurn | None, *,

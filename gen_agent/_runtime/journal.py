@@ -31,13 +31,7 @@ from typing import Any, Final
 import msgspec
 
 from gen_agent._tools import ToolCall, ToolResult, idempotency_key_of
-from gen_agent.store import InFlightTurn, InterruptedTurn, ToolCallEntry
-
-OUTCOME_UNKNOWN: Final = (
-    "outcome unknown: this tool call was started before the agent was interrupted and no "
-    "result was recorded, so it may or may not have taken effect. It was not run again; "
-    "check its effect before repeating it.")
-"""The result text of an in-doubt call answered without running (the model sees it)."""
+from gen_agent.store import OUTCOME_UNKNOWN, InFlightTurn, InterruptedTurn, ToolCallEntry
 
 USAGE_EVERY_S: Final = 0.5
 """The most often (seconds) a `usage` event rewrites the in-flight marker's usage."""
@@ -80,8 +74,10 @@ class TurnJournal:
     """The journal of one turn (see the module docstring)."""
 
     def __init__(self, durable: Any, ref: str, marker: InFlightTurn,
-                 python_tools: frozenset[str], prior: InterruptedTurn | None) -> None:
+                 python_tools: frozenset[str], prior: InterruptedTurn | None,
+                 unknown: str = OUTCOME_UNKNOWN) -> None:
         self._durable = durable
+        self._unknown = unknown
         self.ref = ref
         self.marker = marker
         self._python_tools = python_tools
@@ -160,12 +156,12 @@ class TurnJournal:
                 self._keys[call.id] = idempotency_key_of(self._session, prior.ref,
                                                          prior.call_id)
                 return None
-            return ToolResult(tool_use_id=call.id, content=OUTCOME_UNKNOWN, is_error=True)
+            return ToolResult(tool_use_id=call.id, content=self._unknown, is_error=True)
         return None
 
     def _answer(self, call: ToolCall, known: ToolCallEntry) -> ToolResult:
         if known.finished_at is None:
-            return ToolResult(tool_use_id=call.id, content=OUTCOME_UNKNOWN, is_error=True)
+            return ToolResult(tool_use_id=call.id, content=self._unknown, is_error=True)
         return ToolResult(tool_use_id=call.id, content=known.result or "",
                           is_error=known.is_error)
 
@@ -245,4 +241,4 @@ def observed_kinds() -> frozenset[str]:
     return _JOURNAL_KINDS
 
 
-__all__ = ["OUTCOME_UNKNOWN", "TurnJournal", "bounded", "canonical", "observed_kinds"]
+__all__ = ["TurnJournal", "bounded", "canonical", "observed_kinds"]

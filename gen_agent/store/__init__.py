@@ -32,6 +32,7 @@ contract Appendix B item 9); the design follows issue #22.
 from gen_agent.store.lease import bind_owner
 from gen_agent.store.memory import MemoryStore
 from gen_agent.store.records import (
+    OUTCOME_UNKNOWN,
     SCHEMA_VERSION,
     STORE_ERROR,
     CorruptRecord,
@@ -52,6 +53,7 @@ from gen_agent.store.records import (
 from gen_agent.store.sqlite import SQLiteStore
 
 __all__ = [
+    "OUTCOME_UNKNOWN",
     "SCHEMA_VERSION",
     "STORE_ERROR",
     "CorruptRecord",

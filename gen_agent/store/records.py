@@ -19,6 +19,7 @@ from loguru import logger
 from gen_agent.errors import GenAgentError
 
 __all__ = [
+    "OUTCOME_UNKNOWN",
     "SCHEMA_VERSION",
     "STORE_ERROR",
     "CorruptRecord",
@@ -43,6 +44,13 @@ SCHEMA_VERSION: Final = 2
 Versions: 1, the session record and the lease; 2 adds the tool journal (the `tool_calls`
 table) and the payload fields of `InFlightTurn` / `InterruptedTurn` (a version-1 file is
 migrated in place when opened)."""
+
+OUTCOME_UNKNOWN: Final = (
+    "outcome unknown: this tool call was started before the agent was interrupted and no "
+    "result was recorded, so it may or may not have taken effect. It was not run again; "
+    "check its effect before repeating it.")
+"""The default result text (for the model) of an in-doubt call answered without running in a
+`resend`; an agent class overrides it with an `outcome_unknown` class attribute (a `str`)."""
 
 STORE_ERROR: Final = ("gen_agent", "store", "error")
 """Telemetry: a store write failed. Measurements `system_time`; metadata `agent`, `key`,

@@ -17,6 +17,7 @@ import gen_agent
 from gen_agent import GenAgent, NoReply
 from gen_agent.backends.mock import MockBackend, text_turn
 from gen_agent.store import (
+    OUTCOME_UNKNOWN,
     SCHEMA_VERSION,
     InFlightTurn,
     InterruptedTurn,
@@ -210,12 +211,13 @@ def server() -> Any:
         yield model
 
 
-def _start(store: Any, server: Any, name: str = "a", **opts: Any) -> Any:
+def _start(store: Any, server: Any, name: str = "a", module: Any = None, **opts: Any) -> Any:
     from gen_agent.backends.anthropic import AnthropicAPI
 
     backend_opts = {"api_key": "test-key", "base_url": server.url, "model": "claude-test",
                     "tools": [refund, charge, lookup]}
-    return gen_agent.start_agent(Recorder, name=name, backend=AnthropicAPI, store=store,
+    return gen_agent.start_agent(module or Recorder, name=name, backend=AnthropicAPI,
+                                 store=store,
                                  session_key="k", backend_opts=backend_opts, **opts)
 
 
@@ -233,7 +235,8 @@ def test_a_python_tool_is_journalled_before_it_runs_and_after(server: Any) -> No
     assert record is not None and record.in_flight is None
 
 
-def _cut_turn(store: Any, server: Any, script: list[Reply]) -> InterruptedTurn:
+def _cut_turn(store: Any, server: Any, script: list[Reply], module: Any = None
+              ) -> InterruptedTurn:
     """Run a turn whose side-effecting tool is cut short by stopping the agent inside it,
     then start a new owner: the `InterruptedTurn` it found."""
     GATE["entered"], GATE["release"] = threading.Event(), threading.Event()
@@ -243,7 +246,7 @@ def _cut_turn(store: Any, server: Any, script: list[Reply]) -> InterruptedTurn:
     assert GATE["entered"].wait(10)
     gen_agent.stop("a")
     GATE.pop("entered")
-    _start(store, server)
+    _start(store, server, module=module)
     interrupted = gen_agent.status("a").store.interrupted_turn
     assert interrupted is not None
     return interrupted
@@ -288,7 +291,21 @@ def test_resend_answers_journalled_calls_without_running_them(server: Any) -> No
     assert LOG == []  # neither ran: one had a result, one is in doubt
     results = _tool_results(server.model_requests()[before + 1])
     assert results["toolu_l2"] == ("order o1: open", False)
-    assert results["toolu_r2"][1] is True and "outcome unknown" in results["toolu_r2"][0]
+    assert results["toolu_r2"] == (OUTCOME_UNKNOWN, True)
+
+
+def test_an_agent_words_the_unknown_outcome_its_own_way(server: Any) -> None:
+    class Careful(Recorder):
+        outcome_unknown = "UNKNOWN: ask the payments team before refunding again"
+
+    store = MemoryStore()
+    interrupted = _cut_turn(store, server, [Reply.tool_use(
+        "refund", {"order_id": "o1", "amount": 5}, id="toolu_r")], module=Careful)
+    server.enqueue(Reply.tool_use("refund", {"order_id": "o1", "amount": 5}, id="toolu_r2"),
+                   Reply.text("asked"))
+    assert gen_agent.resend("a", interrupted, timeout=10).text == "asked"
+    results = _tool_results(server.model_requests()[-1])
+    assert results["toolu_r2"] == (Careful.outcome_unknown, True)
 
 
 def test_a_retry_safe_tool_in_doubt_runs_again_with_the_original_key(server: Any) -> None:
@@ -340,10 +357,11 @@ def test_a_death_between_conversation_and_state_is_reported_with_the_reply() -> 
     assert entered.wait(10)
     try:
         gen_agent.stop("a")  # killed inside handle_response: the state write never happens
+        # (a new owner first: the killed agent's thread, let go, finds its lease lost)
+        gen_agent.start_agent(Recorder, name="b", backend=MockBackend, store=store,
+                              session_key="k", backend_opts={"scripts": []})
     finally:
         release.set()
-    gen_agent.start_agent(Recorder, name="b", backend=MockBackend, store=store,
-                          session_key="k", backend_opts={"scripts": []})
     interrupted = gen_agent.status("b").store.interrupted_turn
     assert interrupted is not None
     assert (interrupted.phase, interrupted.response, interrupted.prompt) == (
@@ -390,3 +408,18 @@ def test_sessions_show_hides_turn_payloads_without_the_flag() -> None:
     shown = describe_record(record, payload=True)
     assert shown["interrupted"]["prompt"] == "SECRET prompt"
     assert shown["interrupted"]["in_doubt"][0]["input"] == {"card": "SECRET"}
+
+
+def test_an_interrupted_turns_tokens_count_against_the_spend_cap(server: Any) -> None:
+    store = MemoryStore()
+    GATE["entered"], GATE["release"] = threading.Event(), threading.Event()
+    server.enqueue(Reply.tool_use("refund", {"order_id": "o1", "amount": 5}, id="toolu_r",
+                                  input_tokens=40, output_tokens=9))
+    _start(store, server, shutdown_ms=50)
+    gen_agent.tell("a", "refund o1")
+    assert GATE["entered"].wait(10)
+    gen_agent.stop("a")
+    _start(store, server, max_total_tokens=45)  # 49 tokens billed before the death
+    with pytest.raises(gen_agent.TurnError) as refused:
+        gen_agent.ask("a", "anything else?", timeout=10)
+    assert refused.value.reason[0] == "budget_exceeded"
