@@ -23,6 +23,7 @@ from gen_agent.backend import SessionStartError
 from gen_agent.errors import AgentStartError
 from gen_agent.portable import to_portable
 from gen_agent.store import (
+    INTERRUPTED_NOTE,
     OUTCOME_UNKNOWN,
     STORE_ERROR,
     CorruptRecord,
@@ -94,6 +95,7 @@ class Durable:
         self._tools: tuple[str, ...] = ()
         self.journal: TurnJournal | None = None
         self._unknown = OUTCOME_UNKNOWN
+        self._note = INTERRUPTED_NOTE
         self._marker: InFlightTurn | None = None  # the phase marker awaiting the state write
         self._flight: InFlightTurn | None = None  # the running turn's marker
 
@@ -117,6 +119,8 @@ class Durable:
         self._tools = _tool_names(backend_opts)
         unknown = getattr(impl, "outcome_unknown", None)
         self._unknown = unknown if isinstance(unknown, str) and unknown else OUTCOME_UNKNOWN
+        note = getattr(impl, "interrupted_note", None)
+        self._note = note if isinstance(note, str) and note else INTERRUPTED_NOTE
         try:
             record = self.store.load(self.key)
             self.persist_state = bool(getattr(impl, "persist_state", False))
@@ -144,14 +148,22 @@ class Durable:
             except Exception:  # noqa: BLE001 - a state that does not decode is a corrupt record
                 raise CorruptRecord(self.key, "the agent state does not decode") from None
             self._state_blob = record.state
+        conversation = record.conversation
         if record.in_flight is not None:
             self._interrupted(record.in_flight)
+            if getattr(impl, "repair_interrupted_history", True):
+                if conversation is None:  # the first turn was cut: a fresh session's record
+                    fresh = self._fresh_record(backend_opts, start_session)
+                    repaired = self._repaired(fresh)
+                    conversation = None if repaired is fresh else repaired
+                else:
+                    conversation = self._repaired(conversation)
         elif self._journals:
             self._clear_journal()  # a finished turn's entries its owner had no time to clear
         restore = getattr(self.backend, "restore_session", None)
-        if record.conversation is not None and restore is not None:
+        if conversation is not None and restore is not None:
             try:
-                return restore(record.conversation, backend_opts), state
+                return restore(conversation, backend_opts), state
             except SessionStartError:
                 raise
             except Exception as exc:  # noqa: BLE001 - an unusable record is a corrupt one
@@ -178,6 +190,53 @@ class Durable:
             fields["totals"] = self.totals
         if self._write("begin", **fields) is None and self._journals:
             self._clear_journal()
+
+    def _fresh_record(self, backend_opts: dict[str, Any], start_session: Any) -> Any:
+        """The `export_session` data of a fresh session (then ended), or None."""
+        if self._export is None or getattr(self.backend, "restore_session", None) is None:
+            return None
+        session = start_session(backend_opts)
+        try:
+            return self._export(session)
+        except Exception:  # noqa: BLE001 - no record to repair: start as without one
+            return None
+        finally:
+            terminate = getattr(self.backend, "terminate_session", None)
+            if terminate is not None:
+                try:
+                    terminate(session)
+                except Exception as exc:  # noqa: BLE001 - reported; the start goes on
+                    self.log.warning("gen_agent terminate_session raised {}",
+                                     type(exc).__name__)
+
+    def _repaired(self, conversation: Any) -> Any:
+        """A kept provider-neutral history (the HTTP backends' record) with what the model
+        needs not to repeat the interrupted turn: its user message, its journalled tool
+        calls, their results (in-doubt ones: the "outcome unknown" text). Other records
+        (a CLI's session id, a response id) are returned as they are."""
+        cut = self.interrupted
+        if (cut is None or cut.phase != "turn" or cut.prompt is None
+                or not isinstance(conversation, dict)
+                or not isinstance(conversation.get("history"), list)
+                or conversation.get("previous_response_id")):  # server-side state: not ours
+            return conversation
+        added: list[dict[str, Any]] = [
+            {"role": "user", "content": [{"type": "text", "text": cut.prompt}]}]
+        calls = [*cut.finished, *cut.in_doubt]
+        calls.sort(key=lambda entry: entry.started_at)
+        if calls:
+            added.append({"role": "assistant", "content": [
+                {"type": "tool_call", "id": e.call_id, "name": e.tool, "input": e.input}
+                for e in calls]})
+            added.append({"role": "user", "content": [
+                {"type": "tool_result", "tool_call_id": e.call_id,
+                 "content": self._unknown if e.finished_at is None else (e.result or ""),
+                 "is_error": e.finished_at is None or e.is_error}
+                for e in calls]})
+        # The backends replace a trailing user message (a failed turn's) with the next
+        # prompt: a closing note keeps the repair, and tells the model the turn ended.
+        added.append({"role": "assistant", "content": [{"type": "text", "text": self._note}]})
+        return {**conversation, "history": [*conversation["history"], *added]}
 
     def _clear_journal(self) -> None:
         try:

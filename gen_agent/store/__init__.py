@@ -32,6 +32,7 @@ contract Appendix B item 9); the design follows issue #22.
 from gen_agent.store.lease import bind_owner
 from gen_agent.store.memory import MemoryStore
 from gen_agent.store.records import (
+    INTERRUPTED_NOTE,
     OUTCOME_UNKNOWN,
     SCHEMA_VERSION,
     STORE_ERROR,
@@ -53,6 +54,7 @@ from gen_agent.store.records import (
 from gen_agent.store.sqlite import SQLiteStore
 
 __all__ = [
+    "INTERRUPTED_NOTE",
     "OUTCOME_UNKNOWN",
     "SCHEMA_VERSION",
     "STORE_ERROR",

@@ -19,6 +19,7 @@ from loguru import logger
 from gen_agent.errors import GenAgentError
 
 __all__ = [
+    "INTERRUPTED_NOTE",
     "OUTCOME_UNKNOWN",
     "SCHEMA_VERSION",
     "STORE_ERROR",
@@ -51,6 +52,12 @@ OUTCOME_UNKNOWN: Final = (
     "check its effect before repeating it.")
 """The default result text (for the model) of an in-doubt call answered without running in a
 `resend`; an agent class overrides it with an `outcome_unknown` class attribute (a `str`)."""
+
+INTERRUPTED_NOTE: Final = (
+    "[This turn was interrupted before it was answered (the process running it stopped); a "
+    "tool result above saying \"outcome unknown\" may or may not have taken effect.]")
+"""The default closing note (an assistant message) of an interrupted turn added to a resumed
+HTTP backend's history; an agent class overrides it with an `interrupted_note` attribute."""
 
 STORE_ERROR: Final = ("gen_agent", "store", "error")
 """Telemetry: a store write failed. Measurements `system_time`; metadata `agent`, `key`,

@@ -17,6 +17,7 @@ import gen_agent
 from gen_agent import GenAgent, NoReply
 from gen_agent.backends.mock import MockBackend, text_turn
 from gen_agent.store import (
+    INTERRUPTED_NOTE,
     OUTCOME_UNKNOWN,
     SCHEMA_VERSION,
     InFlightTurn,
@@ -423,3 +424,36 @@ def test_an_interrupted_turns_tokens_count_against_the_spend_cap(server: Any) ->
     with pytest.raises(gen_agent.TurnError) as refused:
         gen_agent.ask("a", "anything else?", timeout=10)
     assert refused.value.reason[0] == "budget_exceeded"
+
+
+def _both() -> Reply:
+    return Reply.message(*Reply.tool_use("lookup", {"order_id": "o1"}, id="toolu_l").blocks,
+                         *Reply.tool_use("refund", {"order_id": "o1", "amount": 5},
+                                         id="toolu_r").blocks, stop_reason="tool_use")
+
+
+def test_the_resumed_history_shows_the_cut_turn_and_its_calls(server: Any) -> None:
+    store = MemoryStore()
+    _cut_turn(store, server, [_both()])
+    server.enqueue(Reply.text("noted"))
+    assert gen_agent.ask("a", "what happened?", timeout=10).text == "noted"
+    messages = server.model_requests()[-1].body["messages"]
+    assert messages[0] == {"role": "user", "content": "refund o1 and look it up"}
+    assert [(b["type"], b["id"], b["name"]) for b in messages[1]["content"]] == [
+        ("tool_use", "toolu_l", "lookup"), ("tool_use", "toolu_r", "refund")]
+    assert _tool_results(server.model_requests()[-1]) == {
+        "toolu_l": ("order o1: open", False), "toolu_r": (OUTCOME_UNKNOWN, True)}
+    assert messages[3] == {"role": "assistant", "content": INTERRUPTED_NOTE}
+    assert messages[4] == {"role": "user", "content": "what happened?"}
+
+
+def test_an_agent_may_keep_the_history_to_the_completed_turns(server: Any) -> None:
+    class Plain(Recorder):
+        repair_interrupted_history = False
+
+    store = MemoryStore()
+    _cut_turn(store, server, [_both()], module=Plain)
+    server.enqueue(Reply.text("noted"))
+    gen_agent.ask("a", "what happened?", timeout=10)
+    assert server.model_requests()[-1].body["messages"] == [
+        {"role": "user", "content": "what happened?"}]
