@@ -457,3 +457,36 @@ def test_an_agent_may_keep_the_history_to_the_completed_turns(server: Any) -> No
     gen_agent.ask("a", "what happened?", timeout=10)
     assert server.model_requests()[-1].body["messages"] == [
         {"role": "user", "content": "what happened?"}]
+
+
+def test_a_backends_own_tools_are_journalled_from_their_events() -> None:
+    store = MemoryStore()
+    entered, release = threading.Event(), threading.Event()
+
+    def bash_then_hang(prompt: str) -> Any:
+        yield gen_agent.Event.new("tool_use", {"id": "b1", "name": "Bash",
+                                               "input": {"command": "touch x"}})
+        yield gen_agent.Event.new("tool_result", {"tool_use_id": "b1", "is_error": False,
+                                                  "content": [{"type": "text", "text": "ok"}]})
+        yield gen_agent.Event.new("tool_use", {"id": "b2", "name": "Bash",
+                                               "input": {"command": "rm x"}})
+        yield gen_agent.Event.new("usage", {"input_tokens": 7, "output_tokens": 2})
+        entered.set()
+        release.wait(10)
+        yield from text_turn("late")
+
+    gen_agent.start_agent(Recorder, name="a", backend=MockBackend, store=store,
+                          session_key="k", shutdown_ms=50,
+                          backend_opts={"scripts": [bash_then_hang]})
+    gen_agent.tell("a", "clean up")
+    assert entered.wait(10)
+    try:
+        gen_agent.stop("a")
+        gen_agent.start_agent(Recorder, name="b", backend=MockBackend, store=store,
+                              session_key="k", backend_opts={"scripts": []})
+    finally:
+        release.set()
+    cut = gen_agent.status("b").store.interrupted_turn
+    assert cut is not None
+    assert [(e.call_id, e.source, e.result) for e in cut.finished] == [("b1", "event", "ok")]
+    assert [(e.call_id, e.input) for e in cut.in_doubt] == [("b2", {"command": "rm x"})]
