@@ -88,10 +88,11 @@ class ToolContext:
     times out, or the call's own timeout passes (stop early when you see it); `chain`: the
     agents whose tools led here, outermost first, ending with `agent`; `records`: where a
     tool notes what it did for the turn's record (agent tools append an `AgentCall`);
-    `idempotency_key`: a 32-character hex `str` derived from the session key (or the agent's
-    name without a store), the request's ref and the call id, the same for every run of
-    this call (a `resend` of a call in doubt by a `retry_safe` tool gets the original call's
-    key): hand it to the external system so it can refuse a duplicate."""
+    `idempotency_key`: a 32-character hex `str` derived from the session key, the request's
+    ref and the call id (without a store: from the agent's name and the call id), the same
+    for every run of this call (a `resend` of a call in doubt by a `retry_safe` tool gets
+    the original call's key): hand it to the external system so it can refuse a
+    duplicate."""
 
     __slots__ = ("agent", "call_id", "cancelled", "chain", "idempotency_key", "records")
 
