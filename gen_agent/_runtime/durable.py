@@ -212,13 +212,14 @@ class Durable:
     def _repaired(self, conversation: Any) -> Any:
         """A kept provider-neutral history (the HTTP backends' record) with what the model
         needs not to repeat the interrupted turn: its user message, its journalled tool
-        calls, their results (in-doubt ones: the "outcome unknown" text). Other records
-        (a CLI's session id, a response id) are returned as they are."""
+        calls, their results (in-doubt ones: the "outcome unknown" text). With a response id
+        to continue from (`OpenAIResponses(store=True)`), the backend sends a kept history
+        as input items of the next request. Other records (a CLI's session id) are returned
+        as they are."""
         cut = self.interrupted
         if (cut is None or cut.phase != "turn" or cut.prompt is None
                 or not isinstance(conversation, dict)
-                or not isinstance(conversation.get("history"), list)
-                or conversation.get("previous_response_id")):  # server-side state: not ours
+                or not isinstance(conversation.get("history"), list)):
             return conversation
         added: list[dict[str, Any]] = [
             {"role": "user", "content": [{"type": "text", "text": cut.prompt}]}]

@@ -147,4 +147,6 @@ def test_openai_server_state_continues_from_the_third_response(tmp_path: Path) -
         body = server.model_requests()[4].body
         third_id = turns[2]["response_id"]
         assert third_id and third_id != turns[1]["response_id"]
-        assert (body["previous_response_id"], body["input"]) == (third_id, "fifth question")
+        # the interrupted turn goes with it as input items, then the new question
+        assert (body["previous_response_id"], body["input"]) == (
+            third_id, [*CUT, {"role": "user", "content": "fifth question"}])

@@ -490,3 +490,39 @@ def test_a_backends_own_tools_are_journalled_from_their_events() -> None:
     assert cut is not None
     assert [(e.call_id, e.source, e.result) for e in cut.finished] == [("b1", "event", "ok")]
     assert [(e.call_id, e.input) for e in cut.in_doubt] == [("b2", {"command": "rm x"})]
+
+
+def test_openai_with_server_state_gets_the_cut_turn_as_input_items(server: Any) -> None:
+    pytest.importorskip("openai", reason="the openai extra is not installed")
+    from gen_agent.backends.openai import OpenAIResponses
+    from gen_agent.testing.openai_protocol import openai_base_url
+
+    store = MemoryStore()
+    opts = {"api_key": "test-key", "base_url": openai_base_url(server), "model": "gpt-test",
+            "store": True, "tools": [refund, charge, lookup]}
+    GATE["entered"], GATE["release"] = threading.Event(), threading.Event()
+    server.enqueue(Reply.text("hello"), _both())
+    gen_agent.start_agent(Recorder, name="a", backend=OpenAIResponses, store=store,
+                          session_key="k", backend_opts=opts, shutdown_ms=50)
+    gen_agent.ask("a", "hi", timeout=10)
+    gen_agent.tell("a", "refund o1 and look it up")
+    assert GATE["entered"].wait(10)
+    gen_agent.stop("a")
+    gen_agent.start_agent(Recorder, name="a", backend=OpenAIResponses, store=store,
+                          session_key="k", backend_opts=opts)
+    server.enqueue(Reply.text("noted"))
+    assert gen_agent.ask("a", "what happened?", timeout=10).text == "noted"
+    body = server.model_requests()[-1].body
+    assert body["previous_response_id"]  # continues from the last completed response
+    items = body["input"]
+    assert items[0] == {"role": "user", "content": "refund o1 and look it up"}
+    calls = [(i["type"], i["call_id"], i["name"]) for i in items if i.get("type") ==
+             "function_call"]
+    assert calls == [("function_call", "toolu_l", "lookup"), ("function_call", "toolu_r",
+                                                              "refund")]
+    outputs = {i["call_id"]: i["output"] for i in items if i.get("type") ==
+               "function_call_output"}
+    assert outputs["toolu_l"] == "order o1: open"
+    assert OUTCOME_UNKNOWN in outputs["toolu_r"]
+    assert items[-2] == {"role": "assistant", "content": INTERRUPTED_NOTE}
+    assert items[-1] == {"role": "user", "content": "what happened?"}
