@@ -68,6 +68,27 @@ def _type_name(output: Any) -> str | None:
     return name if isinstance(name, str) else repr(output)
 
 
+def preamble(cut: InterruptedTurn, unknown: str, result_chars: int = 2_000) -> str:
+    """The text put before the next prompt about an interrupted turn (see `prefixed`)."""
+    lines = ["[Context: your previous turn was interrupted before it was answered (the process "
+             "running it stopped).", f"The request was: {cut.prompt}"]
+    calls = sorted([*cut.finished, *cut.in_doubt], key=lambda entry: entry.started_at)
+    if calls:
+        lines.append("Tool calls made in that turn:")
+    for entry in calls:
+        try:
+            arguments = msgspec.json.encode(entry.input).decode()
+        except (TypeError, msgspec.EncodeError, UnicodeEncodeError):
+            arguments = "(arguments not shown)"
+        if entry.finished_at is None:
+            outcome = unknown
+        else:
+            text = (entry.result or "")[:result_chars]
+            outcome = f"{'error' if entry.is_error else 'result'}: {text}"
+        lines.append(f"- {entry.tool} {arguments} -> {outcome}")
+    return "\n".join(lines) + "]"
+
+
 class Durable:
     """A durable session of one agent: its store, key, lease and write bookkeeping."""
 
@@ -96,6 +117,7 @@ class Durable:
         self.journal: TurnJournal | None = None
         self._unknown = OUTCOME_UNKNOWN
         self._note = INTERRUPTED_NOTE
+        self._preamble: str | None = None  # for a CLI's next prompt (opt-in)
         self._marker: InFlightTurn | None = None  # the phase marker awaiting the state write
         self._flight: InFlightTurn | None = None  # the running turn's marker
 
@@ -158,6 +180,9 @@ class Durable:
                     conversation = None if repaired is fresh else repaired
                 else:
                     conversation = self._repaired(conversation)
+            if (conversation is record.conversation and self.interrupted is not None
+                    and getattr(impl, "interrupted_preamble", False)):
+                self._preamble = preamble(self.interrupted, self._unknown)
         elif self._journals:
             self._clear_journal()  # a finished turn's entries its owner had no time to clear
         restore = getattr(self.backend, "restore_session", None)
@@ -246,6 +271,13 @@ class Durable:
             self._failed("journal", str(exc.reason))
 
     # ------------------------------------------------------------------ per turn
+    def prefixed(self, prompt: str) -> str:
+        """`prompt` with the interrupted turn's preamble before it, once (an agent that sets
+        `interrupted_preamble = True`, on a backend whose transcript gen_agent cannot
+        repair, e.g. a CLI's)."""
+        text, self._preamble = self._preamble, None
+        return prompt if text is None else f"{text}\n\n{prompt}"
+
     def turn_started(self, request: Any, attempt: int,
                      options: Any = None) -> TurnJournal | None:
         """Write the in-flight marker (a failure is reported, the turn still runs).
@@ -424,6 +456,9 @@ class NoDurability:
     def open(self, impl: Any, backend_opts: dict[str, Any], state: Any,
              start_session: Any) -> tuple[Any, Any]:
         return start_session(backend_opts), state
+
+    def prefixed(self, prompt: str) -> str:
+        return prompt
 
     def turn_started(self, request: Any, attempt: int, options: Any = None) -> None:
         return None

@@ -526,3 +526,46 @@ def test_openai_with_server_state_gets_the_cut_turn_as_input_items(server: Any) 
     assert OUTCOME_UNKNOWN in outputs["toolu_r"]
     assert items[-2] == {"role": "assistant", "content": INTERRUPTED_NOTE}
     assert items[-1] == {"role": "user", "content": "what happened?"}
+
+
+def test_a_cli_agent_may_ask_for_the_cut_turn_as_a_preamble() -> None:
+    store = MemoryStore()
+    entered, release = threading.Event(), threading.Event()
+    seen: list[str] = []
+
+    def bash_then_hang(prompt: str) -> Any:
+        yield gen_agent.Event.new("tool_use", {"id": "b1", "name": "Bash",
+                                               "input": {"command": "ls"}})
+        yield gen_agent.Event.new("tool_result", {"tool_use_id": "b1", "content": "a.txt"})
+        yield gen_agent.Event.new("tool_use", {"id": "b2", "name": "Bash",
+                                               "input": {"command": "rm a.txt"}})
+        entered.set()
+        release.wait(10)
+        yield from text_turn("late")
+
+    def record(prompt: str) -> Any:
+        seen.append(prompt)
+        return text_turn("ok")
+
+    class Told(Recorder):
+        interrupted_preamble = True
+
+    gen_agent.start_agent(Recorder, name="a", backend=MockBackend, store=store,
+                          session_key="k", shutdown_ms=50,
+                          backend_opts={"scripts": [bash_then_hang]})
+    gen_agent.tell("a", "tidy up")
+    assert entered.wait(10)
+    try:
+        gen_agent.stop("a")
+        gen_agent.start_agent(Told, name="b", backend=MockBackend, store=store,
+                              session_key="k", backend_opts={"scripts": [record, record]})
+    finally:
+        release.set()
+    gen_agent.ask("b", "and now?", timeout=10)
+    gen_agent.ask("b", "again", timeout=10)
+    assert seen[0] == (
+        "[Context: your previous turn was interrupted before it was answered (the process "
+        "running it stopped).\nThe request was: tidy up\nTool calls made in that turn:\n"
+        '- Bash {"command":"ls"} -> result: a.txt\n'
+        f'- Bash {{"command":"rm a.txt"}} -> {OUTCOME_UNKNOWN}]\n\nand now?')
+    assert seen[1] == "again"  # once
