@@ -156,6 +156,7 @@ class DispatchMixin:
         if isinstance(accepted, str):
             return accepted
         final_prompt, self.state = accepted
+        final_prompt = self.durable.prefixed(final_prompt)  # an interrupted turn's, once
         if request.options.fresh_session and not request.generated and self._session_used:
             failure = self._fresh_session()
             if failure is not None:
