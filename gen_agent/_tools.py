@@ -32,6 +32,7 @@ and the in-process tools of claude-agent-sdk (`@tool`).
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import math
 import re
@@ -86,17 +87,31 @@ class ToolContext:
     calling agent's name; `cancelled`: a `threading.Event` set when the turn is interrupted,
     times out, or the call's own timeout passes (stop early when you see it); `chain`: the
     agents whose tools led here, outermost first, ending with `agent`; `records`: where a
-    tool notes what it did for the turn's record (agent tools append an `AgentCall`)."""
+    tool notes what it did for the turn's record (agent tools append an `AgentCall`);
+    `idempotency_key`: a 32-character hex `str` derived from the session key, the request's
+    ref and the call id (without a store: from the agent's name and the call id), the same
+    for every run of this call (a `resend` of a call in doubt by a `retry_safe` tool gets
+    the original call's key): hand it to the external system so it can refuse a
+    duplicate."""
 
-    __slots__ = ("agent", "call_id", "cancelled", "chain", "records")
+    __slots__ = ("agent", "call_id", "cancelled", "chain", "idempotency_key", "records")
 
     def __init__(self, call_id: str, agent: Any, cancelled: threading.Event,
-                 chain: tuple[Any, ...] = (), records: list[Any] | None = None) -> None:
+                 chain: tuple[Any, ...] = (), records: list[Any] | None = None,
+                 idempotency_key: str = "") -> None:
         self.call_id = call_id
         self.agent = agent
         self.cancelled = cancelled
         self.chain = chain
         self.records = records if records is not None else []
+        self.idempotency_key = idempotency_key or idempotency_key_of(repr(agent), "", call_id)
+
+
+def idempotency_key_of(session: str, ref: str, call_id: str) -> str:
+    """The `ToolContext.idempotency_key` of a call: a hash of its session key (or agent
+    name), request ref and call id (32 hex characters)."""
+    return hashlib.sha256(f"{session}\0{ref}\0{call_id}".encode("utf-8", "replace")
+                          ).hexdigest()[:32]
 
 
 class AgentCall(msgspec.Struct, frozen=True, kw_only=True):
@@ -142,14 +157,21 @@ class Tool:
         input_schema: the JSON Schema of its arguments (an object), from the signature.
         fn: the function (or callable object).
         timeout_s: seconds a call may run (None = no bound).
+        side_effects: the tool changes something outside the turn (a payment, a file, a
+            message): with a store, it runs only once its start is journalled, and a
+            `resend` never runs it again for a call already journalled.
+        retry_safe: a `resend` may run it again for a call in doubt (it hands
+            `ToolContext.idempotency_key`, the original call's, to an external system that
+            refuses duplicates); otherwise such a call gets the "outcome unknown" result.
     """
 
     __slots__ = ("_context_param", "_input_type", "description", "fn", "input_schema", "name",
-                 "timeout_s")
+                 "retry_safe", "side_effects", "timeout_s")
 
     def __init__(self, fn: Callable[..., Any], *, name: str | None = None,
                  description: str | None = None,
-                 timeout_s: float | None = DEFAULT_TIMEOUT_S) -> None:
+                 timeout_s: float | None = DEFAULT_TIMEOUT_S, side_effects: bool = False,
+                 retry_safe: bool = False) -> None:
         if not callable(fn):
             raise TypeError(f"tool: expected a function or callable, got {type(fn).__name__}")
         target = fn if inspect.isfunction(fn) or inspect.ismethod(fn) else type(fn).__call__
@@ -161,6 +183,11 @@ class Tool:
                 and math.isfinite(timeout_s) and timeout_s > 0):
             raise ValueError("tool: timeout_s must be positive seconds (a finite number > 0) or "
                              f"None (no bound), got {timeout_s!r}")
+        for flag, value in (("side_effects", side_effects), ("retry_safe", retry_safe)):
+            if type(value) is not bool:
+                raise TypeError(f"tool: {flag} must be a bool, got {type(value).__name__}")
+        self.side_effects = side_effects
+        self.retry_safe = retry_safe
         doc = inspect.getdoc(fn) or inspect.getdoc(target) or ""
         summary, arg_docs = _parse_doc(doc)
         self.description = description if description is not None else summary
@@ -179,7 +206,7 @@ class Tool:
 
     def call(self, call: ToolCall, *, agent: Any = None,
              cancelled: threading.Event | None = None, chain: tuple[Any, ...] = (),
-             records: list[Any] | None = None) -> ToolResult:
+             records: list[Any] | None = None, idempotency_key: str = "") -> ToolResult:
         """Validate `call.input` and run the function in this thread.
 
         Returns:
@@ -199,7 +226,7 @@ class Tool:
         if self._context_param is not None:
             kwargs[self._context_param] = ToolContext(call.id, agent,
                                                       cancelled or threading.Event(),
-                                                      chain, records)
+                                                      chain, records, idempotency_key)
         try:
             value = self.fn(**kwargs)
         except ToolRefused as exc:  # an agent tool's own, content-free explanation
@@ -217,7 +244,8 @@ class Tool:
 
 def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None,
          description: str | None = None,
-         timeout_s: float | None = DEFAULT_TIMEOUT_S) -> Any:
+         timeout_s: float | None = DEFAULT_TIMEOUT_S, side_effects: bool = False,
+         retry_safe: bool = False) -> Any:
     """Make a `Tool` of `fn`; usable as `@tool` or `@tool(name=..., timeout_s=...)`.
 
     Args:
@@ -226,17 +254,23 @@ def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None,
         name: the tool's name (default: the function's).
         description: what the tool does (default: the docstring's first paragraph).
         timeout_s: seconds a call may run (default 60; None = no bound).
+        side_effects: the tool acts on the world (see `Tool`); default False.
+        retry_safe: a `resend` may run it again for a call in doubt (see `Tool`); default
+            False.
 
     Returns:
         A `Tool` (or, without `fn`, a decorator making one).
 
     Raises:
-        TypeError: `fn` is not callable, or a parameter type msgspec cannot validate.
+        TypeError: `fn` is not callable, a parameter type msgspec cannot validate, or a
+            flag that is not a bool.
         ValueError: a bad `name` or `timeout_s`.
     """
-    if fn is None:
-        return lambda f: Tool(f, name=name, description=description, timeout_s=timeout_s)
-    return Tool(fn, name=name, description=description, timeout_s=timeout_s)
+    def make(f: Callable[..., Any]) -> Tool:
+        return Tool(f, name=name, description=description, timeout_s=timeout_s,
+                    side_effects=side_effects, retry_safe=retry_safe)
+
+    return make if fn is None else make(fn)
 
 
 def as_tools(items: Sequence[Any]) -> tuple[Tool, ...]:
@@ -255,8 +289,8 @@ def as_tools(items: Sequence[Any]) -> tuple[Tool, ...]:
 
 def run_calls(tools: Sequence[Tool], calls: Sequence[ToolCall], *, agent: Any = None,
               cancel: Any = None, allow: Callable[[ToolCall], Any] | None = None,
-              chain: tuple[Any, ...] = (), records: list[Any] | None = None
-              ) -> list[ToolResult]:
+              chain: tuple[Any, ...] = (), records: list[Any] | None = None,
+              journal: Any = None) -> list[ToolResult]:
     """Run one step's tool calls in parallel and return their results in call order.
 
     Args:
@@ -270,6 +304,12 @@ def run_calls(tools: Sequence[Tool], calls: Sequence[ToolCall], *, agent: Any = 
             error result with that message and never runs). See `permission_check`.
         chain: the agents whose tools led to this step, ending with `agent` (agent tools
             refuse a cycle). records: a list the tools append their records to (`AgentCall`).
+        journal: the turn's tool journal (the runtime's, for an agent with a store), or
+            None: `journal.before(call, tool)` runs before a call (it journals the start and
+            may answer the call itself: a journalled result, "outcome unknown", or a refusal
+            when a side-effecting tool's start could not be written), `journal.after(call,
+            tool, result)` once the tool returned, `journal.idempotency_key(call_id)` names
+            the call for `ToolContext`.
 
     Returns:
         One `ToolResult` per call, in the order of `calls`. An unknown tool, invalid
@@ -299,15 +339,26 @@ def run_calls(tools: Sequence[Tool], calls: Sequence[ToolCall], *, agent: Any = 
             continue
         if isinstance(decision, Allow) and decision.updated_input is not None:
             call = ToolCall(id=call.id, name=call.name, input=decision.updated_input)
+        key = ""
+        if journal is not None:
+            answered = journal.before(call, found)
+            if answered is not None:  # journalled already, or not safe to run
+                results[index] = answered
+                continue
+            key = journal.idempotency_key(call.id)
         stop = threading.Event()
 
         def work(i: int = index, t: Tool = found, c: ToolCall = call,
-                 s: threading.Event = stop) -> None:
+                 s: threading.Event = stop, k: str = key) -> None:
             try:
-                results[i] = t.call(c, agent=agent, cancelled=s, chain=chain, records=records)
+                result = t.call(c, agent=agent, cancelled=s, chain=chain, records=records,
+                                idempotency_key=k)
             except BaseException as exc:  # noqa: BLE001 - nobody else sees this thread's raise
-                results[i] = ToolResult(tool_use_id=c.id, is_error=True,
-                                        content=f"tool raised {type(exc).__name__}")
+                result = ToolResult(tool_use_id=c.id, is_error=True,
+                                    content=f"tool raised {type(exc).__name__}")
+            if journal is not None:
+                journal.after(c, t, result)  # before the result is seen: finished first
+            results[i] = result
 
         thread = threading.Thread(target=work, name="gen_agent-tool", daemon=True)
         thread.start()

@@ -139,13 +139,15 @@ class TurnContext:
         send_info(message): hand `message` to the agent's `handle_info`, now or after the
             turn (a callable that stays valid after the turn, for output a long-lived
             process prints between turns).
+        journal: the turn's tool journal for an agent with a store (pass it to
+            `gen_agent.tools.run_calls` as `journal=`), else None.
 
     Mirrors: the context map passed to `prompt/3` (contract §4.6, §7.3; docs: Concepts), plus the
     cancel signal that replaces BEAM's task kill (contract §12.7; docs: Coming from Elixir).
     """
 
     __slots__ = (
-        "_agent", "_attempt", "_cancel_event", "_checkpoint", "_info", "_options",
+        "_agent", "_attempt", "_cancel_event", "_checkpoint", "_info", "_journal", "_options",
         "_permission", "_ref", "_trace_carrier",
     )
 
@@ -161,8 +163,10 @@ class TurnContext:
         trace_carrier: Mapping[str, str] | None = None,
         permission: Callable[[ToolPermissionRequest, float], PermissionDecision] | None = None,
         info: Callable[[Any], None] | None = None,
+        journal: Any = None,
     ) -> None:
         self._agent = agent
+        self._journal = journal
         self._options = DEFAULT_OPTIONS if options is None else options
         self._ref = ref
         self._attempt = attempt
@@ -177,6 +181,11 @@ class TurnContext:
     def agent(self) -> Any:
         """The agent's name."""
         return self._agent
+
+    @property
+    def journal(self) -> Any:
+        """The turn's tool journal (an agent with a store), else None."""
+        return self._journal
 
     @property
     def ref(self) -> Any:

@@ -41,7 +41,7 @@ __all__ = [
     "AgentRef", "ask", "backend_session", "cancel_request", "current_name", "demonitor",
     "drain", "halt", "interrupt", "interrupt_request", "list_agents", "monitor", "notify",
     "notify_ack", "poll",
-    "reset_session", "resume", "runtime_snapshot", "send", "send_after", "start_agent",
+    "resend", "reset_session", "resume", "runtime_snapshot", "send", "send_after", "start_agent",
     "status", "stop", "tell", "tell_with_completion", "whereis",
 ]
 
@@ -159,6 +159,47 @@ def ask(name: Any, prompt: str, timeout: float | None = None, *,
     handle = calls.lookup(agent_system, name)
     return calls.run(handle, calls.ask(handle, prompt, timeout, options, cancel_on_timeout,
                                        output), timeout)  # type: ignore[no-any-return]
+
+
+def resend(name: Any, interrupted: Any, timeout: float | None = None, *,
+           output: Any = None, agent_system: AgentSystem | None = None) -> Response:
+    """Ask `interrupted`'s prompt again, guarded by its tool journal, and wait for the
+    `Response`: in the new turn, a Python tool call of the same tool with the same canonical
+    input (JSON, keys sorted) as one of the interrupted turn's finished calls returns the
+    journalled result without running; one matching an in-doubt call returns the "outcome
+    unknown" result (`gen_agent.store.OUTCOME_UNKNOWN`) unless the tool is `retry_safe`
+    (then it runs, with the original call's `idempotency_key`). Each journalled call
+    answers at most one call of the new turn.
+
+    Args:
+        name: the agent's name (it must hold the interrupted turn's session key).
+        interrupted: the `gen_agent.store.InterruptedTurn` (from `handle_info` or
+            `Status.store.interrupted_turn`).
+        timeout: seconds to wait, None = forever.
+        output: the structured-reply type to ask for again (the record keeps only its name,
+            `interrupted.output`), or None.
+
+    Returns:
+        The `Response` of the re-sent turn.
+
+    Raises:
+        TypeError: `interrupted` is not an `InterruptedTurn`.
+        ValueError: it has no prompt (recorded by a gen_agent before the journal), or
+            its phase is not `"turn"` (its answer was stored already: nothing to re-send).
+        AgentNotFound, AgentDown, CallTimeout, TurnError: as `ask`.
+    """
+    from gen_agent.store import InterruptedTurn
+
+    if not isinstance(interrupted, InterruptedTurn):
+        raise TypeError(f"resend: expected an InterruptedTurn, got {type(interrupted).__name__}")
+    if interrupted.prompt is None:
+        raise ValueError("resend: this interrupted turn has no recorded prompt")
+    if interrupted.phase != "turn":
+        raise ValueError(f"resend: the turn was answered (phase {interrupted.phase!r}); "
+                         "reconcile its stored response instead")
+    return ask(name, interrupted.prompt, timeout,
+               options=RequestOptions(resend_of=interrupted, output=output),
+               agent_system=agent_system)
 
 
 def tell(name: Any, prompt: str, timeout: float | None = None, *,

@@ -48,6 +48,11 @@ class RequestOptions(msgspec.Struct, frozen=True, kw_only=True):
             `output` start option; None there too: plain text). The backend sends its JSON
             schema; the reply is validated into `Response.parsed`, or the turn fails with
             `("invalid_output", InvalidOutput)`. Default None.
+        resend_of: the `gen_agent.store.InterruptedTurn` this request re-sends (set by
+            `gen_agent.resend`): in its turn, a Python tool call with the same tool and
+            canonical input as one of that turn's finished calls gets the journalled result
+            without running, and one matching an in-doubt call gets "outcome unknown"
+            (unless the tool is `retry_safe`). Default None.
 
     Raises:
         TypeError: a field has the wrong type (from the constructor).
@@ -57,6 +62,7 @@ class RequestOptions(msgspec.Struct, frozen=True, kw_only=True):
     trace_context: Any = None
     call_chain: tuple[Any, ...] = ()
     output: Any = None
+    resend_of: Any = None
 
     def __post_init__(self) -> None:
         if type(self.fresh_session) is not bool:

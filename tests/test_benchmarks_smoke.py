@@ -43,6 +43,7 @@ HEADLINES = {
     "warm_cli": "warm_turn",
     "sse_decoding": "large_event",
     "host": "host_ask",
+    "crash_journal": "hits_reply",
 }
 
 

@@ -156,6 +156,7 @@ class DispatchMixin:
         if isinstance(accepted, str):
             return accepted
         final_prompt, self.state = accepted
+        final_prompt = self.durable.prefixed(final_prompt)  # an interrupted turn's, once
         if request.options.fresh_session and not request.generated and self._session_used:
             failure = self._fresh_session()
             if failure is not None:
@@ -169,7 +170,10 @@ class DispatchMixin:
                                 cancel_event), cancel_event)
         self.turn = turn
         mark = TurnMark(request.ref)  # what interrupt / stop / the watchdog mark at once
-        self.durable.turn_started(request, attempt)
+        options = request.options
+        if options.output is None and self.opts.output is not None:
+            options = msgspec.structs.replace(options, output=self.opts.output)
+        journal = self.durable.turn_started(request, attempt, options)
         carrier = record.started(self._emit, self._turn_meta, turn, prompt, self.state,
                                  backend=self.backend, session=self.session,
                                  session_id=self.handle.session_id,
@@ -179,15 +183,12 @@ class DispatchMixin:
         if self.opts.event_retention == "lossless":
             budget = LosslessBudget(self.opts.max_events_per_turn,
                                     self.opts.max_event_bytes_per_turn)
-        options = request.options
-        if options.output is None and self.opts.output is not None:
-            options = msgspec.structs.replace(options, output=self.opts.output)
         context = TurnContext(agent=self.name, ref=request.ref, attempt=attempt,
                               cancel_event=turn.cancel_event,
                               checkpoint=self._checkpoint_fn(turn), options=options,
                               trace_carrier=carrier,
                               permission=self._permission_fn(turn, mark),
-                              info=self._send_info)
+                              info=self._send_info, journal=journal)
         self._set_phase(Phase.PROCESSING)
         self.gates.start_watchdog(turn)
         mark.deadline = turn.deadline

@@ -1,10 +1,12 @@
 """The agent side of a durable session (`gen_agent.store`): resume at start, write per turn.
 
-One `Durable` per agent with a store; every method runs in the agent's actor thread. The
-actor calls it at five points (see `server.py`): `open` in `on_start`, `turn_started` at
-dispatch, `turn_ended` after the terminal event (before the decision callback), `save_state`
-after the decision callback (before the reply), and `close` when the agent exits. The write
-order and failure rules are those of issue #22, documented in `gen_agent.store`.
+One `Durable` per agent with a store; every method runs in the agent's actor thread, except
+`write_entry` / `write_marker`, which the turn's `TurnJournal` calls from the turn task and
+tool threads (the store is thread-safe). The actor calls it at five points: `open` in
+`on_start`, `turn_started` at dispatch (it returns the turn's journal), `turn_ended` after
+the terminal event (before the decision callback), `save_state` after the decision callback
+(before the reply), and `close` when the agent exits. The write order and failure rules are
+documented in `gen_agent.store` and on the durable-sessions page.
 """
 
 from __future__ import annotations
@@ -17,10 +19,13 @@ import msgspec
 
 from gen_agent import telemetry
 from gen_agent._reap import owner_marker, reap_marked
+from gen_agent._runtime.journal import TurnJournal
 from gen_agent.backend import SessionStartError
 from gen_agent.errors import AgentStartError
 from gen_agent.portable import to_portable
 from gen_agent.store import (
+    INTERRUPTED_NOTE,
+    OUTCOME_UNKNOWN,
     STORE_ERROR,
     CorruptRecord,
     InFlightTurn,
@@ -29,6 +34,8 @@ from gen_agent.store import (
     SessionRecord,
     StoreError,
     StoreStatus,
+    ToolCallEntry,
+    ToolJournal,
     Totals,
     TurnOutcome,
     bind_owner,
@@ -62,6 +69,42 @@ def _backend_name(backend: Any) -> str:
     return backend.__name__ if isinstance(backend, type) else type(backend).__name__
 
 
+def _tool_names(backend_opts: dict[str, Any]) -> tuple[str, ...]:
+    tools = backend_opts.get("tools")
+    if not isinstance(tools, list | tuple):
+        return ()
+    names = (getattr(item, "name", None) or getattr(item, "__name__", None) for item in tools)
+    return tuple(name for name in names if isinstance(name, str))
+
+
+def _type_name(output: Any) -> str | None:
+    if output is None:
+        return None
+    name = getattr(output, "__name__", None)
+    return name if isinstance(name, str) else repr(output)
+
+
+def preamble(cut: InterruptedTurn, unknown: str, result_chars: int = 2_000) -> str:
+    """The text put before the next prompt about an interrupted turn (see `prefixed`)."""
+    lines = ["[Context: your previous turn was interrupted before it was answered (the process "
+             "running it stopped).", f"The request was: {cut.prompt}"]
+    calls = sorted([*cut.finished, *cut.in_doubt], key=lambda entry: entry.started_at)
+    if calls:
+        lines.append("Tool calls made in that turn:")
+    for entry in calls:
+        try:
+            arguments = msgspec.json.encode(entry.input).decode()
+        except (TypeError, msgspec.EncodeError, UnicodeEncodeError):
+            arguments = "(arguments not shown)"
+        if entry.finished_at is None:
+            outcome = unknown
+        else:
+            text = (entry.result or "")[:result_chars]
+            outcome = f"{'error' if entry.is_error else 'result'}: {text}"
+        lines.append(f"- {entry.tool} {arguments} -> {outcome}")
+    return "\n".join(lines) + "]"
+
+
 class Durable:
     """A durable session of one agent: its store, key, lease and write bookkeeping."""
 
@@ -85,6 +128,14 @@ class Durable:
         self._state_blob: bytes | None = None
         self._export = getattr(backend, "export_session", None)
         self._backend_name = _backend_name(backend)
+        self._journals = isinstance(store, ToolJournal)
+        self._tools: tuple[str, ...] = ()
+        self.journal: TurnJournal | None = None
+        self._unknown = OUTCOME_UNKNOWN
+        self._note = INTERRUPTED_NOTE
+        self._preamble: str | None = None  # for a CLI's next prompt (opt-in)
+        self._marker: InFlightTurn | None = None  # the phase marker awaiting the state write
+        self._flight: InFlightTurn | None = None  # the running turn's marker
 
     # ------------------------------------------------------------------ start
     def open(self, impl: Any, backend_opts: dict[str, Any], state: Any,
@@ -106,6 +157,11 @@ class Durable:
         previous = taken_from(self.lease)
         if previous is not None:
             _reap_dead_owner(previous, self.log)
+        self._tools = _tool_names(backend_opts)
+        unknown = getattr(impl, "outcome_unknown", None)
+        self._unknown = unknown if isinstance(unknown, str) and unknown else OUTCOME_UNKNOWN
+        note = getattr(impl, "interrupted_note", None)
+        self._note = note if isinstance(note, str) and note else INTERRUPTED_NOTE
         try:
             record = self.store.load(self.key)
             self.persist_state = bool(getattr(impl, "persist_state", False))
@@ -133,16 +189,25 @@ class Durable:
             except Exception:  # noqa: BLE001 - a state that does not decode is a corrupt record
                 raise CorruptRecord(self.key, "the agent state does not decode") from None
             self._state_blob = record.state
+        conversation = record.conversation
         if record.in_flight is not None:
-            flight = record.in_flight
-            self.interrupted = InterruptedTurn(
-                key=self.key, ref=flight.ref, origin=flight.origin, attempt=flight.attempt,
-                started_at=flight.started_at, detected_at=time.time())
-            self._write("begin", in_flight=None, interrupted=self.interrupted)
+            self._interrupted(record.in_flight)
+            if getattr(impl, "repair_interrupted_history", True):
+                if conversation is None:  # the first turn was cut: a fresh session's record
+                    fresh = self._fresh_record(backend_opts, start_session)
+                    repaired = self._repaired(fresh)
+                    conversation = None if repaired is fresh else repaired
+                else:
+                    conversation = self._repaired(conversation)
+            if (conversation is record.conversation and self.interrupted is not None
+                    and getattr(impl, "interrupted_preamble", False)):
+                self._preamble = preamble(self.interrupted, self._unknown)
+        elif self._journals:
+            self._clear_journal()  # a finished turn's entries its owner had no time to clear
         restore = getattr(self.backend, "restore_session", None)
-        if record.conversation is not None and restore is not None:
+        if conversation is not None and restore is not None:
             try:
-                return restore(record.conversation, backend_opts), state
+                return restore(conversation, backend_opts), state
             except SessionStartError:
                 raise
             except Exception as exc:  # noqa: BLE001 - an unusable record is a corrupt one
@@ -151,13 +216,130 @@ class Durable:
                 ) from None
         return start_session(backend_opts), state
 
+    def _interrupted(self, flight: InFlightTurn) -> None:
+        """Report the turn the last owner did not finish: its journal, usage and phase."""
+        entries: list[ToolCallEntry] = []
+        if self._journals:
+            entries = [e for e in self.store.journal(self.key) if e.ref == flight.ref]
+        self.interrupted = InterruptedTurn(
+            key=self.key, ref=flight.ref, origin=flight.origin, attempt=flight.attempt,
+            started_at=flight.started_at, detected_at=time.time(), prompt=flight.prompt,
+            output=flight.output, tools=flight.tools,
+            finished=tuple(e for e in entries if e.finished_at is not None),
+            in_doubt=tuple(e for e in entries if e.finished_at is None),
+            usage=dict(flight.usage), phase=flight.phase, response=flight.response)
+        fields: dict[str, Any] = {"in_flight": None, "interrupted": self.interrupted}
+        if flight.phase == "turn":  # an answered turn is in the totals already
+            self.totals = self.totals.add_interrupted(flight.usage)
+            fields["totals"] = self.totals
+        if self._write("begin", **fields) is None and self._journals:
+            self._clear_journal()
+
+    def _fresh_record(self, backend_opts: dict[str, Any], start_session: Any) -> Any:
+        """The `export_session` data of a fresh session (then ended), or None."""
+        if self._export is None or getattr(self.backend, "restore_session", None) is None:
+            return None
+        session = start_session(backend_opts)
+        try:
+            return self._export(session)
+        except Exception:  # noqa: BLE001 - no record to repair: start as without one
+            return None
+        finally:
+            terminate = getattr(self.backend, "terminate_session", None)
+            if terminate is not None:
+                try:
+                    terminate(session)
+                except Exception as exc:  # noqa: BLE001 - reported; the start goes on
+                    self.log.warning("gen_agent terminate_session raised {}",
+                                     type(exc).__name__)
+
+    def _repaired(self, conversation: Any) -> Any:
+        """A kept provider-neutral history (the HTTP backends' record) with what the model
+        needs not to repeat the interrupted turn: its user message, its journalled tool
+        calls, their results (in-doubt ones: the "outcome unknown" text). With a response id
+        to continue from (`OpenAIResponses(store=True)`), the backend sends a kept history
+        as input items of the next request. Other records (a CLI's session id) are returned
+        as they are."""
+        cut = self.interrupted
+        if (cut is None or cut.phase != "turn" or cut.prompt is None
+                or not isinstance(conversation, dict)
+                or not isinstance(conversation.get("history"), list)):
+            return conversation
+        added: list[dict[str, Any]] = [
+            {"role": "user", "content": [{"type": "text", "text": cut.prompt}]}]
+        calls = [*cut.finished, *cut.in_doubt]
+        calls.sort(key=lambda entry: entry.started_at)
+        if calls:
+            added.append({"role": "assistant", "content": [
+                {"type": "tool_call", "id": e.call_id, "name": e.tool, "input": e.input}
+                for e in calls]})
+            added.append({"role": "user", "content": [
+                {"type": "tool_result", "tool_call_id": e.call_id,
+                 "content": self._unknown if e.finished_at is None else (e.result or ""),
+                 "is_error": e.finished_at is None or e.is_error}
+                for e in calls]})
+        # The backends replace a trailing user message (a failed turn's) with the next
+        # prompt: a closing note keeps the repair, and tells the model the turn ended.
+        added.append({"role": "assistant", "content": [{"type": "text", "text": self._note}]})
+        return {**conversation, "history": [*conversation["history"], *added]}
+
+    def _clear_journal(self) -> None:
+        try:
+            self.store.journal_clear(self.lease)
+        except StoreError as exc:
+            self._failed("journal", str(exc.reason))
+
     # ------------------------------------------------------------------ per turn
-    def turn_started(self, request: Any, attempt: int) -> None:
-        """Write the in-flight marker (a failure is reported, the turn still runs)."""
+    def prefixed(self, prompt: str) -> str:
+        """`prompt` with the interrupted turn's preamble before it, once (an agent that sets
+        `interrupted_preamble = True`, on a backend whose transcript gen_agent cannot
+        repair, e.g. a CLI's)."""
+        text, self._preamble = self._preamble, None
+        return prompt if text is None else f"{text}\n\n{prompt}"
+
+    def turn_started(self, request: Any, attempt: int,
+                     options: Any = None) -> TurnJournal | None:
+        """Write the in-flight marker (a failure is reported, the turn still runs).
+
+        Returns:
+            The turn's `TurnJournal` (None when the store keeps no journal).
+        """
         self._ended_task = None
-        marker = InFlightTurn(ref=ref_text(request.ref), origin=request.origin,
-                              attempt=attempt, started_at=time.time(), pid=os.getpid())
+        self._marker = None
+        output = getattr(options if options is not None else request.options, "output", None)
+        ref = ref_text(request.ref)
+        marker = InFlightTurn(ref=ref, origin=request.origin, attempt=attempt,
+                              started_at=time.time(), pid=os.getpid(),
+                              prompt=request.prompt, output=_type_name(output),
+                              tools=self._tools)
+        self._flight = marker
         self._write("begin", sync=False, in_flight=marker)
+        if not self._journals:
+            self.journal = None
+            return None
+        prior = getattr(request.options, "resend_of", None)
+        self.journal = TurnJournal(self, ref, marker, frozenset(self._tools),
+                                   prior if isinstance(prior, InterruptedTurn) else None,
+                                   self._unknown)
+        return self.journal
+
+    def write_entry(self, entry: ToolCallEntry, marker: InFlightTurn | None, *,
+                    sync: bool) -> str | None:
+        """Journal `entry` (and `marker`); the failure kind, reported, or None. Any thread."""
+        lease = self.lease
+        if lease is None:  # the agent is gone (a tool that outlived it): nothing to fence
+            return "closed"
+        try:
+            self.store.journal_write(lease, entry, in_flight=marker, sync=sync)
+        except StoreError as exc:
+            self._failed("journal", str(exc.reason))
+            return str(exc.reason)
+        return None
+
+    def write_marker(self, marker: InFlightTurn) -> None:
+        """Rewrite the in-flight marker (its usage so far); failures reported. Any thread."""
+        if self.lease is not None:
+            self._write("begin", sync=False, in_flight=marker)
 
     def turn_ended(self, task_id: int, ref: Any, session: Any, response: Any,
                    reason: Any = None) -> str | None:
@@ -169,7 +351,17 @@ class Durable:
         if self._ended_task == task_id:
             return None
         self._ended_task = task_id
+        journal, self.journal = self.journal, None
         fields: dict[str, Any] = {"in_flight": None, "backend": self._backend_name}
+        if response is not None and self.persist_state and self._flight is not None:
+            # Until the decision's state is stored, the marker says so (phase
+            # "after_response"): a death in between is reported, with the stored reply.
+            text = getattr(response, "text", None)
+            flight = self._flight if journal is None else journal.marker
+            self._marker = msgspec.structs.replace(
+                flight, phase="after_response",
+                response=text if isinstance(text, str) else None)
+            fields["in_flight"] = self._marker
         if response is not None:
             fields["totals"] = self.totals.add(response)
             outcome = TurnOutcome(ref=ref_text(ref), ok=True, ended_at=time.time())
@@ -189,6 +381,10 @@ class Durable:
         self._unsynced = self.persist_state
         if kind is None and response is not None:
             self.totals = fields["totals"]
+        if kind is None and journal is not None and journal.written:
+            self._clear_journal()
+        if kind is not None:
+            self._marker = None
         return kind
 
     def session_replaced(self, session: Any) -> None:
@@ -219,10 +415,15 @@ class Durable:
             self.state_pending = True
             self._failed("state", "encode_error")
             return
-        if blob == self._state_blob and not self.state_pending and not self._unsynced:
+        marker, self._marker = self._marker, None
+        if (blob == self._state_blob and not self.state_pending and not self._unsynced
+                and marker is None):
             return
         self._unsynced = False
-        if self._write("state", state=blob) is None:
+        fields: dict[str, Any] = {"state": blob}
+        if marker is not None:
+            fields["in_flight"] = None  # the decision is stored: the turn is over
+        if self._write("state", **fields) is None:
             self._state_blob = blob
             self.state_pending = False
         else:
@@ -275,7 +476,10 @@ class NoDurability:
              start_session: Any) -> tuple[Any, Any]:
         return start_session(backend_opts), state
 
-    def turn_started(self, request: Any, attempt: int) -> None:
+    def prefixed(self, prompt: str) -> str:
+        return prompt
+
+    def turn_started(self, request: Any, attempt: int, options: Any = None) -> None:
         return None
 
     def turn_ended(self, task_id: int, ref: Any, session: Any, response: Any,

@@ -258,6 +258,8 @@ def _run(spec: TurnSpec) -> TurnDoneMsg | None:
             return done("dispatch_error", exc.reason, spec.session)
         terminal, overflow = None, None
         stream_cb, budget = spec.stream_cb, spec.budget
+        journal = getattr(spec.context, "journal", None)
+        observe = None if journal is None else journal.observe
         iterator = iter(stream)
         try:
             for event in iterator:
@@ -270,6 +272,8 @@ def _run(spec: TurnSpec) -> TurnDoneMsg | None:
                     overflow = budget.admit(event.kind, size)
                     if overflow is not None:
                         break
+                if observe is not None:
+                    observe(event)  # the tool journal: CLI tools, usage so far
                 if stream_cb is not None:
                     state = stream_cb(event, state)
                 push((event, size), size)

@@ -158,7 +158,8 @@ class McpServer:
             if decision.updated_input is not None:
                 call = ToolCall(id=call.id, name=name, input=decision.updated_input)
         result: ToolResult = run_calls(self.tools, [call], agent=context.agent,
-                                       cancel=context.cancel_event)[0]
+                                       cancel=context.cancel_event,
+                                       journal=getattr(context, "journal", None))[0]
         return _result(request_id, _content(result.content, is_error=result.is_error)), ask, \
             decision
 

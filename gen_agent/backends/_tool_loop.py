@@ -130,7 +130,8 @@ def run_step(calls: Sequence[ToolCall], tools: Sequence[Tool], context: Any,
     try:
         results = run_calls(tools, calls, agent=agent, chain=chain, records=records,
                             cancel=getattr(context, "cancel_event", None),
-                            allow=permission_check(context, provider, decisions))
+                            allow=permission_check(context, provider, decisions),
+                            journal=getattr(context, "journal", None))
     except ToolInterrupted as stop:
         results, interrupted = stop.results, True
     for decision in decisions:

@@ -34,7 +34,15 @@ from gen_agent.cli.support import EXIT_FAILED, CliError
 from gen_agent.cli.terminal import strip_controls
 from gen_agent.errors import describe_reason
 from gen_agent.portable import PortableError, PortableObject, from_portable
-from gen_agent.store import LeaseHeld, SessionRecord, SQLiteStore, StoreError, TurnOutcome
+from gen_agent.store import (
+    InFlightTurn,
+    InterruptedTurn,
+    LeaseHeld,
+    SessionRecord,
+    SQLiteStore,
+    StoreError,
+    TurnOutcome,
+)
 from gen_agent.store.lease import holder_alive
 
 __all__ = ["describe_record", "sessions_app"]
@@ -121,6 +129,27 @@ def _conversation_summary(conversation: Any) -> Any:
     return summary
 
 
+_PAYLOAD_FIELDS = ("prompt", "response")
+_CALL_PAYLOAD = ("input", "result")
+
+
+def _turn(turn: InFlightTurn | InterruptedTurn | None, payload: bool) -> Any:
+    """An in-flight or interrupted turn; without `payload`, its prompt, reply, tool inputs
+    and results are replaced by their sizes (characters) and the usage kept."""
+    view = msgspec.to_builtins(turn)
+    if view is None or payload:
+        return view
+    for name in _PAYLOAD_FIELDS:
+        if view.get(name) is not None:
+            view[name] = f"<{len(view[name])} characters>"
+    for group in ("finished", "in_doubt"):
+        for call in view.get(group, ()):
+            for name in _CALL_PAYLOAD:
+                if call.get(name) is not None:
+                    call[name] = "<hidden: --payload shows it>"
+    return view
+
+
 def _outcome(outcome: TurnOutcome | None, payload: bool) -> Any:
     """The last turn's outcome; its failure reason as `describe_reason` renders it (kinds and
     type names, no exception message, provider message or traceback) unless `payload`."""
@@ -161,7 +190,8 @@ def describe_record(record: SessionRecord, *, payload: bool = False,
 
     Returns:
         A dict with `key`, `backend`, `totals`, `owner`, `in_flight`, `interrupted`,
-        `last_outcome` (its reason described, or stored in full with `payload`),
+        `last_outcome` (its reason described, or stored in full with `payload`; the
+        turns' prompts, replies, tool inputs and results likewise only with `payload`),
         `created_at`, `updated_at`, `conversation` (a summary, or the data itself with
         `payload`) and `state_bytes` (plus `state`, decoded, with `payload`).
     """
@@ -170,8 +200,8 @@ def describe_record(record: SessionRecord, *, payload: bool = False,
         "backend": record.backend,
         "totals": msgspec.to_builtins(record.totals),
         "owner": _owner(record, lease_ttl_s),
-        "in_flight": msgspec.to_builtins(record.in_flight),
-        "interrupted": msgspec.to_builtins(record.interrupted),
+        "in_flight": _turn(record.in_flight, payload),
+        "interrupted": _turn(record.interrupted, payload),
         "last_outcome": _outcome(record.last_outcome, payload),
         "created_at": record.created_at,
         "updated_at": record.updated_at,

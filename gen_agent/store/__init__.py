@@ -6,18 +6,24 @@ across processes), loads the stored record and resumes from it: the backend sess
 backend's `restore_session` hook, the agent state through `GenAgent.decode_state` when the
 agent sets `persist_state = True`. Every turn then writes, in this order (issue #22):
 
-1. at dispatch, the in-flight marker (which request, which attempt, since when);
-2. after the terminal event and *before* `handle_response`, the conversation record (the
+1. at dispatch, the in-flight marker (which request, which attempt, since when, its prompt);
+2. for each tool call, the tool journal (`ToolJournal`): `started` before a Python tool runs
+   (a side-effecting tool whose start cannot be written does not run), `finished` after; a
+   CLI's own tools from their events;
+3. after the terminal event and *before* `handle_response`, the conversation record (the
    backend's resumable session from `export_session`, the accounting totals) and the marker's
-   removal; if this write fails the turn fails through `handle_error` with
-   `("store_failed", kind)`, so a caller who saw an answer never loses it;
-3. after the decision callback (and `post_turn`) and before the reply, the agent state; a
-   failed state write does not change the outcome: it is logged, emitted as telemetry
-   (`STORE_ERROR`), shown in `Status.store` and retried with the next turn.
+   removal (with `persist_state`: the marker moves to phase `"after_response"`); if this
+   write fails the turn fails through `handle_error` with `("store_failed", kind)`, so a
+   caller who saw an answer never loses it;
+4. after the decision callback (and `post_turn`) and before the reply, the agent state (and
+   the marker's removal); a failed state write does not change the outcome: it is logged,
+   emitted as telemetry (`STORE_ERROR`), shown in `Status.store` and retried with the next
+   turn.
 
 A turn that was running when its process died is not replayed: the next start finds the
-marker, moves it to `interrupted`, sends an `InterruptedTurn` record to `handle_info` and shows
-it in `Status.store.interrupted_turn`.
+marker, moves it to `interrupted` as an `InterruptedTurn` (its prompt, finished and in-doubt
+tool calls, usage and phase), sends that to `handle_info` and shows it in
+`Status.store.interrupted_turn`; `gen_agent.resend` re-sends it, guarded by its journal.
 
 Implementations: `SQLiteStore` (stdlib `sqlite3`, one file, WAL; the embedded default) and
 `MemoryStore` (one process; tests). Values are encoded with msgspec (MessagePack); the schema is
@@ -32,6 +38,8 @@ contract Appendix B item 9); the design follows issue #22.
 from gen_agent.store.lease import bind_owner
 from gen_agent.store.memory import MemoryStore
 from gen_agent.store.records import (
+    INTERRUPTED_NOTE,
+    OUTCOME_UNKNOWN,
     SCHEMA_VERSION,
     STORE_ERROR,
     CorruptRecord,
@@ -44,12 +52,16 @@ from gen_agent.store.records import (
     StoreError,
     StoreSchemaError,
     StoreStatus,
+    ToolCallEntry,
+    ToolJournal,
     Totals,
     TurnOutcome,
 )
 from gen_agent.store.sqlite import SQLiteStore
 
 __all__ = [
+    "INTERRUPTED_NOTE",
+    "OUTCOME_UNKNOWN",
     "SCHEMA_VERSION",
     "STORE_ERROR",
     "CorruptRecord",
@@ -64,6 +76,8 @@ __all__ = [
     "StoreError",
     "StoreSchemaError",
     "StoreStatus",
+    "ToolCallEntry",
+    "ToolJournal",
     "Totals",
     "TurnOutcome",
     "bind_owner",

@@ -10,12 +10,17 @@ import msgspec
 
 from gen_agent.store.lease import forget_token, holder_alive, new_lease
 from gen_agent.store.records import (
+    ENTRY_DECODER,
+    CorruptRecord,
+    InFlightTurn,
     Lease,
     LeaseHeld,
     SessionRecord,
     StoreError,
+    ToolCallEntry,
     check_key,
     decode_record,
+    encode_entry,
     encode_fields,
 )
 
@@ -39,6 +44,7 @@ class MemoryStore:
         self._lock = threading.Lock()
         self._rows: dict[str, dict[str, Any]] = {}
         self._leases: dict[str, Lease] = {}
+        self._journal: dict[str, dict[tuple[str, str], bytes]] = {}
 
     def acquire(self, key: str) -> Lease:
         """Take `key`'s lease. Raises `LeaseHeld` if a live owner holds it."""
@@ -84,6 +90,37 @@ class MemoryStore:
             row["blobs"].update(blobs)
             row["updated_at"] = now
 
+    def journal_write(self, lease: Lease, entry: ToolCallEntry, *,
+                      in_flight: InFlightTurn | None = None, sync: bool = True) -> None:
+        """Store `entry` (and `in_flight` when given), fenced by the lease. Raises
+        `StoreError("lease_lost")`, `StoreError("encode_error")`."""
+        blob = encode_entry(entry)
+        marker = None if in_flight is None else encode_fields({"in_flight": in_flight})
+        now = time.time()
+        with self._lock:
+            held = self._leases.get(lease.key)
+            if held is None or held.token != lease.token:
+                raise StoreError("lease_lost", f"the lease of {lease.key!r} was lost")
+            self._journal.setdefault(lease.key, {})[entry.ref, entry.call_id] = blob
+            if marker is not None:
+                row = self._rows.setdefault(lease.key, {"blobs": {}, "created_at": now})
+                row["blobs"].update(marker)
+                row["updated_at"] = now
+
+    def journal(self, key: str) -> list[ToolCallEntry]:
+        """`key`'s journal entries, oldest first. Raises `CorruptRecord`."""
+        with self._lock:
+            blobs = list(self._journal.get(key, {}).values())
+        try:
+            return [ENTRY_DECODER.decode(blob) for blob in blobs]
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            raise CorruptRecord(key, "a tool journal entry does not decode") from None
+
+    def journal_clear(self, lease: Lease) -> None:
+        """Remove the lease's key's journal entries."""
+        with self._lock:
+            self._journal.pop(lease.key, None)
+
     def list_keys(self) -> list[str]:
         """Every stored key, sorted."""
         with self._lock:
@@ -98,6 +135,7 @@ class MemoryStore:
                                                                    time.time()):
                 raise LeaseHeld(key, holder)
             self._leases.pop(key, None)
+            self._journal.pop(key, None)
             return self._rows.pop(key, None) is not None
 
     def corrupt(self, key: str, field: str, blob: bytes) -> None:

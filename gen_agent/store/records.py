@@ -19,6 +19,8 @@ from loguru import logger
 from gen_agent.errors import GenAgentError
 
 __all__ = [
+    "INTERRUPTED_NOTE",
+    "OUTCOME_UNKNOWN",
     "SCHEMA_VERSION",
     "STORE_ERROR",
     "CorruptRecord",
@@ -31,16 +33,35 @@ __all__ = [
     "StoreError",
     "StoreSchemaError",
     "StoreStatus",
+    "ToolCallEntry",
+    "ToolJournal",
     "Totals",
     "TurnOutcome",
 ]
 
-SCHEMA_VERSION: Final = 1
-"""The record schema this gen_agent reads and writes (SQLite `PRAGMA user_version`)."""
+SCHEMA_VERSION: Final = 2
+"""The record schema this gen_agent reads and writes (SQLite `PRAGMA user_version`).
+
+Versions: 1, the session record and the lease; 2 adds the tool journal (the `tool_calls`
+table) and the payload fields of `InFlightTurn` / `InterruptedTurn` (a version-1 file is
+migrated in place when opened)."""
+
+OUTCOME_UNKNOWN: Final = (
+    "outcome unknown: this tool call was started before the agent was interrupted and no "
+    "result was recorded, so it may or may not have taken effect. It was not run again; "
+    "check its effect before repeating it.")
+"""The default result text (for the model) of an in-doubt call answered without running in a
+`resend`; an agent class overrides it with an `outcome_unknown` class attribute (a `str`)."""
+
+INTERRUPTED_NOTE: Final = (
+    "[This turn was interrupted before it was answered (the process running it stopped); a "
+    "tool result above saying \"outcome unknown\" may or may not have taken effect.]")
+"""The default closing note (an assistant message) of an interrupted turn added to a resumed
+HTTP backend's history; an agent class overrides it with an `interrupted_note` attribute."""
 
 STORE_ERROR: Final = ("gen_agent", "store", "error")
 """Telemetry: a store write failed. Measurements `system_time`; metadata `agent`, `key`,
-`operation` (`"begin"`, `"conversation"`, `"state"`, `"release"`) and `kind` (the
+`operation` (`"begin"`, `"journal"`, `"conversation"`, `"state"`, `"release"`) and `kind` (the
 `StoreError` reason). A gen_agent extension, not one of the contract's §8 events."""
 
 
@@ -111,11 +132,23 @@ class Totals(msgspec.Struct, frozen=True, kw_only=True):
         turns: successful turns (count).
         usage: every integer field of `Response.usage`, summed per key (tokens).
         cost_usd: the sum of `Response.cost_usd` (US dollars; 0.0 when none reported).
+        interrupted_turns: turns cut short by the owner's death or a stop (count); the usage
+            they had reported is in `usage` too, so spend caps count it.
     """
 
     turns: int = 0
     usage: dict[str, int] = msgspec.field(default_factory=dict)
     cost_usd: float = 0.0
+    interrupted_turns: int = 0
+
+    def add_interrupted(self, usage: Mapping[str, int]) -> Totals:
+        """These totals plus one interrupted turn that had reported `usage` (tokens)."""
+        summed = dict(self.usage)
+        for name, value in usage.items():
+            if isinstance(value, int) and not isinstance(value, bool):
+                summed[name] = summed.get(name, 0) + value
+        return msgspec.structs.replace(self, usage=summed,
+                                       interrupted_turns=self.interrupted_turns + 1)
 
     def add(self, response: Any) -> Totals:
         """These totals plus one successful turn's `Response` (a new `Totals`)."""
@@ -125,7 +158,8 @@ class Totals(msgspec.Struct, frozen=True, kw_only=True):
                 usage[name] = usage.get(name, 0) + value
         cost = getattr(response, "cost_usd", None)
         extra = float(cost) if isinstance(cost, int | float) and not isinstance(cost, bool) else 0
-        return Totals(turns=self.turns + 1, usage=usage, cost_usd=self.cost_usd + extra)
+        return Totals(turns=self.turns + 1, usage=usage, cost_usd=self.cost_usd + extra,
+                      interrupted_turns=self.interrupted_turns)
 
 
 class InFlightTurn(msgspec.Struct, frozen=True, kw_only=True):
@@ -137,6 +171,14 @@ class InFlightTurn(msgspec.Struct, frozen=True, kw_only=True):
         attempt: the attempt number, 1-based.
         started_at: when it was dispatched (Unix time, seconds).
         pid: the owner process's id.
+        prompt: the request's prompt (as the caller sent it, before `pre_turn`), or None.
+        output: the structured-output type's name (`RequestOptions.output`), or None.
+        tools: the names of the Python tools on offer.
+        usage: the turn's usage reported so far (tokens; refreshed at most every 0.5 s and
+            with every tool-journal write).
+        phase: `"turn"` while the turn runs; `"after_response"` once its conversation is
+            stored and its decision (the state write) is not yet.
+        response: with `"after_response"`, the reply's text.
     """
 
     ref: str
@@ -144,6 +186,51 @@ class InFlightTurn(msgspec.Struct, frozen=True, kw_only=True):
     attempt: int
     started_at: float
     pid: int
+    prompt: str | None = None
+    output: str | None = None
+    tools: tuple[str, ...] = ()
+    usage: dict[str, int] = msgspec.field(default_factory=dict)
+    phase: str = "turn"
+    response: str | None = None
+
+    def __repr__(self) -> str:
+        return (f"InFlightTurn(ref={self.ref!r}, origin={self.origin!r}, "
+                f"attempt={self.attempt}, phase={self.phase!r})")
+
+
+class ToolCallEntry(msgspec.Struct, frozen=True, kw_only=True):
+    """One tool call of a turn as the tool journal holds it.
+
+    Fields:
+        ref: the turn's request ref, as text.
+        call_id: the provider's tool-use id.
+        tool: the tool's name.
+        input: the arguments as the model sent them (a JSON object).
+        started_at: when it was journalled as started (Unix time, seconds).
+        source: `"python"` (a Python tool the runtime ran: journalled before it ran) or
+            `"event"` (a tool the backend ran itself, e.g. a CLI's own: journalled from its
+            `tool_use` / `tool_result` events, i.e. reported, not guarded).
+        side_effects: the tool declared `side_effects=True`.
+        finished_at: when its result was journalled (Unix time, seconds), or None: started,
+            no finish recorded, i.e. *in doubt* once the turn is cut short.
+        result: the result text (bounded like a retained event), or None.
+        is_error: the result is an error result.
+    """
+
+    ref: str
+    call_id: str
+    tool: str
+    input: Any = None
+    started_at: float = 0.0
+    source: str = "python"
+    side_effects: bool = False
+    finished_at: float | None = None
+    result: str | None = None
+    is_error: bool = False
+
+    def __repr__(self) -> str:
+        state = "in_doubt" if self.finished_at is None else "finished"
+        return f"ToolCallEntry(call_id={self.call_id!r}, tool={self.tool!r}, {state})"
 
 
 class InterruptedTurn(msgspec.Struct, frozen=True, kw_only=True, tag="interrupted_turn"):
@@ -160,6 +247,19 @@ class InterruptedTurn(msgspec.Struct, frozen=True, kw_only=True, tag="interrupte
         attempt: its attempt number, 1-based.
         started_at: when it was dispatched (Unix time, seconds).
         detected_at: when the next start found it (Unix time, seconds).
+        prompt: the request's prompt (before `pre_turn`), or None when unknown.
+        output: the structured-output type's name, or None.
+        tools: the names of the Python tools that were on offer.
+        finished: the tool calls journalled as finished (`ToolCallEntry`, with results).
+        in_doubt: the tool calls journalled as started with no finish: they may or may not
+            have taken effect. The runtime never runs them again on its own.
+        usage: the usage the turn had reported (tokens); counted in `Totals.usage`.
+        phase: `"turn"` (cut short before its answer was stored) or `"after_response"` (its
+            conversation and reply were stored; the decision callback's state write was
+            not: reconcile the state with `response`).
+        response: with `"after_response"`, the stored reply's text.
+
+    `repr` shows no payload (prompt, inputs, results, response).
     """
 
     key: str
@@ -168,6 +268,18 @@ class InterruptedTurn(msgspec.Struct, frozen=True, kw_only=True, tag="interrupte
     attempt: int
     started_at: float
     detected_at: float
+    prompt: str | None = None
+    output: str | None = None
+    tools: tuple[str, ...] = ()
+    finished: tuple[ToolCallEntry, ...] = ()
+    in_doubt: tuple[ToolCallEntry, ...] = ()
+    usage: dict[str, int] = msgspec.field(default_factory=dict)
+    phase: str = "turn"
+    response: str | None = None
+
+    def __repr__(self) -> str:
+        return (f"InterruptedTurn(key={self.key!r}, ref={self.ref!r}, phase={self.phase!r}, "
+                f"finished={len(self.finished)}, in_doubt={len(self.in_doubt)})")
 
 
 class TurnOutcome(msgspec.Struct, frozen=True, kw_only=True):
@@ -311,6 +423,33 @@ class SessionStore(Protocol):
         """See the class docstring."""
 
 
+@runtime_checkable
+class ToolJournal(Protocol):
+    """The tool journal part of a session store (both bundled stores have it; a store
+    without it runs agents without a journal: no `started` guard, no tool calls in
+    `InterruptedTurn`).
+
+    Methods:
+        journal_write(lease, entry, *, in_flight=None, sync=True): store `entry` (a
+            `ToolCallEntry`, replacing the one of the same `ref` and `call_id`), and when
+            `in_flight` is given also that in-flight marker, in one transaction fenced by
+            the lease. Raises `StoreError` (`"lease_lost"`, ...).
+        journal(key): every entry stored under `key`, oldest first. Raises
+            `CorruptRecord` for an entry that does not decode.
+        journal_clear(lease): remove the lease's key's entries.
+    """
+
+    def journal_write(self, lease: Lease, entry: ToolCallEntry, *,
+                      in_flight: InFlightTurn | None = None, sync: bool = True) -> None:
+        """See the class docstring."""
+
+    def journal(self, key: str) -> list[ToolCallEntry]:
+        """See the class docstring."""
+
+    def journal_clear(self, lease: Lease) -> None:
+        """See the class docstring."""
+
+
 # -- encoding ------------------------------------------------------------------------------
 
 _FIELD_TYPES: Final[Mapping[str, Any]] = {
@@ -327,6 +466,7 @@ _FIELD_SET: Final = frozenset(FIELDS)
 ENCODER = msgspec.msgpack.Encoder()
 _DECODERS: Final = {name: msgspec.msgpack.Decoder(kind) for name, kind in _FIELD_TYPES.items()}
 LEASE_DECODER = msgspec.msgpack.Decoder(Lease)
+ENTRY_DECODER = msgspec.msgpack.Decoder(ToolCallEntry)
 
 
 def encode_fields(fields: Mapping[str, Any]) -> dict[str, bytes]:
@@ -345,6 +485,19 @@ def encode_fields(fields: Mapping[str, Any]) -> dict[str, bytes]:
         return {name: _encode(name, value) for name, value in fields.items()}
     except (TypeError, msgspec.EncodeError, OverflowError, UnicodeEncodeError) as exc:
         raise StoreError("encode_error", f"a session record value cannot be encoded "
+                                         f"({type(exc).__name__})") from None
+
+
+def encode_entry(entry: ToolCallEntry) -> bytes:
+    """A journal entry's MessagePack blob (the rules of `encode_fields`).
+
+    Raises:
+        StoreError: `"encode_error"`, an input msgspec cannot encode.
+    """
+    try:
+        return _encode("tool_call", entry)
+    except (TypeError, msgspec.EncodeError, OverflowError, UnicodeEncodeError) as exc:
+        raise StoreError("encode_error", f"a tool journal entry cannot be encoded "
                                          f"({type(exc).__name__})") from None
 
 

@@ -20,17 +20,21 @@ import msgspec
 from gen_agent.store.lease import forget_token, holder_alive, new_lease
 from gen_agent.store.records import (
     ENCODER,
+    ENTRY_DECODER,
     FIELDS,
     LEASE_DECODER,
     SCHEMA_VERSION,
     CorruptRecord,
+    InFlightTurn,
     Lease,
     LeaseHeld,
     SessionRecord,
     StoreError,
     StoreSchemaError,
+    ToolCallEntry,
     check_key,
     decode_record,
+    encode_entry,
     encode_fields,
 )
 
@@ -49,6 +53,20 @@ _SCHEMA: Final = (
         key TEXT PRIMARY KEY, token TEXT NOT NULL, lease BLOB NOT NULL,
         heartbeat_at REAL NOT NULL)""",
 )
+# Schema 2: the tool journal, one row per tool call of the running turn (cleared when the
+# turn's conversation record is written). `seq` keeps the calls in journal order.
+_JOURNAL_SCHEMA: Final = (
+    """CREATE TABLE IF NOT EXISTS tool_calls (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        key TEXT NOT NULL, ref TEXT NOT NULL, call_id TEXT NOT NULL, entry BLOB NOT NULL,
+        UNIQUE (key, ref, call_id))""",
+)
+_JOURNAL_UPSERT: Final = (
+    "INSERT INTO tool_calls (key, ref, call_id, entry) SELECT ?, ?, ?, ? WHERE EXISTS "
+    "(SELECT 1 FROM leases WHERE key = ? AND token = ?) ON CONFLICT (key, ref, call_id) "
+    "DO UPDATE SET entry = excluded.entry")
+_MARKER: Final = ("UPDATE sessions SET in_flight = ?, updated_at = ? WHERE key = ? AND "
+                  "EXISTS (SELECT 1 FROM leases WHERE key = ? AND token = ?)")
 _T = TypeVar("_T")
 _UPSERTS: dict[tuple[str, ...], str] = {}  # the upsert statement of each field set
 _BEAT: Final = "UPDATE leases SET heartbeat_at = ? WHERE key = ? AND token = ?"
@@ -159,12 +177,17 @@ class SQLiteStore:
             if version == 0:
                 tables = {row[0] for row in conn.execute(
                     "SELECT name FROM sqlite_master WHERE type = 'table'")}
-                if tables - {"sessions", "leases"}:
+                if tables - {"sessions", "leases", "tool_calls", "sqlite_sequence"}:
                     raise StoreError("io_error", f"{self.path!r} is a SQLite database of "
                                                  f"something else (tables {sorted(tables)})")
                 for statement in _SCHEMA:
                     conn.execute(statement)
-                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            if version < 2:
+                # 1 -> 2: the tool journal; the new record fields have defaults, so version-1
+                # blobs decode as they are.
+                for statement in _JOURNAL_SCHEMA:
+                    conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             conn.execute("COMMIT")
         except BaseException:
             with contextlib.suppress(sqlite3.Error):
@@ -372,6 +395,56 @@ class SQLiteStore:
 
         self._retrying(write)
 
+    # ---------------------------------------------------------------- tool journal
+    def journal_write(self, lease: Lease, entry: ToolCallEntry, *,
+                      in_flight: InFlightTurn | None = None, sync: bool = True) -> None:
+        """Store `entry` (replacing the entry of the same `ref` and `call_id`) and, when
+        given, the `in_flight` marker, in one transaction fenced by the lease.
+
+        `sync=False`: as for `update` (the runtime syncs a side-effecting tool's `started`).
+
+        Raises:
+            StoreError: `"lease_lost"`, `"encode_error"`, `"busy"`, `"io_error"`, `"closed"`.
+        """
+        blob = encode_entry(entry)
+        marker = None if in_flight is None else encode_fields({"in_flight": in_flight})
+        key, token = lease.key, lease.token
+
+        def write(conn: sqlite3.Connection) -> None:
+            written = conn.execute(_JOURNAL_UPSERT, (key, entry.ref, entry.call_id, blob,
+                                                     key, token))
+            if written.rowcount == 0:
+                raise StoreError("lease_lost", f"the lease of {key!r} was lost")
+            if marker is not None:
+                conn.execute(_MARKER, (marker["in_flight"], time.time(), key, key, token))
+
+        self._run(write, sync=sync)
+
+    def journal(self, key: str) -> list[ToolCallEntry]:
+        """Every journal entry stored under `key`, oldest first.
+
+        Raises:
+            CorruptRecord: an entry does not decode.
+            StoreError: `"busy"`, `"io_error"`, `"closed"`.
+        """
+        rows = self._run(lambda conn: conn.execute(
+            "SELECT entry FROM tool_calls WHERE key = ? ORDER BY seq", (key,)).fetchall(),
+            write=False)
+        try:
+            return [ENTRY_DECODER.decode(row[0]) for row in rows]
+        except (msgspec.DecodeError, msgspec.ValidationError, TypeError):
+            raise CorruptRecord(key, "a tool journal entry does not decode") from None
+
+    def journal_clear(self, lease: Lease) -> None:
+        """Remove the lease's key's journal entries (fenced: a lost lease clears nothing).
+
+        Raises:
+            StoreError: `"busy"`, `"io_error"`, `"closed"`.
+        """
+        self._run(lambda conn: conn.execute(
+            "DELETE FROM tool_calls WHERE key = ? AND EXISTS (SELECT 1 FROM leases WHERE "
+            "key = ? AND token = ?)", (lease.key, lease.key, lease.token)))
+
     def list_keys(self) -> list[str]:
         """Every stored key, sorted."""
         return self._run(lambda conn: [row[0] for row in conn.execute(
@@ -390,6 +463,7 @@ class SQLiteStore:
                                                                    time.time()):
                 raise LeaseHeld(key, holder)
             conn.execute("DELETE FROM leases WHERE key = ?", (key,))
+            conn.execute("DELETE FROM tool_calls WHERE key = ?", (key,))
             return conn.execute("DELETE FROM sessions WHERE key = ?", (key,)).rowcount > 0
 
         return self._run(remove)

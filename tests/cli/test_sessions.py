@@ -62,7 +62,7 @@ def test_show_hides_the_payload_unless_asked(db: str) -> None:
     assert view["conversation"] == {"session_id": "anthropic-1", "turns": 1,
                                     "history": "2 items"}
     assert view["totals"] == {"turns": 1, "usage": {"input_tokens": 12, "output_tokens": 3},
-                              "cost_usd": 0.5}
+                              "cost_usd": 0.5, "interrupted_turns": 0}
     assert SECRET not in result.output
     full = json.loads(invoke("show", "--db", db, "chat-1", "--payload").output)
     assert full["conversation"]["history"][0]["content"] == SECRET

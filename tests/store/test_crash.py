@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from gen_agent.store import SQLiteStore
+from gen_agent.store import INTERRUPTED_NOTE, SQLiteStore
 from gen_agent.testing.model_server import Reply, ScriptedModelServer
 from gen_agent.testing.openai_protocol import openai_base_url
 
@@ -94,6 +94,11 @@ def check_resumed(lines: list[dict[str, Any]]) -> None:
     assert answer["text"] == "fifth answer"
 
 
+# What the resumed history adds for the turn the kill interrupted: its question, then a note.
+CUT = [{"role": "user", "content": "fourth question"},
+       {"role": "assistant", "content": INTERRUPTED_NOTE}]
+
+
 def history(prompts: list[str], answers: list[str]) -> list[dict[str, Any]]:
     messages: list[dict[str, Any]] = []
     for prompt, answer in zip(prompts, answers, strict=True):
@@ -111,7 +116,8 @@ def test_anthropic_resumes_three_completed_turns(tmp_path: Path, synchronous: st
         check_resumed(lines)
         requests = server.model_requests()
         assert len(requests) == 5
-        expected = [*history(PROMPTS[:3], ANSWERS), {"role": "user", "content": "fifth question"}]
+        expected = [*history(PROMPTS[:3], ANSWERS), *CUT,
+                    {"role": "user", "content": "fifth question"}]
         assert requests[4].body["messages"] == expected
     record = SQLiteStore(tmp_path / "s.db").load("crash")
     assert record is not None and record.in_flight is None and record.totals.turns == 4
@@ -125,7 +131,8 @@ def test_openai_stateless_resumes_three_completed_turns(tmp_path: Path) -> None:
         _, lines = crash_and_resume(tmp_path / "s.db", "openai", opts, server)
         check_resumed(lines)
         body = server.model_requests()[4].body
-        expected = [*history(PROMPTS[:3], ANSWERS), {"role": "user", "content": "fifth question"}]
+        expected = [*history(PROMPTS[:3], ANSWERS), *CUT,
+                    {"role": "user", "content": "fifth question"}]
         assert body["input"] == expected
         assert "previous_response_id" not in body
 
@@ -140,4 +147,6 @@ def test_openai_server_state_continues_from_the_third_response(tmp_path: Path) -
         body = server.model_requests()[4].body
         third_id = turns[2]["response_id"]
         assert third_id and third_id != turns[1]["response_id"]
-        assert (body["previous_response_id"], body["input"]) == (third_id, "fifth question")
+        # the interrupted turn goes with it as input items, then the new question
+        assert (body["previous_response_id"], body["input"]) == (
+            third_id, [*CUT, {"role": "user", "content": "fifth question"}])

@@ -105,10 +105,14 @@ def test_the_conversation_is_written_before_handle_response_and_state_after() ->
     start(store)
     gen_agent.ask("a", "one", timeout=5)
     seen = Counter.seen[0]
-    assert seen.totals.turns == 1 and seen.in_flight is None  # written before the callback
+    assert seen.totals.turns == 1  # written before the callback
+    # ...with a marker saying the decision is not stored yet (a death now is reported)
+    assert seen.in_flight is not None and seen.in_flight.phase == "after_response"
+    assert seen.in_flight.prompt == "one"
     assert seen.state is None  # the state is written after the decision callback
     record = store.load("k")
     assert record is not None and msgspec.msgpack.decode(record.state) == {"turns": 1}
+    assert record.in_flight is None  # and the marker goes with it
 
 
 def test_a_failed_conversation_write_fails_the_turn_through_handle_error() -> None:
