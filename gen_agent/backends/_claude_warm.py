@@ -70,6 +70,7 @@ from gen_agent.backends.warm import (
     WarmExited,
     WarmOutput,
     drain_abandoned_turn,
+    with_process,
 )
 from gen_agent.event import Event, monotonic_ms
 from gen_agent.permission import (
@@ -626,7 +627,7 @@ def warm_turn(
                 reason = dead or BackendError.new(
                     PROVIDER, "cli_exited", None,
                     message="the claude process exited before it took the prompt")
-                reason = _with_process(reason, process, lines, "", resume_id)
+                reason = with_process(reason, process.live.child, lines.plain, "", resume_id)
                 raise DispatchError(reason, reason.message) from None
             continue
         except BaseException:
@@ -658,27 +659,13 @@ def _dead_session(process: _ClaudeProcess) -> BackendError | None:
                             message=f"claude has no session {resumed!r} to resume")
 
 
-def _with_process(reason: BackendError, process: _ClaudeProcess, lines: _TurnLines,
-                  partial_text: str, session_id: str | None) -> BackendError:
-    """`reason` with the diagnostics of its turn: the text streamed so far, the session id
-    (None after `"session_not_found"`), the exit status (once exited), the stderr tail and
-    the stdout lines that were not JSON."""
-    child = process.live.child
-    return reason.with_diagnostics(
-        partial_text=partial_text,
-        session_id=None if reason.kind == "session_not_found" else session_id,
-        exit_code=child.returncode,
-        stderr_tail=child.stderr_tail().decode("utf-8", errors="replace"),
-        stdout_tail=lines.plain.value())
-
-
 def _diagnosed(event: Event, process: _ClaudeProcess, lines: _TurnLines, text: TextAccumulator,
                translator: ClaudeStreamTranslator) -> Event:
     reason = event.data.get("reason")
     if not isinstance(reason, BackendError):
         return event
     session_id = event.data.get("session_id") or translator.session_id or process.session_id
-    reason = _with_process(reason, process, lines, text.assembled(), session_id)
+    reason = with_process(reason, process.live.child, lines.plain, text.assembled(), session_id)
     return Event(event.kind, {**event.data, "reason": reason}, event.timestamp)
 
 

@@ -63,6 +63,7 @@ from gen_agent.backends.warm import (
     WarmExited,
     WarmOutput,
     drain_abandoned_turn,
+    with_process,
 )
 from gen_agent.event import Event, monotonic_ms
 from gen_agent.permission import DENY_FAILED, Allow, Deny, ToolPermissionRequest
@@ -312,20 +313,6 @@ def _ours(lines: _Lines, params: dict[str, Any]) -> bool:
     return turn_id is None or lines.turn_id is None or turn_id == lines.turn_id
 
 
-def _with_process(reason: BackendError, process: _AppProcess, lines: _Lines | None,
-                  partial_text: str, session_id: str | None) -> BackendError:
-    """`reason` with the diagnostics of its turn: the text streamed so far, the thread id
-    (None after `"session_not_found"`), the exit status (once exited), the stderr tail and
-    the stdout lines that were not JSON."""
-    child = process.live.child
-    return reason.with_diagnostics(
-        partial_text=partial_text,
-        session_id=None if reason.kind == "session_not_found" else session_id,
-        exit_code=child.returncode,
-        stderr_tail=child.stderr_tail().decode("utf-8", errors="replace"),
-        stdout_tail=None if lines is None else lines.plain.value())
-
-
 class AppSlot(Slot[_AppProcess, _Lines]):
     """The mutable part of a `CodexSession` in app-server mode (the `Slot` bookkeeping of its
     live process). Thread-safe."""
@@ -354,7 +341,8 @@ class AppSlot(Slot[_AppProcess, _Lines]):
             except BackendError as exc:
                 process.live.kill()
                 process.live.wait_exited(settle_s)
-                raise _with_process(exc, process, lines, "", resume_id) from None
+                plain = None if lines is None else lines.plain
+                raise with_process(exc, process.live.child, plain, "", resume_id) from None
         with self._cond:
             self._own_locked(process, lines)
         return process, lines
@@ -428,7 +416,8 @@ def app_turn(slot: AppSlot, prompt: str, context: TurnContext, *,
         if exc.kind == "cli_exited":
             process.live.kill()
             process.live.wait_exited(settle_s)
-        reason = _with_process(exc, process, lines, "", thread_id)
+        reason = with_process(exc, process.live.child, None if lines is None else lines.plain, "",
+                              thread_id)
         raise DispatchError(reason, reason.message) from None
     except BaseException:
         slot.release(process, lines)  # never a process left claimed by a failed turn
@@ -457,7 +446,8 @@ def _events(slot: AppSlot, process: _AppProcess, lines: _Lines, context: TurnCon
         reason = event.data.get("reason")
         if not isinstance(reason, BackendError):
             return event
-        reason = _with_process(reason, process, lines, text.assembled(), thread_id)
+        reason = with_process(reason, process.live.child,
+                              None if lines is None else lines.plain, text.assembled(), thread_id)
         return Event(event.kind, {**event.data, "reason": reason}, event.timestamp)
 
     try:

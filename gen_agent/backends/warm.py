@@ -658,3 +658,18 @@ def _enforce_cap(keep: LiveProcess | None) -> None:
         logger.debug("gen_agent {} warm process closed by the live-process cap",
                      process.provider)
         process.close()
+
+
+def with_process(reason: Any, child: ChildProcess, plain: Any, partial_text: str,
+                 session_id: str | None) -> Any:
+    """`reason` (a `BackendError`) with the diagnostics of its warm turn: the text streamed so
+    far, the session or thread id (None after `"session_not_found"`), the exit status (once
+    exited), the stderr tail, and the stdout lines that were not JSON (`plain`: their bounded
+    tail, or None)."""
+    return reason.with_diagnostics(
+        partial_text=partial_text,
+        session_id=None if reason.kind == "session_not_found" else session_id,
+        exit_code=child.returncode,
+        stderr_tail=child.stderr_tail().decode("utf-8", errors="replace"),
+        stdout_tail=None if plain is None else plain.value())
+
