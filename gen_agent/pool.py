@@ -231,6 +231,9 @@ class Pool(PoolDispatchMixin):
             tasks it served). True: tasks on one worker share its conversation.
         retry: a `RetryPolicy` for failed tasks; None (default) = no retries.
         system: the `AgentSystem` the workers run in (default: the current one).
+        max_cost_usd / max_total_tokens: the pool's spend caps (US dollars / tokens), over
+            every worker together (its supervisor's `SharedBudget`); once reached, every
+            worker refuses new tasks with `("budget_exceeded", BudgetExceeded)`.
         **opts: every other `start_agent` option, given to each worker (e.g. `watchdog_ms`,
             and the options for `init_agent`). With `store=` and `session_key=`
             (`gen_agent.store`), `session_key` is a prefix: worker `<name_prefix>-<i>` gets
@@ -278,6 +281,9 @@ class Pool(PoolDispatchMixin):
         self.max_in_flight = max_in_flight
         self.max_queued_tasks = max_queued_tasks
         self._module, self._backend = module, backend
+        # The spend caps cover the pool as a whole: its supervisor's shared budget, which
+        # every worker (and each restart) checks at dispatch, not a cap per worker.
+        pool_cost, pool_tokens = opts.pop("max_cost_usd", None), opts.pop("max_total_tokens", None)
         self._worker_opts = {"shutdown_ms": shutdown_ms, **opts}
         self._indices = itertools.count(0)
         self._cond = threading.Condition()
@@ -299,7 +305,7 @@ class Pool(PoolDispatchMixin):
         self._supervisor = Supervisor(
             specs, strategy="one_for_one", max_restarts=max_restarts, max_seconds=max_seconds,
             name=f"{self.name_prefix}-supervisor", listener=self._on_child_event,
-            system=self._system)
+            system=self._system, max_cost_usd=pool_cost, max_total_tokens=pool_tokens)
         post = self._dispatcher.post
         self._supervisor.on_exit(lambda _s, reason: post(SupervisorDownMsg(reason)))
         self._dispatcher.launch()

@@ -563,6 +563,20 @@ def test_a_supervisor_wide_cap_covers_nested_children_and_pool_workers(
         assert caught.value.reason[0] == "budget_exceeded"
     finally:
         pool.stop()
+    # Pool(max_total_tokens=...) is the pool's cap, over every worker: 10 tokens spent by one
+    # worker refuse the next task on any worker.
+    pool = gen_agent.Pool(Worker, size=2, backend=backend, max_total_tokens=10, system=system)
+    try:
+        first = pool.submit("q")
+        pool.result(first, timeout=5)
+        refused = [pool.submit("q") for _ in range(2)]
+        for ref in refused:
+            with pytest.raises(TurnError) as caught:
+                pool.result(ref, timeout=5)
+            assert caught.value.reason[0] == "budget_exceeded"
+        assert pool.supervisor.budget is not None and pool.supervisor.budget.spend.turns == 1
+    finally:
+        pool.stop()
 
 
 def test_a_host_runs_under_a_supervisor_and_restarts_with_its_records(
