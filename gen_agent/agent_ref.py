@@ -99,6 +99,12 @@ class AgentRef:
         return calls.run(handle, calls.ask(handle, prompt, timeout, options, cancel_on_timeout,
                                            output), timeout)  # type: ignore[no-any-return]
 
+    def resend(self, interrupted: Any, timeout: float | None = None, *,
+               output: Any = None) -> Response:
+        """See `gen_agent.resend`."""
+        prompt, options = calls.resent(interrupted, output)
+        return self.ask(prompt, timeout, options=options)
+
     def tell(self, prompt: str, timeout: float | None = None, *,
              options: RequestOptions | None = None) -> RequestRef:
         """See `gen_agent.tell`."""

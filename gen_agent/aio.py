@@ -71,6 +71,7 @@ __all__ = [
     "notify",
     "notify_ack",
     "poll",
+    "resend",
     "reset_session",
     "resume",
     "runtime_snapshot",
@@ -120,6 +121,14 @@ async def ask(name: Any, prompt: str, timeout: float | None = None, *,
     handle = calls.lookup(agent_system, name)
     return await calls.run_async(  # type: ignore[no-any-return]
         handle, calls.ask(handle, prompt, timeout, options, cancel_on_timeout, output), timeout)
+
+
+async def resend(name: Any, interrupted: Any, timeout: float | None = None, *,
+                 output: Any = None, agent_system: AgentSystem | None = None) -> Response:
+    """Ask an `InterruptedTurn`'s prompt again, guarded by its tool journal, and await the
+    `Response`. The awaitable twin of `gen_agent.resend` (same checks and outcomes)."""
+    prompt, options = calls.resent(interrupted, output)
+    return await ask(name, prompt, timeout, options=options, agent_system=agent_system)
 
 
 @system_renamed

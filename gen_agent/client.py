@@ -188,18 +188,8 @@ def resend(name: Any, interrupted: Any, timeout: float | None = None, *,
             its phase is not `"turn"` (its answer was stored already: nothing to re-send).
         AgentNotFound, AgentDown, CallTimeout, TurnError: as `ask`.
     """
-    from gen_agent.store import InterruptedTurn
-
-    if not isinstance(interrupted, InterruptedTurn):
-        raise TypeError(f"resend: expected an InterruptedTurn, got {type(interrupted).__name__}")
-    if interrupted.prompt is None:
-        raise ValueError("resend: this interrupted turn has no recorded prompt")
-    if interrupted.phase != "turn":
-        raise ValueError(f"resend: the turn was answered (phase {interrupted.phase!r}); "
-                         "reconcile its stored response instead")
-    return ask(name, interrupted.prompt, timeout,
-               options=RequestOptions(resend_of=interrupted, output=output),
-               agent_system=agent_system)
+    prompt, options = calls.resent(interrupted, output)
+    return ask(name, prompt, timeout, options=options, agent_system=agent_system)
 
 
 def tell(name: Any, prompt: str, timeout: float | None = None, *,

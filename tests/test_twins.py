@@ -22,6 +22,7 @@ from gen_agent.backends import mock
 from gen_agent.errors import AgentNotFound, CallTimeout
 from gen_agent.ref import RequestRef
 from gen_agent.status import PollResult
+from gen_agent.store import InterruptedTurn
 from gen_agent.system import current_system
 from gen_agent.testing import wait_until_idle
 
@@ -94,6 +95,8 @@ ADAPTERS: dict[str, Callable[..., Any]] = {
 # (call, arguments after the name, what an unknown name gives: an exception type or a value)
 UNKNOWN_NAME: list[tuple[str, tuple[Any, ...], Any]] = [
     ("ask", ("hi",), AgentNotFound),
+    ("resend", (InterruptedTurn(key="k", ref="r", origin="ask", attempt=1, started_at=0.0,
+                                detected_at=0.0, prompt="hi"),), AgentNotFound),
     ("tell", ("hi",), AgentNotFound),
     ("tell_with_completion", ("hi", queue.SimpleQueue()), AgentNotFound),
     ("monitor", (queue.SimpleQueue(),), AgentNotFound),
@@ -186,6 +189,7 @@ BAD_ARGUMENTS: list[tuple[str, tuple[Any, ...], dict[str, Any], type[BaseExcepti
     ("tell_with_completion", ("hi", queue.SimpleQueue()), {"on_halt": "drop"}, ValueError),
     ("tell_with_completion", ("hi", queue.SimpleQueue()), {"monitor": "yes"}, TypeError),
     ("monitor", (object(),), {}, TypeError),
+    ("resend", ("not an InterruptedTurn",), {}, TypeError),
 ]
 
 

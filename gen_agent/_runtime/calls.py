@@ -189,6 +189,26 @@ def ask(handle: AgentHandle, prompt: Any, timeout: Any, options: RequestOptions 
     return Call(lambda r: AskMsg(prompt, r, ref, caller, opts), unwrap, failed)
 
 
+def resent(interrupted: Any, output: Any = None) -> tuple[str, RequestOptions]:
+    """`resend`: the prompt and options that ask an `InterruptedTurn` again, guarded by its
+    tool journal (the request carries it as `resend_of`).
+
+    Raises:
+        TypeError: `interrupted` is not an `InterruptedTurn`.
+        ValueError: it has no recorded prompt, or its phase is not `"turn"` (answered).
+    """
+    from gen_agent.store import InterruptedTurn  # a record module; lazy like the store
+
+    if not isinstance(interrupted, InterruptedTurn):
+        raise TypeError(f"resend: expected an InterruptedTurn, got {type(interrupted).__name__}")
+    if interrupted.prompt is None:
+        raise ValueError("resend: this interrupted turn has no recorded prompt")
+    if interrupted.phase != "turn":
+        raise ValueError(f"resend: the turn was answered (phase {interrupted.phase!r}); "
+                         "reconcile its stored response instead")
+    return interrupted.prompt, RequestOptions(resend_of=interrupted, output=output)
+
+
 def tell(handle: AgentHandle, prompt: Any, timeout: Any, *, recipient: Any = None,
          completion: bool = False, on_halt: str = "queue", stream_to: Any = None,
          options: RequestOptions | None = None, monitor: bool = False,
