@@ -231,14 +231,14 @@ class Pool(PoolDispatchMixin):
             tasks it served). True: tasks on one worker share its conversation.
         retry: a `RetryPolicy` for failed tasks; None (default) = no retries.
         system: the `AgentSystem` the workers run in (default: the current one).
-        max_cost_usd / max_total_tokens: the pool's spend caps (US dollars / tokens), over
-            every worker together (its supervisor's `SharedBudget`); once reached, every
-            worker refuses new tasks with `("budget_exceeded", BudgetExceeded)`.
         **opts: every other `start_agent` option, given to each worker (e.g. `watchdog_ms`,
             and the options for `init_agent`). With `store=` and `session_key=`
             (`gen_agent.store`), `session_key` is a prefix: worker `<name_prefix>-<i>` gets
             the key `"<session_key>/<name_prefix>-<i>"`, so each worker keeps its own durable
-            session and a restarted worker resumes it.
+            session and a restarted worker resumes it. `max_cost_usd` (US dollars) and
+            `max_total_tokens` (tokens) are not given to each worker: they cap the pool as a
+            whole (its supervisor's `SharedBudget`); once reached, every worker refuses new
+            tasks with `("budget_exceeded", BudgetExceeded)`.
 
     Task outcomes: `result(ref)` returns the `Response`, or raises `TurnError` whose reason
     is the turn's own reason, `("overloaded", info)`, `"halted"`, `("worker_down", reason)`
