@@ -17,6 +17,9 @@ class _Opaque:
     def __eq__(self, other: object) -> bool:
         return isinstance(other, _Opaque) and other.payload == self.payload
 
+    def __repr__(self) -> str:  # a stable test id
+        return f"_Opaque({self.payload!r})"
+
     def __hash__(self) -> int:
         return hash(self.payload)
 
