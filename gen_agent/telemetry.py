@@ -99,8 +99,9 @@ REQUEST_QUEUED: Final = ("gen_agent", "request", "queued")
 """Measurements `depth` (queued count after enqueue); metadata `agent, ref, origin, ahead`
 (True: put ahead of the queued work by `busy="interrupt"`/`"steer"`). Beside each
 `MAILBOX_QUEUED` of an ask/tell, naming the request, so a request's lifecycle (queued →
-`TURN_START` → `TURN_STOP`/`TURN_ERROR`, or `TURN_CANCELLED`) can be followed by ref. An
-extension, content-free."""
+`TURN_START` → `TURN_STOP`/`TURN_ERROR`, or `TURN_CANCELLED`) can be followed by ref.
+Content-free; emitted only while a handler is attached to it. An extension outside
+`EVENTS` (a recorder of every event keeps seeing exactly the contract's sequence)."""
 INPUT_REJECTED: Final = ("gen_agent", "input", "rejected")
 """Measurements `system_time`; metadata `agent, reason` (`("overloaded", info)`, `"draining"`)."""
 HALTED: Final = ("gen_agent", "halted")
@@ -132,15 +133,14 @@ EVENTS: Final = (
     EVENT_RECEIVED,
     STATE_CHANGED,
     MAILBOX_QUEUED,
-    REQUEST_QUEUED,
     INPUT_REJECTED,
     HALTED,
     TERMINATED,
     SUPERVISOR_RESTART,
     TOOL_PERMISSION,
 )
-"""Every event name gen_agent emits (contract §8, plus `SUPERVISOR_RESTART`, `TOOL_PERMISSION`,
-`TURN_DISCARDED` and `REQUEST_QUEUED`; docs: Telemetry and logging)."""
+"""Every event name gen_agent emits (contract §8, plus `SUPERVISOR_RESTART`, `TOOL_PERMISSION`
+and `TURN_DISCARDED`; docs: Telemetry and logging)."""
 
 
 class ToolCall(msgspec.Struct, frozen=True, kw_only=True):

@@ -77,6 +77,7 @@ class BusyMixin:
     _interrupt: Any
     _admit_prompt: Any
     _drop_dead_callers: Any
+    _on_info: Any
 
     def _policy(self, request: Request) -> str:
         busy = request.options.busy
@@ -142,7 +143,11 @@ class BusyMixin:
         self._discarded = (request.ref, by.ref)
         self._emit(telemetry.TURN_DISCARDED, self._now(),
                    self._turn_meta(request, turn.attempt, by=by.ref))
-        self.durable.rolled_back(turn.task_id)
+        report = self.durable.rolled_back(turn.task_id)
+        if report is not None:
+            # buffered now, so handle_info sees it after the turn's callbacks and before
+            # the next turn, as a resumed agent sees the turn its last owner did not finish
+            self._on_info(report)
 
     # ------------------------------------------------------------------ lifecycle records
     def _lifecycle(self, request: Request, stage: str, **info: Any) -> None:

@@ -137,6 +137,7 @@ class Durable:
         self._marker: InFlightTurn | None = None  # the phase marker awaiting the state write
         self._flight: InFlightTurn | None = None  # the running turn's marker
         self._rollback_task: int | None = None  # a turn a busy="rollback" request cuts
+        self._rollback_report: InterruptedTurn | None = None
 
     # ------------------------------------------------------------------ start
     def open(self, impl: Any, backend_opts: dict[str, Any], state: Any,
@@ -342,13 +343,20 @@ class Durable:
         if self.lease is not None:
             self._write("begin", sync=False, in_flight=marker)
 
-    def rolled_back(self, task_id: int) -> None:
-        """The running turn `task_id` is rolled back (`busy="rollback"`): when it ends, its
-        journal is kept and, if a side-effecting call of it finished or is in doubt, it is
-        reported as the store's `InterruptedTurn` (`Status.store.interrupted_turn`, usable
-        with `resend`) and the next prompt gets the interrupted turn's preamble, since the
-        dropped exchange no longer tells the model."""
+    def rolled_back(self, task_id: int) -> InterruptedTurn | None:
+        """The running turn `task_id` is being rolled back (`busy="rollback"`): its journal
+        is kept when it ends and, if a side-effecting call of it finished or is in doubt,
+        the returned `InterruptedTurn` reports it (written as the record's interrupted turn,
+        `Status.store.interrupted_turn`, usable with `resend`; the agent gives it to
+        `handle_info`, as at a resume) and the next prompt gets the interrupted turn's
+        preamble, since the dropped exchange no longer tells the model. None: no such call."""
         self._rollback_task = task_id
+        report = self._rolled_back_report(self.journal)
+        self._rollback_report = report
+        if report is not None:
+            self.interrupted = report
+            self._preamble = preamble(report, self._unknown)
+        return report
 
     def _rolled_back_report(self, journal: Any) -> InterruptedTurn | None:
         if journal is None or not self._journals:
@@ -382,12 +390,10 @@ class Durable:
         journal, self.journal = self.journal, None
         fields: dict[str, Any] = {"in_flight": None, "backend": self._backend_name}
         rolled = self._rollback_task == task_id
-        self._rollback_task = None
-        report = self._rolled_back_report(journal) if rolled else None
+        report, self._rollback_task, self._rollback_report = (
+            self._rollback_report if rolled else None), None, None
         if report is not None:
-            self.interrupted = report
             fields["interrupted"] = report
-            self._preamble = preamble(report, self._unknown)
         if response is not None and self.persist_state and self._flight is not None:
             # Until the decision's state is stored, the marker says so (phase
             # "after_response"): a death in between is reported, with the stored reply.
@@ -522,7 +528,7 @@ class NoDurability:
         return None
 
     def rolled_back(self, task_id: int) -> None:
-        return None
+        return None  # no store, no journal: nothing to keep or report
 
     def session_replaced(self, session: Any) -> None:
         return None

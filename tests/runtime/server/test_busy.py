@@ -20,7 +20,6 @@ from gen_agent.backends.mock import MockBackend
 from gen_agent.errors import AgentNotFound, AgentStartError
 from gen_agent.event import Event
 from gen_agent.messages import Lifecycle
-from gen_agent.testing import wait_until_idle
 from gen_agent.telemetry import (
     INPUT_REJECTED,
     MAILBOX_QUEUED,
@@ -32,6 +31,7 @@ from gen_agent.telemetry import (
     TURN_STOP,
     TelemetryRecorder,
 )
+from gen_agent.testing import wait_until_idle
 
 from . import WAIT_S, CallLog, Probe, in_thread, start
 
@@ -67,7 +67,7 @@ def history() -> list[str]:
 # ---------------------------------------------------------------------- enqueue (default)
 def test_enqueue_is_the_default_fifo_and_queued_telemetry_names_the_request() -> None:
     with TelemetryRecorder(EVENTS) as rec:
-        agent, gate, done = held()
+        agent, gate, _done = held()
         first = agent.tell("q1")
         second = agent.tell("q2", options=RequestOptions(busy="enqueue"))
         gate.release()
@@ -119,7 +119,7 @@ def test_reject_per_request_and_an_idle_agent_dispatches_whatever_the_policy() -
 def test_interrupt_cuts_the_running_turn_and_runs_next_ahead_of_the_mailbox() -> None:
     log = CallLog()
     with TelemetryRecorder(EVENTS) as rec:
-        agent, gate, done = held(log)
+        agent, _gate, done = held(log)
         queued = agent.tell("queued")
         response = agent.ask("urgent", options=RequestOptions(busy="interrupt"),
                              timeout=WAIT_S)
@@ -139,7 +139,7 @@ def test_interrupt_cuts_the_running_turn_and_runs_next_ahead_of_the_mailbox() ->
 def test_a_follow_up_from_the_interrupted_turns_handle_error_still_runs_first() -> None:
     log = CallLog()
     hooks = {"handle_error": lambda ref, reason, state: Prompt("recover", state)}
-    agent, gate, done = held(log, busy="interrupt", hooks=hooks)
+    agent, _gate, _done = held(log, busy="interrupt", hooks=hooks)
     agent.tell("queued", options=RequestOptions(busy="enqueue"))
     agent.ask("urgent", timeout=WAIT_S)
     wait_until_idle("a", WAIT_S)
@@ -274,7 +274,7 @@ def test_lifecycle_of_an_interrupted_request_ends_completed_with_its_kind() -> N
 # ---------------------------------------------------------------------- interrupt_receipt
 def test_interrupt_receipt_names_the_interrupted_turn_and_the_queue() -> None:
     log = CallLog()
-    agent, gate, done = held(log)
+    agent, _gate, done = held(log)
     running = gen_agent.status("a").current_request
     q1, q2 = agent.tell("q1"), agent.tell("q2")
     receipt = gen_agent.interrupt_receipt("a", timeout=WAIT_S)
