@@ -96,6 +96,10 @@ def start_agent(module: type, *, name: Any, backend: Any, agent_system: AgentSys
             session (docs: Durable sessions).
         provider_limit: a `gen_agent.limits.ProviderLimit` shared by agents that call the
             same provider (rate and concurrency limits).
+        busy: what an ask/tell/stream arriving while a turn runs does: "enqueue" (default,
+            the FIFO mailbox), "reject" (`TurnError("busy")` at once), "interrupt",
+            "rollback" (needs a backend with `supports_rollback`; else this start fails),
+            "steer"; a request's `RequestOptions(busy=...)` wins (docs: Busy policies).
         Bytes are `gen_agent.term_size` bytes.
 
     Returns:

@@ -139,8 +139,8 @@ class BusyMixin:
         """Mark `turn` rolled back by `by`: `turn.discarded` now, its lifecycle ends
         "discarded", and the store keeps its journal (`durable.rolled_back`)."""
         request = turn.request
-        request.ahead = False
-        self._discarded = (request.ref, by.ref)
+        if request.options.lifecycle_to is not None:  # its record ends "discarded"
+            self._discarded = (request.ref, by.ref)
         self._emit(telemetry.TURN_DISCARDED, self._now(),
                    self._turn_meta(request, turn.attempt, by=by.ref))
         report = self.durable.rolled_back(turn.task_id)
