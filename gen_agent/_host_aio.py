@@ -162,11 +162,13 @@ class AsyncHost:
         return await asyncio.to_thread(host.store.load, key)  # type: ignore[no-any-return]
 
     def stream(self, key: str, prompt: str, *, interrupt_on_exit: bool = True,
-               max_buffered_events: int = 256, timeout: float | None = None) -> AsyncTurnStream:
+               max_buffered_events: int = 256, timeout: float | None = None,
+               options: RequestOptions | None = None) -> AsyncTurnStream:
         """`AgentHost.stream`, for `async with` / `async for`."""
         return _AsyncHostTurnStream(self._host, key, prompt,
                                     interrupt_on_exit=interrupt_on_exit,
-                                    max_buffered_events=max_buffered_events, timeout=timeout)
+                                    max_buffered_events=max_buffered_events, timeout=timeout,
+                                    options=options)
 
     def attach(self, key: str, ref: RequestRef, *, after: int = 0,
                timeout: float | None = None, max_buffered_events: int = 256

@@ -23,7 +23,7 @@ from gen_agent._runtime import (
 from gen_agent.ref import RequestRef
 from gen_agent.request import RequestOptions
 from gen_agent.response import Response
-from gen_agent.status import PollResult, RuntimeSnapshot, Status
+from gen_agent.status import InterruptReceipt, PollResult, RuntimeSnapshot, Status
 
 __all__ = ["AgentRef"]
 
@@ -146,6 +146,11 @@ class AgentRef:
     def interrupt_request(self, ref: RequestRef, timeout: float | None = None) -> str:
         """See `gen_agent.interrupt_request`."""
         return calls.run(self._handle, calls.interrupt_request(ref),  # type: ignore[no-any-return]
+                         timeout)
+
+    def interrupt_receipt(self, timeout: float | None = None) -> InterruptReceipt:
+        """See `gen_agent.interrupt_receipt`."""
+        return calls.run(self._handle, calls.INTERRUPT_RECEIPT,  # type: ignore[no-any-return]
                          timeout)
 
     def cancel_request(self, ref: RequestRef, timeout: float | None = None) -> str:

@@ -51,7 +51,7 @@ from gen_agent.pool import checked_prompts
 from gen_agent.ref import RequestRef
 from gen_agent.request import RequestOptions
 from gen_agent.response import Response
-from gen_agent.status import PollResult, RuntimeSnapshot, Status
+from gen_agent.status import InterruptReceipt, PollResult, RuntimeSnapshot, Status
 from gen_agent.streaming import AsyncAttachedTurn, AsyncTurnStream
 from gen_agent.system import AgentSystem, current_system
 
@@ -65,6 +65,7 @@ __all__ = [
     "drain",
     "halt",
     "interrupt",
+    "interrupt_receipt",
     "interrupt_request",
     "map",
     "monitor",
@@ -234,6 +235,14 @@ async def interrupt_request(name: Any, ref: RequestRef, timeout: float | None = 
     "idle" or "not_found". The awaitable twin of `gen_agent.interrupt_request` (§2.11)."""
     return await calls.run_by_name_async(  # type: ignore[no-any-return]
         agent_system, name, calls.interrupt_request(ref), timeout)
+
+
+async def interrupt_receipt(name: Any, timeout: float | None = None, *,
+                            agent_system: AgentSystem | None = None) -> InterruptReceipt:
+    """Interrupt the active turn, if any, and answer an `InterruptReceipt`. The awaitable
+    twin of `gen_agent.interrupt_receipt`."""
+    return await calls.run_by_name_async(  # type: ignore[no-any-return]
+        agent_system, name, calls.INTERRUPT_RECEIPT, timeout)
 
 
 async def cancel_request(name: Any, ref: RequestRef, timeout: float | None = None, *,
@@ -433,7 +442,8 @@ async def map(pool: Any, prompts: Any, *, timeout: float | None = None,
 @system_renamed
 def stream(name: Any, prompt: str, *, interrupt_on_exit: bool = True,
            max_buffered_events: int = 256, timeout: float | None = None,
-           agent_system: AgentSystem | None = None) -> AsyncTurnStream:
+           agent_system: AgentSystem | None = None,
+           options: RequestOptions | None = None) -> AsyncTurnStream:
     """Run `prompt` as a turn and iterate its events as they arrive, then its response.
 
         async with aio.stream("coder", "Fix the test.") as turn:
@@ -448,7 +458,7 @@ def stream(name: Any, prompt: str, *, interrupt_on_exit: bool = True,
     """
     return AsyncTurnStream(name, prompt, interrupt_on_exit=interrupt_on_exit,
                            max_buffered_events=max_buffered_events, timeout=timeout,
-                           agent_system=agent_system)
+                           agent_system=agent_system, options=options)
 
 
 def attach(name: Any, ref: RequestRef, *, after: int = 0, timeout: float | None = None,

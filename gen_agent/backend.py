@@ -351,6 +351,10 @@ class Backend(abc.ABC):
       `SessionStartError(reason)` to refuse; any other exception makes the record corrupt
       (`("store_corrupt", key, detail)`). Issue #18 will switch the HTTP backends' data to
       the turn record's replayable message deltas (`response.messages`).
+    - `supports_rollback = True` (a class attribute, not a hook): the session `prompt` is
+      given is the whole conversation before the turn, so keeping it drops an interrupted
+      turn's exchange; `busy="rollback"` requires it (the HTTP backends and the mock set
+      it; a CLI, whose transcript is in its own files, does not).
     - `check_prompt(session, prompt) -> None`: the CALLER's thread, in `ask`, `tell`,
       `tell_with_completion` and `stream` before anything is queued, with the session the
       agent started with: raise `ValueError` (naming the position) for a prompt the

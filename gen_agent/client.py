@@ -34,13 +34,13 @@ from gen_agent.agent_ref import AgentRef
 from gen_agent.ref import RequestRef
 from gen_agent.request import RequestOptions
 from gen_agent.response import Response
-from gen_agent.status import PollResult, RuntimeSnapshot, Status
+from gen_agent.status import InterruptReceipt, PollResult, RuntimeSnapshot, Status
 from gen_agent.system import AgentSystem, current_system
 
 __all__ = [
     "AgentRef", "ask", "backend_session", "cancel_request", "current_name", "demonitor",
-    "drain", "halt", "interrupt", "interrupt_request", "list_agents", "monitor", "notify",
-    "notify_ack", "poll",
+    "drain", "halt", "interrupt", "interrupt_receipt", "interrupt_request", "list_agents",
+    "monitor", "notify", "notify_ack", "poll",
     "resend", "reset_session", "resume", "runtime_snapshot", "send", "send_after", "start_agent",
     "status", "stop", "tell", "tell_with_completion", "whereis",
 ]
@@ -96,6 +96,10 @@ def start_agent(module: type, *, name: Any, backend: Any, agent_system: AgentSys
             session (docs: Durable sessions).
         provider_limit: a `gen_agent.limits.ProviderLimit` shared by agents that call the
             same provider (rate and concurrency limits).
+        busy: what an ask/tell/stream arriving while a turn runs does: "enqueue" (default,
+            the FIFO mailbox), "reject" (`TurnError("busy")` at once), "interrupt",
+            "rollback" (needs a backend with `supports_rollback`; else this start fails),
+            "steer"; a request's `RequestOptions(busy=...)` wins (docs: Busy policies).
         Bytes are `gen_agent.term_size` bytes.
 
     Returns:
@@ -340,6 +344,26 @@ def interrupt_request(name: Any, ref: RequestRef, timeout: float | None = None, 
     """
     return calls.run_by_name(  # type: ignore[no-any-return]
         agent_system, name, calls.interrupt_request(ref), timeout)
+
+
+def interrupt_receipt(name: Any, timeout: float | None = None, *,
+                      agent_system: AgentSystem | None = None) -> InterruptReceipt:
+    """Interrupt the active turn, if any, and report what was interrupted and what is still
+    queued (a synchronous `interrupt`; `interrupt(name)` stays a cast returning None).
+
+    Returns:
+        An `InterruptReceipt`: `interrupted` (the ref of the turn, which fails with
+        "interrupted"; None when idle), its `origin`, and `queued` (the ask/tell refs
+        waiting, in the order they run). Answered before the turn's own outcome.
+
+    Raises:
+        AgentNotFound: no such agent. CallTimeout: `timeout` seconds passed first.
+
+    Mirrors: `GenAgent.interrupt/1` (contract §2.10), answered like `interrupt_request/3`
+    (§2.11); a Python addition (docs: Busy policies).
+    """
+    return calls.run_by_name(  # type: ignore[no-any-return]
+        agent_system, name, calls.INTERRUPT_RECEIPT, timeout)
 
 
 @system_renamed

@@ -77,9 +77,9 @@ from gen_agent.agent import GenAgent, NoReply
 from gen_agent.backend import Backend, DispatchError
 from gen_agent.errors import AgentDown, AgentNotFound, CallTimeout, TurnError
 from gen_agent.ref import RequestRef
-from gen_agent.request import RequestOptions, check_options
+from gen_agent.request import RequestOptions, check_busy, check_options
 from gen_agent.response import Response
-from gen_agent.status import PollResult, Status
+from gen_agent.status import InterruptReceipt, PollResult, Status
 from gen_agent.store import MemoryStore, SessionRecord
 from gen_agent.streaming import AttachedTurn, TurnStream
 from gen_agent.system import AgentSystem, current_system
@@ -163,6 +163,9 @@ class AgentHost:
         max_cost_usd (US dollars) / max_total_tokens (tokens): a cap over every agent of the
             host together (`gen_agent.accounting.SharedBudget`), next to any per-agent cap.
         replay_turns: finished turns each agent keeps for `attach` (default 1).
+        busy: the agents' policy for a request that arrives while a turn runs (`"enqueue"`,
+            the default, `"reject"`, `"interrupt"`, `"rollback"`, `"steer"`; see the
+            `busy` start option); a request overrides it with `RequestOptions(busy=...)`.
         agent_system: the `AgentSystem` the agents run in (default: the current one).
         **options: every other `start_agent` option, for each agent (not `name`, `store`,
             `session_key`); the ones that are not reserved go to `init_agent` with `key`.
@@ -175,7 +178,7 @@ class AgentHost:
                  deactivate_after_ms: int | None = None, max_live: int | None = None,
                  max_cost_usd: float | None = None, max_total_tokens: int | None = None,
                  replay_turns: int = 1, agent_system: AgentSystem | None = None,
-                 **options: Any) -> None:
+                 busy: str = "enqueue", **options: Any) -> None:
         clash = [key for key in _NOT_HOST_OPTIONS if key in options]
         if clash:
             raise ValueError(f"AgentHost sets {', '.join(clash)} itself: drop it")
@@ -193,7 +196,10 @@ class AgentHost:
         budgets = tuple(options.pop("budgets", ()) or ())
         if self.budget is not None:
             budgets += (self.budget,)
-        self._options = {**options, "replay_turns": replay_turns, "budgets": budgets}
+        check_busy(busy, "AgentHost", allow_none=False)
+        self.busy = busy
+        self._options = {**options, "replay_turns": replay_turns, "budgets": budgets,
+                         "busy": busy}
         self.system = agent_system if agent_system is not None else current_system()
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
@@ -545,6 +551,30 @@ class AgentHost:
         if handle is not None:
             handle.send(InterruptMsg())
 
+    def interrupt_request(self, key: str, ref: RequestRef, timeout: float | None = None) -> str:
+        """`gen_agent.interrupt_request` of `key`'s live agent; never activates (a key without
+        a live agent: "not_found")."""
+        handle = self._live_handle(key)
+        if handle is None:
+            return "not_found"
+        return calls.run(handle, calls.interrupt_request(ref), timeout)  # type: ignore[no-any-return]
+
+    def cancel_request(self, key: str, ref: RequestRef, timeout: float | None = None) -> str:
+        """`gen_agent.cancel_request` of `key`'s live agent; never activates (a key without
+        a live agent: "not_found")."""
+        handle = self._live_handle(key)
+        if handle is None:
+            return "not_found"
+        return calls.run(handle, calls.cancel_request(ref), timeout)  # type: ignore[no-any-return]
+
+    def interrupt_receipt(self, key: str, timeout: float | None = None) -> InterruptReceipt:
+        """`gen_agent.interrupt_receipt` of `key`'s live agent; never activates (a key
+        without a live agent: an empty receipt, nothing was interrupted)."""
+        handle = self._live_handle(key)
+        if handle is None:
+            return InterruptReceipt()
+        return calls.run(handle, calls.INTERRUPT_RECEIPT, timeout)  # type: ignore[no-any-return]
+
     def halt(self, key: str) -> None:
         """`gen_agent.halt` of `key`'s live agent; never activates (no live agent: no-op)."""
         handle = self._live_handle(key)
@@ -578,10 +608,13 @@ class AgentHost:
         return self.store.load(key)  # type: ignore[no-any-return]
 
     def stream(self, key: str, prompt: str, *, interrupt_on_exit: bool = True,
-               max_buffered_events: int = 256, timeout: float | None = None) -> TurnStream:
-        """`gen_agent.stream` of a turn of `key`'s agent, activating it on entering."""
+               max_buffered_events: int = 256, timeout: float | None = None,
+               options: RequestOptions | None = None) -> TurnStream:
+        """`gen_agent.stream` of a turn of `key`'s agent, activating it on entering
+        (`options`, e.g. `RequestOptions(busy=...)`, as for `ask` / `tell`)."""
         return _HostTurnStream(self, key, prompt, interrupt_on_exit=interrupt_on_exit,
-                               max_buffered_events=max_buffered_events, timeout=timeout)
+                               max_buffered_events=max_buffered_events, timeout=timeout,
+                               options=options)
 
     def attach(self, key: str, ref: RequestRef, *, after: int = 0,
                timeout: float | None = None, max_buffered_events: int = 256) -> AttachedTurn:

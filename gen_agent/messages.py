@@ -10,6 +10,8 @@ outcome):`) and also has named fields (`msg.outcome`, `msg.ref`). Every record s
 - `StreamEvent`: `("gen_agent", "event", name, ref, event)`, per event to `stream_to`;
 - `Down`: `("gen_agent", "down", name, ref, reason)`, once, from `gen_agent.monitor` or
   `tell_with_completion(..., monitor=True)`.
+- `Lifecycle`: `("gen_agent", "lifecycle", name, ref, stage, info)`, per stage of a request
+  that opted in with `RequestOptions(lifecycle_to=...)`.
 
 Later records are added here, one class each, with the same two leading fields.
 
@@ -24,7 +26,7 @@ from typing import Any, NamedTuple
 
 from gen_agent.ref import RequestRef
 
-__all__ = ["Completion", "Down", "StreamEvent", "down_reason"]
+__all__ = ["LIFECYCLE_STAGES", "Completion", "Down", "Lifecycle", "StreamEvent", "down_reason"]
 
 _GRACEFUL = ("normal", "shutdown")
 
@@ -98,3 +100,38 @@ def down_reason(exit_reason: Any) -> tuple[str, Any]:
     if exit_reason in _GRACEFUL:
         return ("agent_terminated", exit_reason)
     return ("agent_down", exit_reason)
+
+
+LIFECYCLE_STAGES = ("queued", "started", "completed", "cancelled", "discarded")
+"""The stages of a `Lifecycle` record, in the order a request can go through them."""
+
+
+class Lifecycle(NamedTuple):
+    """One stage of a request's life, for a recipient that opted in (`lifecycle_to`).
+
+    Content-free: never a prompt, response or reason, only what telemetry's turn family
+    carries. A request gets, in order: "queued" (it joined the mailbox; not when dispatched
+    at once), then per attempt "started", then exactly one of "completed" (its outcome was
+    delivered, ok or error), "cancelled" (`cancel_request`, a queued ask's caller gone) or
+    "discarded" (its turn was rolled back by a later `busy="rollback"` request; its outcome,
+    "interrupted", is also delivered). A request refused at admission (overload, `"busy"`)
+    gets none, as it gets no completion.
+
+    Fields: `tag`, `kind` ("lifecycle"), `name`, `ref`, `stage` (one of `LIFECYCLE_STAGES`),
+    `info` (a dict: "queued": `depth` (mailbox length after it joined), `ahead` (bool: it
+    was put ahead of the queued work by `busy="interrupt"`/`"steer"`); "started":
+    `attempt`; "completed": `ok` (bool), `reason_kind` (None when ok); "cancelled":
+    `reason_kind`; "discarded": `by` (the `RequestRef` of the rollback request)).
+    """
+
+    tag: str
+    kind: str
+    name: Any
+    ref: RequestRef
+    stage: str
+    info: dict[str, Any]
+
+    @classmethod
+    def of(cls, name: Any, ref: RequestRef, stage: str, **info: Any) -> Lifecycle:
+        """Build the record for agent `name`, request `ref`, `stage` and its `info`."""
+        return cls("gen_agent", "lifecycle", name, ref, stage, info)

@@ -21,7 +21,25 @@ from gen_agent._context import capture_trace_context, current_request
 from gen_agent.output import check_output_type
 from gen_agent.ref import RequestRef
 
-__all__ = ["RequestInfo", "RequestOptions", "current_request"]
+__all__ = ["BUSY_POLICIES", "RequestInfo", "RequestOptions", "current_request"]
+
+BUSY_POLICIES = ("enqueue", "reject", "interrupt", "rollback", "steer")
+"""The `busy` policies: what a request that arrives while a turn runs does (see
+`RequestOptions.busy` and docs/pages/busy.md). `"enqueue"` is the contract's FIFO."""
+
+
+def check_busy(value: Any, fn: str, *, allow_none: bool = True) -> Any:
+    """`value` if it is one of `BUSY_POLICIES` (or None when `allow_none`); else ValueError."""
+    if (value is None and allow_none) or (type(value) is str and value in BUSY_POLICIES):
+        return value
+    raise ValueError(f"{fn}: busy must be one of {', '.join(map(repr, BUSY_POLICIES))}"
+                     f"{' or None' if allow_none else ''}, got {value!r}"[:200])
+
+
+def _is_recipient(value: Any) -> bool:
+    # the shapes `deliver_to` accepts (pykka ActorRefs have `tell`)
+    return any(hasattr(value, a) for a in ("tell", "send_info", "put_nowait", "put")) \
+        or callable(value)
 
 
 class RequestOptions(msgspec.Struct, frozen=True, kw_only=True):
@@ -53,6 +71,17 @@ class RequestOptions(msgspec.Struct, frozen=True, kw_only=True):
             canonical input as one of that turn's finished calls gets the journalled result
             without running, and one matching an in-doubt call gets "outcome unknown"
             (unless the tool is `retry_safe`). Default None.
+        busy: what this request does if it arrives while a turn runs: `"enqueue"` (the FIFO
+            mailbox), `"reject"` (fail at once with reason `"busy"`), `"interrupt"`
+            (interrupt the running turn, run next), `"rollback"` (as interrupt, and drop the
+            interrupted exchange from the conversation), `"steer"` (run next, ahead of the
+            mailbox). None (default): the agent's `busy` start option. See
+            docs/pages/busy.md.
+        lifecycle_to: a recipient (as `stream_to`) of this request's `Lifecycle` records
+            (`("gen_agent", "lifecycle", name, ref, stage, info)`, stage "queued",
+            "started", "completed", "cancelled", "discarded"), content-free; the follow-ups
+            it chains get none. None (default): no records (a completion recipient still
+            gets exactly its one completion).
 
     Raises:
         TypeError: a field has the wrong type (from the constructor).
@@ -63,11 +92,18 @@ class RequestOptions(msgspec.Struct, frozen=True, kw_only=True):
     call_chain: tuple[Any, ...] = ()
     output: Any = None
     resend_of: Any = None
+    busy: str | None = None
+    lifecycle_to: Any = None
 
     def __post_init__(self) -> None:
         if type(self.fresh_session) is not bool:
             raise TypeError("RequestOptions: fresh_session must be a bool, "
                             f"got {type(self.fresh_session).__name__}")
+        check_busy(self.busy, "RequestOptions")
+        if self.lifecycle_to is not None and not _is_recipient(self.lifecycle_to):
+            raise TypeError("RequestOptions: lifecycle_to must be a pykka ActorRef, an "
+                            "AgentRef, an object with put() or a callable, got "
+                            f"{type(self.lifecycle_to).__name__}")
         check_output_type(self.output, "RequestOptions")
 
 

@@ -16,6 +16,7 @@ from gen_agent.store import StoreStatus
 __all__ = [
     "CaptureOverflow",
     "CurrentTurn",
+    "InterruptReceipt",
     "OverloadInfo",
     "PollResult",
     "RuntimeSnapshot",
@@ -169,3 +170,27 @@ class RuntimeSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     pending_notifications: int
     self_chain_pending: bool
     current_request: CurrentTurn | None
+
+
+class InterruptReceipt(msgspec.Struct, frozen=True, kw_only=True):
+    """What `interrupt_receipt(name)` interrupted, and what is still queued; metadata only.
+
+    Fields:
+        interrupted: the `RequestRef` of the turn it interrupted (it fails with
+            "interrupted"), or None when the agent was idle.
+        origin: that turn's origin (`"ask"`, `"tell"`, `"event"`, `"self_chain"`), or None.
+        queued: the refs of the requests waiting when it interrupted (ask and tell
+            requests: a caller-owned retry in the self-chain slot first, then the mailbox),
+            in the order they run. A follow-up the interrupted turn's `handle_error` chains
+            runs before them (it has no ref until it runs).
+
+    The receipt is answered before the interrupted turn's own outcome, as
+    `interrupt_request`'s acknowledgement is.
+
+    A Python addition beside `interrupt/1` (a cast) and `interrupt_request/3` (contract
+    §2.10, §2.11).
+    """
+
+    interrupted: Any = None
+    origin: str | None = None
+    queued: tuple[Any, ...] = ()

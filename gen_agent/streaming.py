@@ -49,6 +49,7 @@ from gen_agent._timers import wait_s
 from gen_agent.errors import AgentDown, CallTimeout, RequestError, TurnError
 from gen_agent.event import Event
 from gen_agent.ref import RequestRef
+from gen_agent.request import RequestOptions, check_options
 from gen_agent.response import Response
 
 __all__ = ["AsyncAttachedTurn", "AsyncTurnStream", "AttachedTurn", "TurnStream", "attach",
@@ -153,8 +154,10 @@ class _TurnStreamBase:
 
     def __init__(self, name: Any, prompt: str, *, interrupt_on_exit: bool = True,
                  max_buffered_events: int = 256, timeout: float | None = None,
-                 agent_system: Any = None) -> None:
+                 agent_system: Any = None, options: RequestOptions | None = None) -> None:
         calls.check_prompt(prompt, "stream")
+        check_options(options, "stream")
+        self.options = options
         if type(max_buffered_events) is not int or max_buffered_events < 1:
             raise ValueError("stream: max_buffered_events must be a positive int, "
                              f"got {max_buffered_events!r}")
@@ -173,7 +176,7 @@ class _TurnStreamBase:
 
     def _call(self, handle: AgentHandle, buffer: _Buffer) -> calls.Call:
         return calls.tell(handle, self.prompt, self.timeout, recipient=buffer, completion=True,
-                          stream_to=buffer, monitor=True)
+                          stream_to=buffer, monitor=True, options=self.options)
 
     def _started(self, handle: AgentHandle, buffer: _Buffer, ref: RequestRef) -> None:
         self._handle, self._buffer, self.ref = handle, buffer, ref
@@ -456,7 +459,7 @@ def attach(name: Any, ref: RequestRef, *, after: int = 0, timeout: float | None 
 @system_renamed
 def stream(name: Any, prompt: str, *, interrupt_on_exit: bool = True,
            max_buffered_events: int = 256, timeout: float | None = None,
-           agent_system: Any = None) -> TurnStream:
+           agent_system: Any = None, options: RequestOptions | None = None) -> TurnStream:
     """Run `prompt` as a turn of agent `name` and stream it: use as `with stream(...) as turn:`
     and iterate `turn` for its `Event`s, then read `turn.response`.
 
@@ -468,6 +471,7 @@ def stream(name: Any, prompt: str, *, interrupt_on_exit: bool = True,
         timeout: seconds for the whole turn (None = forever): `CallTimeout` when it passes.
         agent_system: the `AgentSystem` to look the name up in (default: the current one;
             `system=` is its deprecated spelling).
+        options: the request's `RequestOptions` (e.g. `busy=`), as for `tell`.
 
     Returns:
         A `TurnStream` (a context manager).
@@ -476,7 +480,7 @@ def stream(name: Any, prompt: str, *, interrupt_on_exit: bool = True,
         TypeError: `prompt` is not a str.
         ValueError: `max_buffered_events` is not a positive int.
         AgentNotFound: (on entering) no agent has that name.
-        TurnError: on entering, ("overloaded", info) or "draining"; while iterating, the
+        TurnError: on entering, ("overloaded", info), "draining" or "busy"; while iterating, the
             turn failed (e.g. "interrupted", a backend reason).
         AgentDown: the agent ended before completing the request.
         CallTimeout: `timeout` seconds passed before the turn ended.
@@ -486,4 +490,4 @@ def stream(name: Any, prompt: str, *, interrupt_on_exit: bool = True,
     """
     return TurnStream(name, prompt, interrupt_on_exit=interrupt_on_exit,
                       max_buffered_events=max_buffered_events, timeout=timeout,
-                      agent_system=agent_system)
+                      agent_system=agent_system, options=options)

@@ -130,7 +130,7 @@ class AgentSystem(Registry):
             handle = AgentHandle(self, name, module, shutdown_ms)
             self._agents[name] = handle
         try:
-            options = build_options(reserved)
+            options = build_options(reserved, backend)
         except ValueError as exc:
             self._unregister(handle)
             logger.bind(gen_agent=name).error(

@@ -37,11 +37,13 @@ __all__ = [
     "PROMPT_ERROR",
     "PROMPT_START",
     "PROMPT_STOP",
+    "REQUEST_QUEUED",
     "STATE_CHANGED",
     "SUPERVISOR_RESTART",
     "TERMINATED",
     "TIMER_FAILED",
     "TURN_CANCELLED",
+    "TURN_DISCARDED",
     "TURN_ERROR",
     "TURN_REJECTED",
     "TURN_START",
@@ -77,6 +79,10 @@ TURN_REJECTED: Final = ("gen_agent", "turn", "rejected")
 """Measurements `system_time`; metadata `agent, ref, attempt, origin, reason_kind`."""
 TURN_CANCELLED: Final = ("gen_agent", "turn", "cancelled")
 """Measurements `system_time, queue_depth`; metadata `agent, ref, attempt, origin, reason_kind`."""
+TURN_DISCARDED: Final = ("gen_agent", "turn", "discarded")
+"""Measurements `system_time`; metadata `agent, ref, attempt, origin, by` (the ref of the
+`busy="rollback"` request that rolled the running turn back). Emitted before that turn's
+`TURN_ERROR` ("interrupted"); its exchange is dropped from the conversation. An extension."""
 PROMPT_START: Final = ("gen_agent", "prompt", "start")
 """Rich: `system_time`; `agent, ref, attempt, prompt, original_prompt, rewritten, agent_state`."""
 PROMPT_STOP: Final = ("gen_agent", "prompt", "stop")
@@ -89,6 +95,13 @@ STATE_CHANGED: Final = ("gen_agent", "state", "changed")
 """Measurements `system_time`; metadata `agent, from` (None at start), `to`."""
 MAILBOX_QUEUED: Final = ("gen_agent", "mailbox", "queued")
 """Measurements `depth` (queued count after enqueue); metadata `agent`."""
+REQUEST_QUEUED: Final = ("gen_agent", "request", "queued")
+"""Measurements `depth` (queued count after enqueue); metadata `agent, ref, origin, ahead`
+(True: put ahead of the queued work by `busy="interrupt"`/`"steer"`). Beside each
+`MAILBOX_QUEUED` of an ask/tell, naming the request, so a request's lifecycle (queued →
+`TURN_START` → `TURN_STOP`/`TURN_ERROR`, or `TURN_CANCELLED`) can be followed by ref.
+Content-free; emitted only while a handler is attached to it. An extension outside
+`EVENTS` (a recorder of every event keeps seeing exactly the contract's sequence)."""
 INPUT_REJECTED: Final = ("gen_agent", "input", "rejected")
 """Measurements `system_time`; metadata `agent, reason` (`("overloaded", info)`, `"draining"`)."""
 HALTED: Final = ("gen_agent", "halted")
@@ -113,6 +126,7 @@ EVENTS: Final = (
     TURN_ERROR,
     TURN_REJECTED,
     TURN_CANCELLED,
+    TURN_DISCARDED,
     PROMPT_START,
     PROMPT_STOP,
     PROMPT_ERROR,
@@ -125,8 +139,8 @@ EVENTS: Final = (
     SUPERVISOR_RESTART,
     TOOL_PERMISSION,
 )
-"""Every event name gen_agent emits (contract §8, plus `SUPERVISOR_RESTART` and
-`TOOL_PERMISSION`; docs: Telemetry and logging)."""
+"""Every event name gen_agent emits (contract §8, plus `SUPERVISOR_RESTART`, `TOOL_PERMISSION`
+and `TURN_DISCARDED`; docs: Telemetry and logging)."""
 
 
 class ToolCall(msgspec.Struct, frozen=True, kw_only=True):

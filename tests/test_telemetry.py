@@ -60,8 +60,8 @@ def recorder_fn(calls: list[Any], tag: str = "") -> Any:
 
 def test_event_name_constants_cover_contract_section_8() -> None:
     # The 14 names of contract §8, SUPERVISOR_RESTART and TOOL_PERMISSION (issue 17).
-    assert len(EVENTS) == 16
-    assert len(set(EVENTS)) == 16
+    assert len(EVENTS) == 17
+    assert len(set(EVENTS)) == 17
     assert telemetry.TOOL_PERMISSION == ("gen_agent", "tool_permission")
     assert all(name[0] == "gen_agent" and all(isinstance(p, str) for p in name) for name in EVENTS)
     assert TURN_START == ("gen_agent", "turn", "start")

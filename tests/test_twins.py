@@ -109,6 +109,7 @@ UNKNOWN_NAME: list[tuple[str, tuple[Any, ...], Any]] = [
     ("stop", (), AgentNotFound),
     ("poll", (RequestRef.new(),), PollResult(status="failed", reason="not_found")),
     ("interrupt_request", (RequestRef.new(),), "not_found"),
+    ("interrupt_receipt", (), AgentNotFound),
     ("cancel_request", (RequestRef.new(),), "not_found"),
     # casts: never fail (contract: a cast to a missing agent is a no-op)
     ("notify", ("event",), None),
@@ -159,6 +160,7 @@ TIMEOUT_CALLS: list[tuple[str, tuple[Any, ...]]] = [
     ("poll", (RequestRef.new(),)), ("notify_ack", ("event",)), ("status", ()),
     ("runtime_snapshot", ()), ("backend_session", ()), ("reset_session", ()),
     ("interrupt_request", (RequestRef.new(),)), ("cancel_request", (RequestRef.new(),)),
+    ("interrupt_receipt", ()),
 ]
 
 

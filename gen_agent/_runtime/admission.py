@@ -35,6 +35,10 @@ class AdmissionMixin:
     _dispatch: Any
     _dispatch_and_continue: Any
     _after_rejection: Any
+    _lifecycle: Any
+    _queued: Any
+    _admit_busy: Any
+    _policy_refusal: Any
 
     def _admit_prompt(self, request: Request) -> Any:
         """Queue `request` in the mailbox; return the overload reason or None."""
@@ -49,6 +53,7 @@ class AdmissionMixin:
             return reason
         request.queued_at = monotonic_ms()
         self._emit(telemetry.MAILBOX_QUEUED, {"depth": len(self.mailbox)}, {})
+        self._queued(request)
         return None
 
     def _drop_dead_callers(self) -> bool:
@@ -64,6 +69,7 @@ class AdmissionMixin:
         self._emit(telemetry.TURN_CANCELLED,
                    {"system_time": time.time_ns(), "queue_depth": len(self.mailbox)},
                    self._turn_meta(request, 1, reason_kind="caller_down"))
+        self._lifecycle(request, "cancelled", reason_kind="caller_down")
 
     def _can_dispatch_now(self) -> bool:
         """True if a new request may start now; takes the provider-limit permit it needs (a
@@ -79,9 +85,11 @@ class AdmissionMixin:
             return
         request = Request("ask", msg.prompt, ref=msg.ref, reply=msg.reply, caller=msg.caller,
                           options=msg.options)
-        if self._can_dispatch_now():
+        if (refused := self._policy_refusal(request)) is not None:
+            msg.reply.resolve(("error", refused))
+        elif self._can_dispatch_now():
             self._dispatch_and_continue(request, request.prompt, 1)
-        elif (reason := self._admit_prompt(request)) is not None:
+        elif (reason := self._admit_busy(request)) is not None:
             msg.reply.resolve(("error", reason))
 
     def _on_tell(self, msg: TellMsg) -> None:
@@ -95,14 +103,16 @@ class AdmissionMixin:
         request = Request("tell", msg.prompt, ref=msg.ref, recipient=msg.recipient,
                           completion=msg.completion, on_halt=msg.on_halt,
                           stream_to=msg.stream_to, options=msg.options, watch=msg.watch)
-        if self._can_dispatch_now():
+        if (refused := self._policy_refusal(request)) is not None:
+            msg.reply.resolve(("error", refused))
+        elif self._can_dispatch_now():
             # The reply waits for pre_turn and the task start (§2.5); a completion may
             # already have been delivered by then (§2.6).
             outcome = self._dispatch(request, request.prompt, 1)
             msg.reply.resolve(("ok", request.ref))
             if outcome != "started":
                 self._after_rejection(outcome)
-        elif (reason := self._admit_prompt(request)) is not None:
+        elif (reason := self._admit_busy(request)) is not None:
             msg.reply.resolve(("error", reason))
         else:
             msg.reply.resolve(("ok", request.ref))

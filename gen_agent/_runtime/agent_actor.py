@@ -30,6 +30,7 @@ from gen_agent._context import (
 from gen_agent._runtime import record
 from gen_agent._runtime.actor import ActorBase
 from gen_agent._runtime.admission import AdmissionMixin
+from gen_agent._runtime.busy import BusyMixin
 from gen_agent._runtime.controls import ControlsMixin
 from gen_agent._runtime.crash import log_exception
 from gen_agent._runtime.dispatch import DispatchMixin, info_of
@@ -48,6 +49,7 @@ from gen_agent._runtime.messages import (
     HaltMsg,
     InfoMsg,
     InterruptMsg,
+    InterruptReceiptMsg,
     InterruptRequestMsg,
     LimitWakeMsg,
     NotifyMsg,
@@ -97,10 +99,8 @@ from gen_agent.telemetry import attached
 _GRACEFUL = ("normal", "shutdown")
 
 
-
-
-class AgentActor(StartupMixin, AdmissionMixin, DispatchMixin, InputsMixin, ControlsMixin,
-                 ActorBase):
+class AgentActor(StartupMixin, AdmissionMixin, BusyMixin, DispatchMixin, InputsMixin,
+                 ControlsMixin, ActorBase):
     """The GenServer-like agent. Internal: users talk to it through `gen_agent.client`.
 
     Its loop, teardown and hibernation are `ActorBase`'s (`_runtime/actor.py`); this class is
@@ -130,6 +130,7 @@ class AgentActor(StartupMixin, AdmissionMixin, DispatchMixin, InputsMixin, Contr
         self.turn: Turn | None = None
         self.self_chain: str | Retry | None = None
         self._chain_options = DEFAULT_OPTIONS  # the options of a str self_chain follow-up
+        self._discarded: Any = None  # (ref, by): the rolled-back turn's request (busy.py)
         self._session_used = False  # a turn ran on the session since it started / was reset
         self.gates = Gates(options, handle)  # spend caps, provider permit, watchdog
         self.mailbox: BoundedQueue[Request] = BoundedQueue(
@@ -256,6 +257,8 @@ class AgentActor(StartupMixin, AdmissionMixin, DispatchMixin, InputsMixin, Contr
                     self._interrupt()
             case InterruptRequestMsg():
                 self._interrupt_request(msg.ref, msg.reply)
+            case InterruptReceiptMsg():
+                self._interrupt_receipt(msg.reply)
             case CancelRequestMsg():
                 msg.reply.resolve(self._cancel_request(msg.ref))
             case AbandonAskMsg():
@@ -564,6 +567,8 @@ class AgentActor(StartupMixin, AdmissionMixin, DispatchMixin, InputsMixin, Contr
         """Give a finished request its one outcome: reply, cache, completion (§4.7 step 4)."""
         if self.replay is not None:
             self.replay.finish(request.ref, outcome)
+        if request.options.lifecycle_to is not None:
+            self._lifecycle_end(request, outcome)
         if request.origin == "ask":
             self._replies.append((request.reply, outcome))
         elif request.origin == "tell":

@@ -30,6 +30,7 @@ from gen_agent._runtime.messages import (
     CancelRequestMsg,
     DrainMsg,
     GetSessionMsg,
+    InterruptReceiptMsg,
     InterruptRequestMsg,
     NotifyMsg,
     PollMsg,
@@ -267,6 +268,11 @@ def notify_ack(event: Any) -> Call:
 def interrupt_request(ref: RequestRef) -> Call:
     """`interrupt_request`: "accepted", "not_current" or "idle" ("not_found": no agent)."""
     return Call(lambda r: InterruptRequestMsg(ref, r), missing="not_found")
+
+
+INTERRUPT_RECEIPT = Call(InterruptReceiptMsg)
+"""`interrupt_receipt`: interrupt the active turn, answering an `InterruptReceipt` first
+(a missing agent: `AgentNotFound`, as every synchronous call, §2.1)."""
 
 
 def cancel_request(ref: RequestRef) -> Call:

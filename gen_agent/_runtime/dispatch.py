@@ -83,6 +83,7 @@ class DispatchMixin:
     _set_phase: Any
     _checkpoint_fn: Any
     _permission_fn: Any
+    _lifecycle: Any
 
     def _dispatch_and_continue(self, request: Request, prompt: str, attempt: int) -> None:
         outcome = self._dispatch(request, prompt, attempt)
@@ -178,6 +179,7 @@ class DispatchMixin:
                                  backend=self.backend, session=self.session,
                                  session_id=self.handle.session_id,
                                  queue_depth=len(self.mailbox))
+        self._lifecycle(request, "started", attempt=attempt)
         request.queued_at = None
         budget = None
         if self.opts.event_retention == "lossless":

@@ -136,6 +136,8 @@ class Durable:
         self._preamble: str | None = None  # for a CLI's next prompt (opt-in)
         self._marker: InFlightTurn | None = None  # the phase marker awaiting the state write
         self._flight: InFlightTurn | None = None  # the running turn's marker
+        self._rollback_task: int | None = None  # a turn a busy="rollback" request cuts
+        self._rollback_report: InterruptedTurn | None = None
 
     # ------------------------------------------------------------------ start
     def open(self, impl: Any, backend_opts: dict[str, Any], state: Any,
@@ -341,6 +343,40 @@ class Durable:
         if self.lease is not None:
             self._write("begin", sync=False, in_flight=marker)
 
+    def rolled_back(self, task_id: int) -> InterruptedTurn | None:
+        """The running turn `task_id` is being rolled back (`busy="rollback"`): its journal
+        is kept when it ends and, if a side-effecting call of it finished or is in doubt,
+        the returned `InterruptedTurn` reports it (written as the record's interrupted turn,
+        `Status.store.interrupted_turn`, usable with `resend`; the agent gives it to
+        `handle_info`, as at a resume) and the next prompt gets the interrupted turn's
+        preamble, since the dropped exchange no longer tells the model. None: no such call."""
+        self._rollback_task = task_id
+        report = self._rolled_back_report(self.journal)
+        self._rollback_report = report
+        if report is not None:
+            self.interrupted = report
+            self._preamble = preamble(report, self._unknown)
+        return report
+
+    def _rolled_back_report(self, journal: Any) -> InterruptedTurn | None:
+        if journal is None or not self._journals:
+            return None
+        try:
+            entries = [e for e in self.store.journal(self.key) if e.ref == journal.ref]
+        except StoreError as exc:
+            self._failed("journal", str(exc.reason))
+            return None
+        if not any(e.side_effects for e in entries):
+            return None
+        flight = journal.marker
+        return InterruptedTurn(
+            key=self.key, ref=flight.ref, origin=flight.origin, attempt=flight.attempt,
+            started_at=flight.started_at, detected_at=time.time(), prompt=flight.prompt,
+            output=flight.output, tools=flight.tools,
+            finished=tuple(e for e in entries if e.finished_at is not None),
+            in_doubt=tuple(e for e in entries if e.finished_at is None),
+            usage=dict(flight.usage), phase=flight.phase, response=flight.response)
+
     def turn_ended(self, task_id: int, ref: Any, session: Any, response: Any,
                    reason: Any = None) -> str | None:
         """Write the conversation record of a finished turn (once per turn task).
@@ -353,6 +389,11 @@ class Durable:
         self._ended_task = task_id
         journal, self.journal = self.journal, None
         fields: dict[str, Any] = {"in_flight": None, "backend": self._backend_name}
+        rolled = self._rollback_task == task_id
+        report, self._rollback_task, self._rollback_report = (
+            self._rollback_report if rolled else None), None, None
+        if report is not None:
+            fields["interrupted"] = report
         if response is not None and self.persist_state and self._flight is not None:
             # Until the decision's state is stored, the marker says so (phase
             # "after_response"): a death in between is reported, with the stored reply.
@@ -381,8 +422,8 @@ class Durable:
         self._unsynced = self.persist_state
         if kind is None and response is not None:
             self.totals = fields["totals"]
-        if kind is None and journal is not None and journal.written:
-            self._clear_journal()
+        if kind is None and journal is not None and journal.written and not rolled:
+            self._clear_journal()  # a rolled-back turn's calls stay journalled
         if kind is not None:
             self._marker = None
         return kind
@@ -485,6 +526,9 @@ class NoDurability:
     def turn_ended(self, task_id: int, ref: Any, session: Any, response: Any,
                    reason: Any = None) -> str | None:
         return None
+
+    def rolled_back(self, task_id: int) -> None:
+        return None  # no store, no journal: nothing to keep or report
 
     def session_replaced(self, session: Any) -> None:
         return None

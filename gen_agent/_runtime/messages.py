@@ -60,6 +60,10 @@ class InterruptRequestMsg(Msg, frozen=True):
     reply: Any
 
 
+class InterruptReceiptMsg(Msg, frozen=True):
+    reply: Any
+
+
 class CancelRequestMsg(Msg, frozen=True):
     ref: Any
     reply: Any

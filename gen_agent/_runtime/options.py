@@ -21,6 +21,7 @@ from gen_agent._timers import MAX_DURATION_MS
 from gen_agent.accounting import SharedBudget, Spend
 from gen_agent.limits import ProviderLimit
 from gen_agent.output import check_output_type
+from gen_agent.request import check_busy
 
 RESERVED = (
     "watchdog_ms", "shutdown_ms", "max_tell_results", "max_tell_result_bytes",
@@ -30,6 +31,7 @@ RESERVED = (
     "store", "session_key",
     "provider_limit",
     "output", "max_cost_usd", "max_total_tokens", "spend", "budgets", "replay_turns",
+    "busy",
 )
 
 HIBERNATE_ENV = "GEN_AGENT_HIBERNATE_AFTER_MS"
@@ -59,6 +61,7 @@ DEFAULTS: dict[str, Any] = {
     "spend": None,
     "budgets": (),
     "replay_turns": 0,
+    "busy": "enqueue",
 }
 
 _POSITIVE = ("max_events_per_turn", "max_event_bytes_per_turn")
@@ -94,6 +97,7 @@ class AgentOptions(msgspec.Struct, frozen=True, kw_only=True):
     spend: Spend | None = None  # the totals to start from
     budgets: tuple[Any, ...] = ()  # SharedBudgets above the agent (supervisor, pool, host)
     replay_turns: int = 0  # finished turns kept in the replay buffer (0: no buffer)
+    busy: str = "enqueue"  # a request arriving mid-turn: gen_agent.request.BUSY_POLICIES
 
 
 _STORE_METHODS = ("acquire", "release", "load", "update")
@@ -195,8 +199,9 @@ def validate_shutdown(value: Any) -> int | None:
                      allow_zero=True)
 
 
-def build_options(reserved: dict[str, Any]) -> AgentOptions:
-    """Apply defaults and validate every reserved option.
+def build_options(reserved: dict[str, Any], backend: Any = None) -> AgentOptions:
+    """Apply defaults and validate every reserved option (`backend`: the agent's, for the
+    options that depend on it, e.g. `busy="rollback"`).
 
     Raises:
         ValueError: an option has a value outside its accepted forms (the message names the
@@ -230,6 +235,11 @@ def build_options(reserved: dict[str, Any]) -> AgentOptions:
             f"event_retention must be 'compact' or 'lossless', got {values['event_retention']!r}"
         )
     _check_accounting(values)
+    check_busy(values["busy"], "start_agent", allow_none=False)
+    if backend is not None:
+        from gen_agent._runtime.busy import check_backend_policy  # the policy's own module
+
+        check_backend_policy(values["busy"], backend)
     return AgentOptions(**values)
 
 

@@ -73,6 +73,24 @@ class BoundedQueue(Generic[T]):
             self.bytes += size
         return info
 
+    def offer_ahead(self, item: T, size: int, behind: Callable[[T], bool]) -> OverloadInfo | None:
+        """As `offer`, but insert `item` before every queued item, except the leading run of
+        items matching `behind` (those placed ahead earlier keep their order)."""
+        info = check_admission(
+            self.name, len(self._items), self.bytes, size, self.max_count, self.max_bytes
+        )
+        if info is None:
+            if self._items is _NO_ITEMS:
+                self._items = deque()
+            index = 0
+            for queued, _ in self._items:
+                if not behind(queued):
+                    break
+                index += 1
+            self._items.insert(index, (item, size))
+            self.bytes += size
+        return info
+
     def pop(self) -> T:
         """Remove and return the oldest item. Raises IndexError when empty."""
         if not self._items:

@@ -70,7 +70,7 @@ class Request:
     """One logical request: an ask, a tell, or a generated prompt (event / self_chain)."""
 
     __slots__ = (
-        "caller", "completion", "on_halt", "options", "origin", "prompt", "queued_at",
+        "ahead", "caller", "completion", "on_halt", "options", "origin", "prompt", "queued_at",
         "recipient", "ref", "reply", "stream_to", "watch",
     )
 
@@ -94,6 +94,7 @@ class Request:
         # When the request (or its retry) started waiting for dispatch (monotonic ms; None
         # when it was dispatched at once).
         self.queued_at: int | None = None
+        self.ahead = False  # queued ahead of the mailbox by a busy policy (busy.py)
 
     @property
     def generated(self) -> bool:

@@ -445,6 +445,8 @@ class AnthropicAPI(Backend):
     official SDK.
     """
 
+    supports_rollback = True  # the session is the conversation (busy="rollback")
+
     PROVIDER: ClassVar[str] = "anthropic"
     """The provider name in trails and reasons."""
 

@@ -514,6 +514,8 @@ class MockBackend(Backend):
     Mirrors: `GenAgent.Backends.Mock` (contract §7.5; docs: the backend guide).
     """
 
+    supports_rollback = True  # the session is the conversation (busy="rollback")
+
     # Options every session of this class starts with, under the agent's (`with_options`).
     _preset: Mapping[str, Any] = types.MappingProxyType({})
 

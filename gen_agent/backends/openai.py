@@ -560,6 +560,8 @@ class OpenAIResponses(Backend):
     official SDK.
     """
 
+    supports_rollback = True  # the session is the conversation (busy="rollback")
+
     PROVIDER: ClassVar[str] = "openai"
     """The provider name in trails and reasons."""
 
