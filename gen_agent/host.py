@@ -578,10 +578,30 @@ class AgentHost:
         return self.store.load(key)  # type: ignore[no-any-return]
 
     def stream(self, key: str, prompt: str, *, interrupt_on_exit: bool = True,
-               max_buffered_events: int = 256, timeout: float | None = None) -> TurnStream:
-        """`gen_agent.stream` of a turn of `key`'s agent, activating it on entering."""
+               max_buffered_events: int = 256, timeout: float | None = None,
+               options: RequestOptions | None = None, output: Any = None) -> TurnStream:
+        """`gen_agent.stream` of a turn of `key`'s agent, activating it on entering
+        (`options` and `output` as for `ask`, checked on entering)."""
         return _HostTurnStream(self, key, prompt, interrupt_on_exit=interrupt_on_exit,
-                               max_buffered_events=max_buffered_events, timeout=timeout)
+                               max_buffered_events=max_buffered_events, timeout=timeout,
+                               options=options, output=output)
+
+    def interrupt_request(self, key: str, ref: RequestRef,
+                          timeout: float | None = None) -> str:
+        """`gen_agent.interrupt_request` of `key`'s live agent (never activates: a key
+        without one answers "not_found")."""
+        handle = self._live_handle(key)
+        if handle is None:
+            return "not_found"
+        return calls.run(handle, calls.interrupt_request(ref), timeout)  # type: ignore[no-any-return]
+
+    def cancel_request(self, key: str, ref: RequestRef, timeout: float | None = None) -> str:
+        """`gen_agent.cancel_request` of `key`'s live agent (never activates: a key without
+        one answers "not_found")."""
+        handle = self._live_handle(key)
+        if handle is None:
+            return "not_found"
+        return calls.run(handle, calls.cancel_request(ref), timeout)  # type: ignore[no-any-return]
 
     def attach(self, key: str, ref: RequestRef, *, after: int = 0,
                timeout: float | None = None, max_buffered_events: int = 256) -> AttachedTurn:
