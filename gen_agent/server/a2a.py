@@ -241,7 +241,7 @@ def _answer(message: Message) -> Any:
 
 
 def _turn_error(exc: TurnError) -> Exception:
-    from gen_agent.server.app import turn_error_status
+    from gen_agent.server.core import turn_error_status
 
     _status_code, code, text, _headers = turn_error_status(exc.reason)
     if code in ("busy", "draining", "overloaded", "rate_limit_exceeded", "insufficient_quota"):
