@@ -11,7 +11,8 @@ turn ends or a tool permission question (`gen_agent.server.approvals`) waits for
 Rejoining is reading another segment from where the last one stopped.
 
 Tasks are bounded per server (`MAX_TASKS`, the oldest finished go first) and visible only to
-their tenant: a lookup by another tenant finds nothing, exactly as an unknown id.
+their tenant: a lookup by another tenant finds nothing, exactly as an unknown id. A drain
+denies every pending permission question of the server's tasks at once.
 """
 
 from __future__ import annotations
@@ -133,6 +134,16 @@ class TaskBook:
         self.server = server
         self._tasks: OrderedDict[str, ServedTask] = OrderedDict()
         self._drivers: set[asyncio.Task[None]] = set()
+        hooks = getattr(server, "on_drain", None)
+        if isinstance(hooks, list):
+            hooks.append(self._on_drain)
+
+    def _on_drain(self) -> None:
+        # Nobody will answer a question while the server drains: deny them now (their
+        # turns end interrupted) instead of holding the drain until they time out.
+        for task in list(self._tasks.values()):
+            if not task.done:
+                APPROVALS.cancel(task.agent)
 
     def get(self, principal: Any, task_id: Any) -> ServedTask | None:
         """The task `task_id` of `principal`'s tenant, or None (unknown, or another's)."""

@@ -25,6 +25,7 @@ from gen_agent.tools import tool
 from tests.server_protocols.support import Chat, make_app, serving
 
 ALICE = {"Authorization": "Bearer alice-token-0123456789"}
+BOB = {"Authorization": "Bearer bob-token-0123456789ab"}
 DECODE = TypeAdapter(AguiEvent)
 WAIT_S = 10.0
 
@@ -92,6 +93,12 @@ def test_text_tools_interrupt_resume_and_cancel(agent_system: gen_agent.AgentSys
         assert interrupt.reason == "tool_permission"
         assert interrupt.metadata == {"toolName": "lookup", "input": {"city": "Oslo"},
                                       "taskId": events[1].snapshot["taskId"]}
+        # Another tenant cannot answer it, nor cancel the thread, even knowing both ids.
+        guess = {"threadId": "t1", "runId": "r-bob", "messages": [], "resume": [
+            {"interruptId": interrupt.id, "status": "resolved", "payload": {"allow": True}}]}
+        assert http.post(f"{url}/agui/chat", headers=BOB, json=guess).status_code == 400
+        assert http.post(f"{url}/agui/chat/cancel", headers=BOB,
+                         json={"threadId": "t1"}).status_code == 404
         # Resuming answers it; the same turn goes on in the new run.
         rest = _run(http, url, "t1", resume=[{"interruptId": interrupt.id, "status": "resolved",
                                               "payload": {"allow": True}}])
