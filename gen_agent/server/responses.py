@@ -43,6 +43,7 @@ from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 import msgspec
+from loguru import logger
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
@@ -491,6 +492,10 @@ async def _run(server: Server, record: _Record, turn: Any) -> None:
             await turn.__aexit__(None, None, None)
     finally:
         record.done.set()
+        # Content-free: ids, the tenant, the outcome; never a prompt, a reply or a reason.
+        logger.info("response {} of tenant {} on {}: {}", record.id, record.principal.tenant,
+                    record.host, record.status if record.error is None else
+                    f"{record.status} ({record.error[0]})")
         _publish(record, translator.finish())
         for queue in record.subscribers:
             queue.put_nowait(None)
