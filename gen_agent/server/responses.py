@@ -48,7 +48,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
-from gen_agent.errors import AgentDown, AgentStartError, CallTimeout, TurnError
+from gen_agent.errors import AgentDown, AgentStartError, CallTimeout, RequestError, TurnError
 from gen_agent.event import Event
 from gen_agent.output import check_output_type
 from gen_agent.request import RequestOptions
@@ -628,8 +628,11 @@ async def _create(request: Request) -> Response:
         turn = server.stream(principal, model, key, prompt, options=options,
                              output=output_type)
         await turn.__aenter__()
-    except (TurnError, AgentStartError, CallTimeout) as exc:
-        reason = exc.reason if isinstance(exc, TurnError) else ("overloaded",)
+    except (TurnError, AgentStartError, CallTimeout, RequestError) as exc:
+        # RequestError: a refusal with a reason (e.g. "busy" from a host whose busy policy
+        # is "reject"); TurnError: the host's and the server's own refusals.
+        reason = getattr(exc, "reason", None) if not isinstance(exc, CallTimeout) else (
+            "overloaded",)
         status, code, message, headers = turn_error_status(reason)
         if isinstance(exc, AgentStartError):
             status, code, message, headers = 503, "unavailable", (

@@ -124,3 +124,23 @@ def test_serve_loads_module_attr_and_refuses_a_public_bind_without_auth(
         assert sorted(served.state.gen_agent_server.hosts) == ["chat"]
     finally:
         served_mod.hosts["chat"].close()
+
+
+def test_the_readme_client_example_runs_against_the_server(capsys: Any) -> None:
+    import re
+
+    from gen_agent.server import BearerTokens, Principal
+    from tests.server.conftest import serving
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text("utf-8")
+    section = readme.split("## Serving agents over HTTP", 1)[1].split("\n## ", 1)[0]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)  # type: ignore[union-attr]
+    token = re.search(r'api_key="([^"]+)"', code).group(1)  # type: ignore[union-attr]
+    assert f"acme:{token}" in section  # the shell part sets the same token
+    tokens = BearerTokens({token: Principal(tenant="acme", subject="acme")})
+    with serving(tokens=tokens) as s:
+        exec(compile(code.replace("http://127.0.0.1:8000", s.url), "README", "exec"), {})
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("acme/resp_") and out[0].endswith("#1: Hello")
+    assert out[1] == "acme/conv_ada#1: Stream it"
+    assert any(p.endswith("#2|And again") for p in s.model.prompts)
