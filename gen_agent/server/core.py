@@ -31,6 +31,7 @@ from typing import Any
 from urllib.parse import quote
 
 import msgspec
+from loguru import logger
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
@@ -163,7 +164,7 @@ class ServedTurn:
         self.server, self.principal = server, principal
         self.host_name, self.key = host, key
         self._stream = stream
-        self._tracked = _Tracked(host=host, key=key)
+        self._tracked = _Tracked(host, server.tenant_key(principal, key))
         self._charged = False
 
     @property
@@ -194,7 +195,6 @@ class ServedTurn:
                     self._charge(await self._stream.response())
         finally:
             self.server._turns.discard(self._tracked)
-            self.server._turns_changed()
 
     def __aiter__(self) -> AsyncIterator[Any]:
         return self._stream.__aiter__()  # type: ignore[no-any-return]
@@ -243,7 +243,6 @@ class Server:
         self._budgets: dict[str, SharedBudget] = {}
         self._lock = threading.Lock()
         self._turns: set[_Tracked] = set()
-        self._idle: asyncio.Event | None = None
         self._drained = False
         self._drain_lock: asyncio.Lock | None = None
         self.on_drain: list[Callable[[], Any]] = []  # protocol hooks run when a drain begins
@@ -333,10 +332,6 @@ class Server:
                                      options=options, output=output)
         return ServedTurn(self, principal, host, key, turn)
 
-    def _turns_changed(self) -> None:
-        if self._idle is not None and not self._turns:
-            self._idle.set()
-
     # ------------------------------------------------------------------ drain
     async def drain(self, timeout: float | None = None, *, close_hosts: bool = False) -> None:
         """Stop accepting work, let running turns finish, then stop the hosts' agents.
@@ -362,29 +357,28 @@ class Server:
                 if inspect.isawaitable(result):
                     await result
             bound = self.limits.drain_timeout_s if timeout is None else timeout
-            self._idle = asyncio.Event()
-            self._turns_changed()
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(bound):
-                    await self._idle.wait()
-            for turn in list(self._turns):
+            # Each live agent's drain rejects its queued requests with "draining" at once,
+            # lets its running turn finish, then stops it (its lease is released).
+            drains = [asyncio.ensure_future(self._drain_agent(agent_host, key, bound + 10))
+                      for agent_host in self.hosts.values() for key in agent_host.live_keys()]
+            if drains:
+                await asyncio.wait(drains, timeout=bound)
+            for turn in list(self._turns):  # past the bound: interrupt what still runs
                 if turn.ref is None:
                     continue
-                agent_host = self.hosts[turn.host]
                 with contextlib.suppress(Exception):
-                    await agent_host.aio.interrupt_request(turn.key, turn.ref, 5.0)
-            await asyncio.gather(*(self._drain_host(h) for h in self.hosts.values()))
+                    await self.hosts[turn.host].aio.interrupt_request(turn.key, turn.ref, 5.0)
+            if drains:
+                await asyncio.wait(drains, timeout=15.0)
             if close_hosts:
                 for agent_host in self.hosts.values():
                     await asyncio.to_thread(agent_host.close)
             self._drained = True
 
-    async def _drain_host(self, host: AgentHost) -> None:
-        async def one(key: str) -> None:
-            with contextlib.suppress(Exception):
-                await aio.drain((host.name, key), 10.0, agent_system=host.system)
-
-        await asyncio.gather(*(one(key) for key in host.live_keys()))
+    @staticmethod
+    async def _drain_agent(host: AgentHost, key: str, timeout: float) -> None:
+        with contextlib.suppress(Exception):  # gone already, or stopped another way
+            await aio.drain((host.name, key), timeout, agent_system=host.system)
 
     # ------------------------------------------------------------------ readiness
     async def ready(self) -> bool:
@@ -414,6 +408,8 @@ class _Guard:
             return
         refusal, receive = await self._check(scope, receive)
         if refusal is not None:
+            logger.info("refused {} {}: {}", scope["method"], scope["path"].split("/")[1:3],
+                        getattr(refusal, "status_code", "closed"))
             await refusal(scope, receive, send)
             return
         await self.app(scope, receive, send)

@@ -43,11 +43,12 @@ from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 import msgspec
+from loguru import logger
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
-from gen_agent.errors import AgentDown, AgentStartError, CallTimeout, TurnError
+from gen_agent.errors import AgentDown, AgentStartError, CallTimeout, RequestError, TurnError
 from gen_agent.event import Event
 from gen_agent.output import check_output_type
 from gen_agent.request import RequestOptions
@@ -491,6 +492,10 @@ async def _run(server: Server, record: _Record, turn: Any) -> None:
             await turn.__aexit__(None, None, None)
     finally:
         record.done.set()
+        # Content-free: ids, the tenant, the outcome; never a prompt, a reply or a reason.
+        logger.info("response {} of tenant {} on {}: {}", record.id, record.principal.tenant,
+                    record.host, record.status if record.error is None else
+                    f"{record.status} ({record.error[0]})")
         _publish(record, translator.finish())
         for queue in record.subscribers:
             queue.put_nowait(None)
@@ -623,8 +628,11 @@ async def _create(request: Request) -> Response:
         turn = server.stream(principal, model, key, prompt, options=options,
                              output=output_type)
         await turn.__aenter__()
-    except (TurnError, AgentStartError, CallTimeout) as exc:
-        reason = exc.reason if isinstance(exc, TurnError) else ("overloaded",)
+    except (TurnError, AgentStartError, CallTimeout, RequestError) as exc:
+        # RequestError: a refusal with a reason (e.g. "busy" from a host whose busy policy
+        # is "reject"); TurnError: the host's and the server's own refusals.
+        reason = getattr(exc, "reason", None) if not isinstance(exc, CallTimeout) else (
+            "overloaded",)
         status, code, message, headers = turn_error_status(reason)
         if isinstance(exc, AgentStartError):
             status, code, message, headers = 503, "unavailable", (

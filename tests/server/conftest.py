@@ -50,7 +50,9 @@ class Model:
 
 
 class Chat(GenAgent):
-    """State: turns so far; the prompt the model sees is `<key>#<n>|<prompt>`."""
+    """State: turns so far (persisted); the prompt the model sees is `<key>#<n>|<prompt>`."""
+
+    persist_state = True
 
     def init_agent(self, opts: dict[str, Any]) -> tuple[dict[str, Any], Any]:
         self.key = opts["key"]
