@@ -73,12 +73,12 @@ def serving(app: Any) -> Iterator[Serving]:
         served.stop()
 
 
-def make_app(hosts: dict[str, Any], protocols: list[Any]) -> Any:
+def make_app(hosts: dict[str, Any], protocols: list[Any], **options: Any) -> Any:
     """The app under test: `gen_agent.server.create_app` with bearer tokens of two tenants."""
     from gen_agent.server.app import create_app
     from gen_agent.server.auth import BearerTokens, Principal
 
     table = BearerTokens({token: Principal(tenant=t, subject=s)
                           for token, (t, s) in TOKENS.items()})
-    return create_app(hosts, tokens=table, protocols=protocols)
+    return create_app(hosts, tokens=table, protocols=protocols, **options)
 

@@ -141,3 +141,27 @@ def _wait(check: Any) -> None:
             return
         event.wait(0.02)
     raise AssertionError("never happened")
+
+
+def test_a_drain_denies_a_pending_permission_question(
+        agent_system: gen_agent.AgentSystem) -> None:
+    from gen_agent.server import ServerLimits
+    from gen_agent.server._served import book
+    from gen_agent.server.approvals import APPROVALS
+
+    host = gen_agent.AgentHost(Chat, backend=MockBackend, name="chat", agent_system=agent_system,
+                               scripts=[mock.tool_round([("lookup", {"city": "Oslo"})],
+                                                        mock.text_turn("never"))],
+                               tools=[lookup])
+    # A drain bound far beyond the server's 10 s stop: only denying the question at once
+    # lets the server stop in time.
+    app = make_app({"chat": host}, [agui], limits=ServerLimits(drain_timeout_s=60))
+    served = serving(app)
+    with served as running, httpx.Client(timeout=WAIT_S) as http:
+        events = _run(http, running.url, "t1", "weather?")
+        assert events[-1].outcome.type == "interrupt"
+        assert APPROVALS.pending(("chat", "acme/t1"))
+    (task,) = book(app.state.gen_agent_server)._tasks.values()
+    assert task.state == "canceled"
+    assert APPROVALS.pending(("chat", "acme/t1")) == []
+    host.close()
