@@ -74,7 +74,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Route
 
-from gen_agent.errors import TurnError
+from gen_agent.errors import GenAgentError, TurnError
 from gen_agent.server._served import ServedTask, book, segment
 from gen_agent.server.approvals import APPROVALS, PendingApproval, decision_from
 
@@ -286,6 +286,9 @@ class _Handler(RequestHandler):
                                                  _prompt(message))
         except TurnError as exc:
             raise _turn_error(exc) from None
+        except GenAgentError:  # the agent did not start (a leased key, a failed start)
+            raise UnsupportedOperationError("unavailable: the agent is not available; "
+                                            "retry later") from None
         except ValueError:
             raise InvalidParamsError("a bad contextId") from None
         return task, 0, True

@@ -60,7 +60,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
-from gen_agent.errors import TurnError
+from gen_agent.errors import GenAgentError, TurnError
 from gen_agent.server._served import ServedTask, book, segment
 from gen_agent.server.approvals import APPROVALS, PendingApproval, decision_from
 from gen_agent.server.core import error_response, turn_error_status
@@ -227,6 +227,9 @@ def routes(server: Any) -> list[BaseRoute]:
         except TurnError as exc:
             status, code, message, headers = turn_error_status(exc.reason)
             return error_response(status, message, code=code, headers=headers)
+        except GenAgentError:  # the agent did not start (a leased key, a failed start)
+            return error_response(503, "the agent is not available; retry later",
+                                  code="unavailable", headers={"Retry-After": "1"})
         return _sse(run_events(server, task, after, body.thread_id, body.run_id))
 
     async def cancel(request: Request) -> Response:

@@ -39,7 +39,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
-from gen_agent.errors import TurnError
+from gen_agent.errors import GenAgentError, TurnError
 from gen_agent.server import agui
 from gen_agent.server._served import book
 from gen_agent.server.approvals import APPROVALS, decision_from
@@ -140,6 +140,9 @@ def routes(server: Any) -> list[BaseRoute]:
         except TurnError as exc:
             status, code, message, headers = turn_error_status(exc.reason)
             return error_response(status, message, code=code, headers=headers)
+        except GenAgentError:  # the agent did not start (a leased key, a failed start)
+            return error_response(503, "the agent is not available; retry later",
+                                  code="unavailable", headers={"Retry-After": "1"})
         return JSONResponse({"task": task.id, "thread": thread}, headers=_headers())
 
     def _task(request: Request) -> Any:
