@@ -716,8 +716,13 @@ async def _models(request: Request) -> JSONResponse:
 
 
 def routes(server: Server) -> list[BaseRoute]:
-    """The Responses API routes over `server` (see the module docstring)."""
+    """The Responses API routes over `server` (see the module docstring).
+
+    Raises:
+        ImportError: the `openai` package (its `types.responses` models) is missing.
+    """
     _book(server)
+    _types()  # imported now, not inside the event loop at the first request (~1-2 s)
     return [
         Route("/v1/responses", _create, methods=["POST"]),
         Route("/v1/responses/{rid}", _retrieve, methods=["GET"]),
