@@ -520,23 +520,33 @@ def _sse(event: Any) -> bytes:
 
 
 async def _events(record: _Record, after: int) -> AsyncIterator[bytes]:
+    # Events that are ready together go out in one write: one send per wake-up, not per
+    # event (each send is a syscall and, on a loaded machine, a scheduling point).
     queue: asyncio.Queue[Any] = asyncio.Queue()
     backlog = _replay(record)
     if not record.done.is_set():
         record.subscribers.append(queue)
     try:
-        for event in backlog:
-            if event.sequence_number > after:
-                yield _sse(event)
-        last = backlog[-1].sequence_number if backlog else 0
+        chunk = b"".join(_sse(e) for e in backlog if e.sequence_number > after)
+        if chunk:
+            yield chunk
+        last = max(after, backlog[-1].sequence_number if backlog else 0)
         if record.done.is_set():
             return
-        while True:
-            event = await queue.get()
-            if event is None:
-                break
-            if event.sequence_number > max(after, last):
-                yield _sse(event)
+        ended = False
+        while not ended:
+            ready = [await queue.get()]
+            while not queue.empty():
+                ready.append(queue.get_nowait())
+            out = []
+            for event in ready:
+                if event is None:
+                    ended = True
+                    break
+                if event.sequence_number > last:
+                    out.append(_sse(event))
+            if out:
+                yield b"".join(out)
     finally:
         with contextlib.suppress(ValueError):
             record.subscribers.remove(queue)
@@ -716,8 +726,13 @@ async def _models(request: Request) -> JSONResponse:
 
 
 def routes(server: Server) -> list[BaseRoute]:
-    """The Responses API routes over `server` (see the module docstring)."""
+    """The Responses API routes over `server` (see the module docstring).
+
+    Raises:
+        ImportError: the `openai` package (its `types.responses` models) is missing.
+    """
     _book(server)
+    _types()  # imported now, not inside the event loop at the first request (~1-2 s)
     return [
         Route("/v1/responses", _create, methods=["POST"]),
         Route("/v1/responses/{rid}", _retrieve, methods=["GET"]),

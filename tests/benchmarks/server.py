@@ -101,6 +101,8 @@ def setup(params: dict[str, Any]) -> Iterator[dict[str, Any]]:
         try:
             yield env
         finally:
+            client.close()
+            bare_client.close()
             bare.should_exit = True
             thread.join(10)
             sock.close()

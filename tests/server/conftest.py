@@ -23,8 +23,8 @@ TOKENS = BearerTokens({TOKEN_A: Principal(tenant="a", subject="alice"),
 
 
 class Model:
-    """The fake model: answers `<key>#<turn>: <prompt>` and records every prompt it saw;
-    a prompt in `gates` waits for its event first (set by the test)."""
+    """The fake model: answers `<key>#<turn>: <prompt>` (a prompt `json:X`: just `X`) and
+    records every prompt it saw; a prompt in `gates` waits for its event first."""
 
     def __init__(self) -> None:
         self.prompts: list[str] = []
@@ -44,6 +44,8 @@ class Model:
             if word in text:
                 self.entered[word].set()
                 assert gate.wait(10), "the test never opened the gate"
+        if text.startswith("json:"):  # a bare structured reply
+            return text_turn(text[5:], usage={"input_tokens": 4, "output_tokens": 3})
         return text_turn([prompt.split("|", 1)[0], ": ", text],
                          usage={"input_tokens": 4, "output_tokens": 3},
                          result={"cost_usd": 0.01})

@@ -121,6 +121,12 @@ def test_structured_output_follows_text_format(served: Served) -> None:
     assert bad.status == "failed"
     assert bad.error is not None and "text.format" in bad.error.message
     assert bad.text is not None and bad.text.format.type == "json_schema"
+    good = client.responses.create(model="chat", input='json:{"a": 1}', text=fmt)
+    assert good.status == "completed" and json.loads(good.output_text) == {"a": 1}
+    wrong = client.responses.create(model="chat", input='json:{"a": "one"}', text=fmt)
+    assert wrong.status == "completed"  # the root type (an object) is what is validated
+    listed = client.responses.create(model="chat", input='json:[1]', text=fmt)
+    assert listed.status == "failed"
 
 
 def test_agent_run_tools_are_items_with_their_own_output() -> None:

@@ -192,3 +192,30 @@ def test_a_seeded_canary_never_leaks(logs: list[str]) -> None:
     assert any("refused" in line for line in logs)
     assert CANARY_PROMPT not in everything and TOKEN_A not in everything
     assert TOKEN_B not in everything
+
+
+def test_the_observer_is_mounted_behind_the_same_auth() -> None:
+    with serving(observer=True) as s:
+        page = httpx.get(s.url + "/observer/api/state", timeout=T,
+                         headers={"Authorization": f"Bearer {TOKEN_A}"})
+        assert page.status_code == 200 and "agents" in page.text
+        assert httpx.get(s.url + "/observer/api/state", timeout=T).status_code == 401
+
+
+def test_a_tenants_turns_in_flight_are_bounded() -> None:
+    with serving(limits=ServerLimits(max_concurrent_turns=1)) as s:
+        gate, entered = s.model.gate("hold")
+        a = s.client(TOKEN_A)
+        held = a.responses.create(model="chat", input="hold", background=True)
+        assert entered.wait(T)
+        with pytest.raises(openai.RateLimitError) as refused:
+            a.responses.create(model="chat", input="second", conversation="other")
+        assert refused.value.response.headers["retry-after"] == "1"
+        assert s.client(TOKEN_B).responses.create(model="chat", input="b").status == (
+            "completed")
+        gate.set()
+        for _ in range(int(T / 0.01)):
+            if a.responses.retrieve(held.id).status == "completed":
+                break
+            time.sleep(0.01)
+        assert a.responses.create(model="chat", input="third").status == "completed"
