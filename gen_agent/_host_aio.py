@@ -163,12 +163,30 @@ class AsyncHost:
 
     def stream(self, key: str, prompt: str, *, interrupt_on_exit: bool = True,
                max_buffered_events: int = 256, timeout: float | None = None,
-               options: RequestOptions | None = None) -> AsyncTurnStream:
+               options: RequestOptions | None = None, output: Any = None) -> AsyncTurnStream:
         """`AgentHost.stream`, for `async with` / `async for`."""
         return _AsyncHostTurnStream(self._host, key, prompt,
                                     interrupt_on_exit=interrupt_on_exit,
                                     max_buffered_events=max_buffered_events, timeout=timeout,
-                                    options=options)
+                                    options=options, output=output)
+
+    async def interrupt_request(self, key: str, ref: RequestRef,
+                                timeout: float | None = None) -> str:
+        """`AgentHost.interrupt_request`, awaited."""
+        handle = self._host._live_handle(key)
+        if handle is None:
+            return "not_found"
+        return await calls.run_async(  # type: ignore[no-any-return]
+            handle, calls.interrupt_request(ref), timeout)
+
+    async def cancel_request(self, key: str, ref: RequestRef,
+                             timeout: float | None = None) -> str:
+        """`AgentHost.cancel_request`, awaited."""
+        handle = self._host._live_handle(key)
+        if handle is None:
+            return "not_found"
+        return await calls.run_async(  # type: ignore[no-any-return]
+            handle, calls.cancel_request(ref), timeout)
 
     def attach(self, key: str, ref: RequestRef, *, after: int = 0,
                timeout: float | None = None, max_buffered_events: int = 256

@@ -609,12 +609,12 @@ class AgentHost:
 
     def stream(self, key: str, prompt: str, *, interrupt_on_exit: bool = True,
                max_buffered_events: int = 256, timeout: float | None = None,
-               options: RequestOptions | None = None) -> TurnStream:
+               options: RequestOptions | None = None, output: Any = None) -> TurnStream:
         """`gen_agent.stream` of a turn of `key`'s agent, activating it on entering
-        (`options`, e.g. `RequestOptions(busy=...)`, as for `ask` / `tell`)."""
+        (`options` and `output` as for `ask`, checked on entering)."""
         return _HostTurnStream(self, key, prompt, interrupt_on_exit=interrupt_on_exit,
                                max_buffered_events=max_buffered_events, timeout=timeout,
-                               options=options)
+                               options=options, output=output)
 
     def attach(self, key: str, ref: RequestRef, *, after: int = 0,
                timeout: float | None = None, max_buffered_events: int = 256) -> AttachedTurn:

@@ -154,10 +154,10 @@ class _TurnStreamBase:
 
     def __init__(self, name: Any, prompt: str, *, interrupt_on_exit: bool = True,
                  max_buffered_events: int = 256, timeout: float | None = None,
-                 agent_system: Any = None, options: RequestOptions | None = None) -> None:
+                 agent_system: Any = None, options: RequestOptions | None = None,
+                 output: Any = None) -> None:
         calls.check_prompt(prompt, "stream")
         check_options(options, "stream")
-        self.options = options
         if type(max_buffered_events) is not int or max_buffered_events < 1:
             raise ValueError("stream: max_buffered_events must be a positive int, "
                              f"got {max_buffered_events!r}")
@@ -166,6 +166,7 @@ class _TurnStreamBase:
         self.interrupt_on_exit = interrupt_on_exit
         self.max_buffered_events = max_buffered_events
         self.timeout = timeout
+        self.options, self.output = options, output  # the request's RequestOptions, type
         self._system = agent_system
         self._handle: AgentHandle | None = None
         self._buffer: _Buffer | None = None
@@ -176,7 +177,8 @@ class _TurnStreamBase:
 
     def _call(self, handle: AgentHandle, buffer: _Buffer) -> calls.Call:
         return calls.tell(handle, self.prompt, self.timeout, recipient=buffer, completion=True,
-                          stream_to=buffer, monitor=True, options=self.options)
+                          stream_to=buffer, monitor=True, options=self.options,
+                          output=self.output)
 
     def _started(self, handle: AgentHandle, buffer: _Buffer, ref: RequestRef) -> None:
         self._handle, self._buffer, self.ref = handle, buffer, ref

@@ -43,6 +43,8 @@ HEADLINES = {
     "warm_cli": "warm_turn",
     "sse_decoding": "large_event",
     "host": "host_ask",
+    "server": "server_stream",
+    "server_fanout": "completed",
     "crash_journal": "hits_reply",
 }
 

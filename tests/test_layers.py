@@ -140,6 +140,7 @@ API = {
     "gen_agent.system",
 }
 NAMESPACE_ROOTS = ("gen_agent.backends", "gen_agent.cli", "gen_agent.observer", "gen_agent.ray",
+                   "gen_agent.server",
                    "gen_agent.testing")
 NAMESPACES = {"gen_agent", "gen_agent.__main__", "gen_agent.otel", "gen_agent.tools"}
 LAYER_NAMES = ("records", "contract", "runtime", "api", "namespaces")

@@ -669,6 +669,50 @@ def observe(
     raise typer.Exit(EXIT_OK)
 
 
+# -- serve ------------------------------------------------------------------------------------
+
+
+@app.command()
+@_guarded
+def serve(
+    target: Annotated[str, typer.Argument(
+        help="module:attr naming the hosts (an AgentHost, a list or a dict of them) or an "
+             "app from gen_agent.server.create_app.")],
+    host: Annotated[str, typer.Option(
+        "--host", help="Address to listen on; beyond loopback needs auth "
+                       "(GEN_AGENT_SERVER_TOKENS or GEN_AGENT_SERVER_TOKEN_FILE).")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", min=0, max=65535,
+                                      help="Port to listen on.")] = 8000,
+    head_timeout: Annotated[float, typer.Option(
+        "--head-timeout", min=0.1, help="Seconds a connection may take to send a request "
+                                        "head.")] = 10.0,
+    version: VersionOpt = False,
+) -> None:
+    """Serve agent hosts over HTTP: the OpenAI Responses API at /v1/responses."""
+    import sys
+
+    try:
+        from gen_agent.server.run import check_bind, load, run
+    except ImportError as exc:
+        raise CliError(f"{exc}; install it with: pip install 'gen-agent[server]'") from None
+    if "" not in sys.path:
+        sys.path.insert(0, "")  # module:attr is looked up from the working directory
+    try:
+        served = load(target)
+        check_bind(served, host)
+    except (ValueError, ImportError, AttributeError) as exc:
+        raise CliError(str(exc)) from None
+    _err().print(f"gen-agent serve: http://{host}:{port}/v1/responses "
+                 f"(models: {', '.join(sorted(served.state.gen_agent_server.hosts))}); "
+                 "Ctrl-C drains and stops.", markup=False, soft_wrap=True)
+    try:
+        run(served, host, port, head_timeout_s=head_timeout)
+    except OSError as exc:
+        raise CliError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    raise typer.Exit(EXIT_OK)
+
+
 @app.command()
 def version() -> None:
     """Print the gen_agent version."""

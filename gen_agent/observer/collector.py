@@ -28,6 +28,7 @@ from typing import Any, Final
 
 from gen_agent import telemetry
 from gen_agent.errors import GenAgentError
+from gen_agent.observer import charts
 from gen_agent.system import AgentSystem
 
 __all__ = ["Collector", "describe_reason", "escaped", "label"]
@@ -198,7 +199,8 @@ class Collector:
     def _on_event(self, name: tuple[str, ...], measurements: dict[str, Any],
                   metadata: dict[str, Any], _config: Any) -> None:
         # Runs in the emitting (agent) thread: record, never call an agent.
-        agent = _label(metadata.get("agent"))
+        raw = metadata.get("agent")
+        agent = _label(raw)
         now = time.time()
         with self._changed:
             if self._closed:
@@ -210,7 +212,7 @@ class Collector:
                     while len(self._prompts) > self._max_turns:
                         self._prompts.pop(next(iter(self._prompts)))
                 return
-            detail = self._record(name, agent, measurements, metadata, now)
+            detail = self._record(name, agent, measurements, metadata, now, _host_of(raw))
             self._events.append({"t": now, "event": ".".join(name[1:]), "agent": agent,
                                  "detail": detail})
             self._version += 1
@@ -222,7 +224,7 @@ class Collector:
         return agent, escaped(str(getattr(ref, "id", ref))), int(metadata.get("attempt") or 1)
 
     def _record(self, name: tuple[str, ...], agent: str, measurements: dict[str, Any],
-                metadata: dict[str, Any], now: float) -> str:
+                metadata: dict[str, Any], now: float, host: str | None = None) -> str:
         """Update the turn rings for one event (lock held); return the timeline detail."""
         if name == telemetry.STATE_CHANGED:
             return f"{metadata.get('from') or 'start'} → {metadata.get('to')}"
@@ -250,7 +252,7 @@ class Collector:
         else:
             outcome = "cancelled: " + describe_reason(metadata.get("reason_kind"))
         turn: dict[str, Any] = {
-            "agent": agent, "ref": key[1], "origin": origin, "attempt": key[2],
+            "agent": agent, "host": host, "ref": key[1], "origin": origin, "attempt": key[2],
             "outcome": outcome, "ended": now,
             "duration_ms": measurements.get("duration_ms"),
             "input_tokens": measurements.get("input_tokens"),
@@ -278,7 +280,8 @@ class Collector:
         """Build the whole view now: agents, supervision trees, pools, turns, timeline.
 
         Returns a JSON-ready dict: `{"time", "version", "show_text", "agents": [...],
-        "supervisors": [...], "pools": [...], "turns": [...], "events": [...]}`. Each agent is
+        "supervisors": [...], "pools": [...], "turns": [...], "events": [...], "charts": {...}}`
+        (`charts`: `gen_agent.observer.charts.series` of the turns). Each agent is
         `{"name", "alive", "phase", "halted", "halt_pending", "draining", "pending_prompts",
         "pending_notifications", "self_chain_pending", "current": {origin, attempt,
         elapsed_ms, watchdog_ms} | None, "turns": [...], "supervisor": name | None}`; an agent
@@ -290,13 +293,15 @@ class Collector:
         agents = [self._agent(name, parent.get(_label(name))) for name in
                   sorted(self.system.list_agents(), key=_label)]
         turns = self.turns()
+        now = time.time()
         for agent in agents:
             mine = [t for t in turns if t["agent"] == agent["name"]]
             agent["turns"] = mine[-self.turns_per_agent:][::-1]
         return {
-            "time": time.time(), "version": version, "show_text": self.show_text,
+            "time": now, "version": version, "show_text": self.show_text,
             "agents": agents, "supervisors": supervisors, "pools": self._pools(),
             "turns": turns[::-1], "events": self.events()[::-1],
+            "charts": charts.series(turns, now),
         }
 
     def _agent(self, name: Any, supervisor: str | None) -> dict[str, Any]:
@@ -370,6 +375,13 @@ class Collector:
                              "dispatched": w.dispatched, "completed": w.completed}
                             for w in status.workers]})
         return views
+
+
+def _host_of(name: Any) -> str | None:
+    # An `AgentHost` registers its agents as (host name, key): chart them per host too.
+    if isinstance(name, tuple) and len(name) == 2 and isinstance(name[1], str):
+        return _label(name[0])
+    return None
 
 
 def _reason_head(reason: Any) -> Any:

@@ -132,6 +132,10 @@ def test_tree_live_phase_restart_and_interrupt_in_a_real_browser(
         assert _attr(driver, "#pool-pool", "data-pool") == "pool"
         assert "pool-0" in _text(driver, "#pool-pool")
 
+        # The charts start empty: no turn in the window yet.
+        _until(driver, lambda d: _attr(d, "#chart-all-all", "data-turns") == "0",
+               "an empty chart")
+
         # A live phase change during a turn: processing while the gate holds it, then idle
         # with the turn's outcome, tokens and cost.
         ref = gen_agent.tell("alpha", "first question", timeout=5)
@@ -145,6 +149,13 @@ def test_tree_live_phase_restart_and_interrupt_in_a_real_browser(
         assert gen_agent.poll("alpha", ref).status == "completed"
         _until(driver, lambda d: "120/34" in _text(d, "#agent-alpha"), "the turn's tokens")
         assert "$0.0021" in _text(driver, "#agent-alpha")
+        # The charts follow: one turn, its 154 tokens drawn as a bar, alpha charted alone.
+        _until(driver, lambda d: _attr(d, "#chart-all-all", "data-turns") == "1",
+               "the turn in the chart")
+        assert _attr(driver, "#chart-all-all .m-tokens", "data-sum") == "154"
+        assert driver.find_elements(By.CSS_SELECTOR, "#chart-all-all .m-tokens rect.bar")
+        assert _attr(driver, "#chart-agent-alpha", "data-turns") == "1"
+        assert "1 turn in 5 min" in _text(driver, "#chart-all-all")
 
         # A restart after a crash: beta's handle_response raises, its supervisor restarts it.
         beta = gen_agent.whereis("beta")

@@ -147,6 +147,63 @@
       `</strong> ${esc(e.event)} <span class="muted">${esc(e.detail)}</span></li>`).join("");
   }
 
+  // -- charts: small inline SVG, one row per scope (all, each host, the busiest agents) ----
+  const W = 150, H = 36;
+  function bars(values, css) {
+    const top = Math.max(...values, 0);
+    const w = W / values.length;
+    return values.map((v, i) => {
+      const h = top > 0 ? Math.max(v > 0 ? 1 : 0, (v / top) * (H - 2)) : 0;
+      return h ? `<rect class="${css}" x="${(i * w).toFixed(1)}" y="${(H - h).toFixed(1)}" ` +
+        `width="${Math.max(1, w - 1).toFixed(1)}" height="${h.toFixed(1)}"></rect>` : "";
+    }).join("");
+  }
+  function lines(series) {
+    const all = series.flatMap((s) => s.values.filter((v) => v !== null));
+    const top = Math.max(...all, 0);
+    const w = W / series[0].values.length;
+    return series.map((s) => {
+      const points = s.values.map((v, i) => v === null ? null
+        : `${(i * w + w / 2).toFixed(1)},${(H - 1 - (top > 0 ? v / top : 0) * (H - 3)).toFixed(1)}`)
+        .filter(Boolean);
+      if (points.length === 1) {
+        const [x, y] = points[0].split(",");
+        return `<circle class="${s.css}" cx="${x}" cy="${y}" r="1.8"></circle>`;
+      }
+      return points.length ? `<polyline class="${s.css}" points="${points.join(" ")}"></polyline>` : "";
+    }).join("");
+  }
+  function chart(metric, label, summary, body, sum) {
+    return `<figure class="chart"><svg class="m-${metric}" data-metric="${metric}" ` +
+      `data-sum="${sum}" viewBox="0 0 ${W} ${H}" width="${W}" height="${H}" role="img" ` +
+      `aria-label="${esc(label)}: ${esc(summary)}"><rect class="frame" x="0" y="0" ` +
+      `width="${W}" height="${H}"></rect>${body}</svg>` +
+      `<figcaption>${esc(label)} <span class="muted">${esc(summary)}</span></figcaption></figure>`;
+  }
+  const sum = (values) => values.reduce((a, b) => a + (b || 0), 0);
+  const last = (values) => { for (let i = values.length - 1; i >= 0; i--) if (values[i] !== null) return values[i]; return null; };
+  function scopeRow(c, s) {
+    const turnsSum = s.turns;
+    const tokens = sum(s.tokens);
+    const dollars = sum(s.cost_usd);
+    const p50 = last(s.p50_ms), p95 = last(s.p95_ms);
+    return `<div class="chart-row" id="chart-${s.scope}-${slug(s.name)}" data-scope="${s.scope}" ` +
+      `data-name="${esc(s.name)}" data-turns="${turnsSum}"><h3>${esc(s.scope === "all" ? "all agents" : s.name)}` +
+      (s.scope === "all" ? "" : `<span class="badge">${esc(s.scope)}</span>`) + `</h3><div class="charts-of">` +
+      chart("turns", "turns/s", `${turnsSum} turn${turnsSum === 1 ? "" : "s"} in ${c.window_s / 60} min`, bars(s.turns_per_s, "bar"), turnsSum) +
+      chart("latency", "p50/p95 latency", `p50 ${ms(p50)}, p95 ${ms(p95)}`,
+            lines([{ values: s.p50_ms, css: "p50" }, { values: s.p95_ms, css: "p95" }]),
+            sum(s.p95_ms)) +
+      chart("tokens", "tokens", `${tokens} in+out`, bars(s.tokens, "bar"), tokens) +
+      chart("cost", "cost", cost(dollars), bars(s.cost_usd, "bar cost"), dollars.toFixed(6)) +
+      "</div></div>";
+  }
+  function charts(view) {
+    const c = view.charts;
+    if (!c) return "";
+    return c.scopes.map((s) => scopeRow(c, s)).join("");
+  }
+
   const shown = {};
   function put(id, html) {
     if (shown[id] === html) return;
@@ -159,6 +216,7 @@
     put("trees", view.supervisors.map(tree).join("") || "<p class=\"empty\">No supervisor.</p>");
     renderAgents(view.agents);
     put("pools", view.pools.map(pool).join("") || "<p class=\"empty\">No pool.</p>");
+    put("charts", charts(view));
     put("turns", turns(view));
     put("events", events(view));
     if (focused && document.activeElement !== $(focused) && $(focused)) $(focused).focus();
