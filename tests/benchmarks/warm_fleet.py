@@ -53,6 +53,7 @@ README = ("first_turn_cold", "first_turn_prewarmed", "first_turn_spare",
           "start_prewarm_vs_start_plain", "gen_agent_*", "sdk_*")
 FULL: dict[str, Any] = {"levels": list(LEVELS), "turns": 30, "calls": 5, "rounds": 2}
 # `make test` measures the headline and its peer only, once (the rest is n/a there).
+CHILD_TIMEOUT_S = 1800.0  # one placement of the full size: real CLIs, up to 20 x 2 sessions
 SMOKE: dict[str, Any] = {"levels": [], "turns": 2, "calls": 1, "rounds": 1,
                          "warmup_rounds": 0, "only": ["warm_turn", "first_turn_prewarmed"]}
 
