@@ -513,6 +513,7 @@ class WarmSlot(Slot[_ClaudeProcess, _TurnLines]):
                 self.schema_restarts += 1
         lines = _TurnLines(settle_s, prompt_uuid or str(uuid.uuid4()), tail_bytes)
         with self._cond:
+            self._cond.wait_for(lambda: self.starting is None, _START_WAIT_S)  # (a replacement)
             process = self.process
             if process is None or not process.live.alive:
                 process = _ClaudeProcess(self, spawn(), idle_timeout_ms, info, mcp,
