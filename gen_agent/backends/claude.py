@@ -264,7 +264,8 @@ class ClaudeCLI(CLIBackend[ClaudeSession]):
     `max_turns`, `add_dirs`, `mcp_config`, `settings`, `dangerously_skip_permissions`,
     `include_partial_messages`, `session_id`, `extra_args`, `max_line_bytes`,
     `stderr_tail_bytes`, `exit_grace_ms`, `term_grace_ms`, `mode`, `idle_timeout_ms`,
-    `interrupt_grace_ms`, `permission_timeout_ms`, `tools` (Python tools, warm mode).
+    `interrupt_grace_ms`, `permission_timeout_ms`, `tools` (Python tools, warm mode),
+    `prewarm` and `fleet` (warm mode: start the process before the first turn, spares).
     `no_session_persistence` is rejected (resuming needs the CLI's saved session).
 
     Hooks (shared with `CodexCLI`): `start_session` validates the options and finds the CLI
