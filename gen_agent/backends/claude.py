@@ -415,10 +415,10 @@ class ClaudeCLI(CLIBackend[ClaudeSession]):
     ) -> tuple[Iterator[Event], ClaudeSession]:
         """Run one turn: on the session's warm process (the default), or per-turn.
 
-        Warm mode: the process is started at the first turn (with `--resume` when the session
-        has an id, and `--permission-prompt-tool stdio` when the agent defines
-        `handle_tool_permission`) and kept; the prompt is one stdin line. Per-turn mode: see
-        `CLIBackend.prompt`.
+        Warm mode: the process is started at the first turn, or before it with `prewarm`
+        (with `--resume` when the session has an id, and `--permission-prompt-tool stdio`
+        when the agent defines `handle_tool_permission`) and kept; the prompt is one stdin
+        line. Per-turn mode: see `CLIBackend.prompt`.
 
         Raises:
             TypeError: `prompt` is not a str.
