@@ -98,12 +98,13 @@ DEMO_CLI_ARGS := $(if $(DEMO_CLAUDE),--cli-path $(NPM_PREFIX)/node_modules/.bin/
 demo: $(DEMO_INSTALL) $(if $(DEMO_CLAUDE),$(CLAUDE_STAMP))
 	$(BIN)/python -m gen_agent demo --backend $(DEMO_BACKEND) $(DEMO_CLI_ARGS) $(DEMO_ARGS)
 
-# Bench-only packages, never runtime deps: the claude-agent-sdk parser that stream decoding is
-# compared with (pinned, so figures stay comparable) and pyinstrument for `--profiler
-# pyinstrument`. Without them the SDK row says n/a. Options: `make bench BENCH_ARGS="--only
+# Bench-only packages, never runtime deps: claude-agent-sdk (pinned, so figures stay
+# comparable: the parser stream decoding is compared with, and the ClaudeSDKClient sessions
+# warm_fleet runs against) and pyinstrument for `--profiler pyinstrument`; the real claude CLI
+# (warm_cli, warm_fleet) comes from npm as for `make test`. Without them those rows say n/a. Options: `make bench BENCH_ARGS="--only
 # NAME"`, `BENCH_ARGS="--profile event_throughput"` (see tests/benchmarks/README.md, which
 # also says how to add a benchmark, and tests/benchmarks/run.py --help).
-bench: $(STAMP)
+bench: $(STAMP) $(CLAUDE_STAMP)
 	@$(BIN)/python -c "import importlib.metadata as m, sys; \
 		sys.exit(m.version('claude-agent-sdk') != '0.2.189')" 2>/dev/null \
 		|| $(BIN)/python -m pip install --quiet "claude-agent-sdk==0.2.189" "pyinstrument>=5" \

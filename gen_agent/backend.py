@@ -14,7 +14,7 @@ Required hooks, and where the runtime calls them:
 
 Optional hooks, detected with `getattr` (see `OPTIONAL_HOOKS`): `update_session`,
 `checkpoint_session`, `reset_session`, `resume_session`, `cancel`, `export_session`,
-`restore_session`, `check_prompt` (`Backend` documents each).
+`restore_session`, `check_prompt`, `prewarm_session` (`Backend` documents each).
 
 `BackendError` is the normalized provider failure of the bundled backends (§7.4); it is both a
 value (a reason compared by fields) and an exception.
@@ -78,6 +78,7 @@ OPTIONAL_HOOKS: Final = (
     "export_session",
     "restore_session",
     "check_prompt",
+    "prewarm_session",
 )
 """Hooks the runtime looks up with `getattr(backend, name, None)` and uses when present."""
 
@@ -362,6 +363,13 @@ class Backend(abc.ABC):
       be quick and thread-safe and depend only on the session's options. Prompts made by
       callbacks are not checked here: `prompt` fails their turn instead (the bundled CLI
       backends with `DispatchError(BackendError(kind="invalid_request"))`).
+    - `prewarm_session(session, *, info, handles_permissions, output) -> None`: agent thread,
+      once the agent has started (after `pre_run`; also after a supervisor restart): a
+      backend may start what its first turn needs in the background (`ClaudeCLI`'s
+      `prewarm` option). `info` is the agent's `handle_info` sink, `handles_permissions`
+      whether it defines `handle_tool_permission`, `output` its default structured output
+      (or None). Must not block; a failure there belongs to the first turn. An exception is
+      logged and ignored.
 
     Mirrors: the `GenAgent.Backend` behaviour (contract §7.1; docs: the backend guide).
     """

@@ -41,6 +41,7 @@ HEADLINES = {
     "persistence": "mock_normal_vs_mock_none",
     "ray_cluster": "remote_ask",
     "warm_cli": "warm_turn",
+    "warm_fleet": "first_turn_prewarmed",
     "sse_decoding": "large_event",
     "host": "host_ask",
     "server": "server_stream",

@@ -13,7 +13,7 @@ from gen_agent._context import set_current
 from gen_agent._runtime import record
 from gen_agent._runtime.crash import log_exception
 from gen_agent._runtime.request import Phase, type_name
-from gen_agent.agent import BASE_STREAM_EVENT, GenAgent
+from gen_agent.agent import BASE_STREAM_EVENT, BASE_TOOL_PERMISSION, GenAgent
 from gen_agent.backend import SessionStartError
 from gen_agent.errors import AgentStartError, InitAgentError, PreRunError, describe_reason
 
@@ -103,6 +103,7 @@ class StartupMixin:
         self._set_phase(Phase.IDLE)
         self._init_reply.resolve(self.handle)
         self._run_pre_run()
+        self._prewarm()
         if self.durable.interrupted is not None and self.phase is not Phase.STOPPING:
             self._on_info(self.durable.interrupted)  # the turn the last owner did not finish
 
@@ -143,6 +144,20 @@ class StartupMixin:
         except Exception as exc:  # noqa: BLE001 - stops the agent with the crash type
             log_exception(self.log, "ERROR", "gen_agent pre_run/1 crashed", exc)
             self._terminate(("pre_run_crashed", type_name(exc)), cause=exc)
+
+    def _prewarm(self) -> None:
+        """The backend's optional `prewarm_session`: start what the first turn needs, in the
+        background (it must not block); a raise is logged, never a start failure."""
+        prewarm = getattr(self.backend, "prewarm_session", None)
+        if prewarm is None or self.phase is Phase.STOPPING:
+            return
+        handles = getattr(type(self.impl), "handle_tool_permission", None)
+        try:
+            prewarm(self.session, info=self._send_info,
+                    handles_permissions=handles is not None and handles is not BASE_TOOL_PERMISSION,
+                    output=self.opts.output)
+        except Exception as exc:  # noqa: BLE001 - the first turn reports what failed
+            log_exception(self.log, "WARNING", "gen_agent prewarm_session failed", exc)
 
     def _optional(self, name: str) -> Any:
         return getattr(self.impl, name, None)

@@ -87,6 +87,7 @@ _CANCEL = object()
 _EXIT = object()
 _MISMATCH = object()  # a turn of the CLI's own streamed into ours (see `_live_before_echo`)
 _HELD_BYTES: Final = 4 * 1024 * 1024  # the bound on a turn's lines held until its echo
+_START_WAIT_S: Final = 60.0  # the bound on waiting for a pre-warm in flight
 _EXIT_WAIT_S: Final = 2.0  # how long a CLI that said it cannot go on may take to exit
 _USAGE_KEYS: Final = (
     "input_tokens",
@@ -183,6 +184,7 @@ class _ClaudeProcess:
         self._pending: dict[str, threading.Event] = {}
         self._answers: dict[str, Any] = {}
         self._lock = threading.Lock()
+        self.ready = threading.Event()  # the CLI answered a control request (`initialize`)
         self.live = LiveProcess(child, provider=PROVIDER, route=self._route,
                                 on_exit=self._exited, idle_timeout_ms=idle_timeout_ms)
         with contextlib.suppress(OSError):  # gone already: the prompt's write fails next
@@ -392,6 +394,7 @@ class _ClaudeProcess:
         request_id = response.get("request_id") if isinstance(response, dict) else None
         if not isinstance(request_id, str):
             return
+        self.ready.set()
         with self._lock:
             event = self._pending.pop(request_id, None)
             if event is not None:
@@ -469,6 +472,7 @@ class WarmSlot(Slot[_ClaudeProcess, _TurnLines]):
         self.overrides: dict[str, str] = {}
         self.processes_started = 0
         self.schema_restarts = 0
+        self.starting: threading.Event | None = None  # a pre-warm in flight (`_warm_fleet`)
 
     @property
     def live(self) -> LiveProcess | None:
@@ -494,7 +498,10 @@ class WarmSlot(Slot[_ClaudeProcess, _TurnLines]):
 
         `prompt_uuid`: the uuid the turn's prompt carries (its echo marks the turn's start);
         `tail_bytes`: the bound of the turn's kept non-JSON stdout (bytes); `resumed`: the
-        session id `spawn` resumes, if any."""
+        session id `spawn` resumes, if any. A pre-warm in flight is waited for first."""
+        starting = self.starting
+        if starting is not None:
+            starting.wait(_START_WAIT_S)
         process = self._settle_previous(settle_s)
         if process is not None and process.json_schema != json_schema:
             logger.debug("gen_agent claude: another output schema; restarting the process")
@@ -506,6 +513,7 @@ class WarmSlot(Slot[_ClaudeProcess, _TurnLines]):
                 self.schema_restarts += 1
         lines = _TurnLines(settle_s, prompt_uuid or str(uuid.uuid4()), tail_bytes)
         with self._cond:
+            self._cond.wait_for(lambda: self.starting is None, _START_WAIT_S)  # (a replacement)
             process = self.process
             if process is None or not process.live.alive:
                 process = _ClaudeProcess(self, spawn(), idle_timeout_ms, info, mcp,

@@ -68,6 +68,7 @@ from gen_agent.backends._option_checks import (
     one_of,
 )
 from gen_agent.backends._process import ChildProcess
+from gen_agent.backends._warm_fleet import FleetSlot, Prewarmer, WarmFleet, wait_ready
 from gen_agent.backends.warm import (
     DEFAULT_IDLE_TIMEOUT_MS,
     DEFAULT_INTERRUPT_GRACE_MS,
@@ -87,6 +88,7 @@ __all__ = [
     "ClaudeOptions",
     "ClaudeSession",
     "ClaudeStreamTranslator",
+    "WarmFleet",
     "decode_line",
     "translate_lines",
 ]
@@ -147,6 +149,13 @@ class ClaudeOptions(CLIOptions, frozen=True, kw_only=True):
             functions or callables given), offered to the CLI as the in-process MCP server
             `gen_agent` (the model calls them `mcp__gen_agent__<name>`). Per-turn mode
             refuses them at start.
+        prewarm: warm mode: start the process in the background once the agent has started
+            (and after `reset_session`), not at the first turn; a process that dies between
+            turns is then replaced at once, resuming the session (see
+            `gen_agent.backends._warm_fleet`). Default False (no process before a turn;
+            True when `fleet` is given).
+        fleet: warm mode: a `WarmFleet` of spare processes shared with other agents; a new
+            session (no id to resume) of an identical configuration takes one at start.
     """
 
     cli_path: str = "claude"
@@ -167,6 +176,8 @@ class ClaudeOptions(CLIOptions, frozen=True, kw_only=True):
     interrupt_grace_ms: int = DEFAULT_INTERRUPT_GRACE_MS
     permission_timeout_ms: int = DEFAULT_PERMISSION_TIMEOUT_MS
     tools: tuple[Any, ...] = ()
+    prewarm: bool | None = None
+    fleet: WarmFleet | None = None
 
 
 MODES: Final = frozenset({"warm", "per_turn"})
@@ -195,6 +206,8 @@ _CHECKS: Final = {
     "permission_timeout_ms": duration_ms(1),
     "tools": (lambda v: isinstance(v, list | tuple) and all(_is_tool(t) for t in v),
               "a list of functions or gen_agent.tools.Tool"),
+    "prewarm": (is_bool, "a bool"),
+    "fleet": (lambda v: isinstance(v, WarmFleet), "a gen_agent.backends.claude.WarmFleet"),
 }
 
 
@@ -222,7 +235,7 @@ class ClaudeSession(CLISession, frozen=True, kw_only=True):
 
     options: ClaudeOptions
     session_id: str | None = None
-    warm: WarmSlot = msgspec.field(default_factory=WarmSlot)
+    warm: WarmSlot = msgspec.field(default_factory=FleetSlot)
     json_schema: str | None = None
 
     @property
@@ -235,6 +248,12 @@ class ClaudeSession(CLISession, frozen=True, kw_only=True):
         """Warm mode: the session's total cost so far (US dollars, over every process)."""
         return self.warm.cost_usd
 
+    def wait_warm(self, timeout: float) -> bool:
+        """Warm mode: wait up to `timeout` seconds until the session has an idle live process
+        that answered `initialize` (a pre-warm or a replacement is ready). True when it
+        has; False on timeout (for tests and benchmarks)."""
+        return wait_ready(self.warm, timeout)
+
 
 class ClaudeCLI(CLIBackend[ClaudeSession]):
     """The Claude Code CLI backend; pass the class itself as the agent's backend.
@@ -245,7 +264,8 @@ class ClaudeCLI(CLIBackend[ClaudeSession]):
     `max_turns`, `add_dirs`, `mcp_config`, `settings`, `dangerously_skip_permissions`,
     `include_partial_messages`, `session_id`, `extra_args`, `max_line_bytes`,
     `stderr_tail_bytes`, `exit_grace_ms`, `term_grace_ms`, `mode`, `idle_timeout_ms`,
-    `interrupt_grace_ms`, `permission_timeout_ms`, `tools` (Python tools, warm mode).
+    `interrupt_grace_ms`, `permission_timeout_ms`, `tools` (Python tools, warm mode),
+    `prewarm` and `fleet` (warm mode: start the process before the first turn, spares).
     `no_session_persistence` is rejected (resuming needs the CLI's saved session).
 
     Hooks (shared with `CodexCLI`): `start_session` validates the options and finds the CLI
@@ -291,6 +311,11 @@ class ClaudeCLI(CLIBackend[ClaudeSession]):
         """
         session = super().start_session(opts)
         o = session.options
+        if o.mode != "warm" and (o.prewarm or o.fleet is not None):
+            key = "prewarm" if o.prewarm else "fleet"
+            raise SessionStartError(
+                ("invalid_option", key, opts.get(key)),
+                f"ClaudeCLI option {key!r}: needs warm mode (mode='warm', the default)")
         if not o.tools:
             return session
         if o.mode != "warm":
@@ -390,10 +415,10 @@ class ClaudeCLI(CLIBackend[ClaudeSession]):
     ) -> tuple[Iterator[Event], ClaudeSession]:
         """Run one turn: on the session's warm process (the default), or per-turn.
 
-        Warm mode: the process is started at the first turn (with `--resume` when the session
-        has an id, and `--permission-prompt-tool stdio` when the agent defines
-        `handle_tool_permission`) and kept; the prompt is one stdin line. Per-turn mode: see
-        `CLIBackend.prompt`.
+        Warm mode: the process is started at the first turn, or before it with `prewarm`
+        (with `--resume` when the session has an id, and `--permission-prompt-tool stdio`
+        when the agent defines `handle_tool_permission`) and kept; the prompt is one stdin
+        line. Per-turn mode: see `CLIBackend.prompt`.
 
         Raises:
             TypeError: `prompt` is not a str.
@@ -422,29 +447,8 @@ class ClaudeCLI(CLIBackend[ClaudeSession]):
 
         def spawn() -> ChildProcess:
             # Reads the slot's current session id: a respawn resumes the latest one.
-            env = cls._child_env(o)
-            # A long-lived CLI otherwise writes its transcript lazily (measured on 2.1.197: not
-            # at all while turns follow each other within ~0.1 s), so a crash would lose turns
-            # that were answered; eager flushing keeps them resumable (tested).
-            env.setdefault("CLAUDE_CODE_EAGER_FLUSH", "1")
-            if mcp is not None:
-                # The CLI's own bound on an MCP call must not end a Python tool before its
-                # own timeout_s (and the permission wait) do.
-                env.setdefault("MCP_TOOL_TIMEOUT", str(_mcp_timeout_ms(o)))
-            return ChildProcess.spawn(
-                cls.warm_command(turn_session, permission_prompt=permission_prompt),
-                provider=PROVIDER,
-                env=env,
-                cwd=o.cwd,
-                max_line_bytes=o.max_line_bytes,
-                stderr_tail_bytes=o.stderr_tail_bytes,
-                exit_grace_ms=o.exit_grace_ms,
-                term_grace_ms=o.term_grace_ms,
-                install_hint=INSTALL_HINT,
-                stdin_pipe=True,
-                session_id=turn_session.session_id,
-                owner=session.warm,
-            )
+            return ChildProcess.spawn(**cls._warm_spec(turn_session, permission_prompt, mcp),
+                                      owner=session.warm)
 
         events = warm_turn(
             session.warm, prompt, context, spawn=spawn, idle_timeout_ms=o.idle_timeout_ms,
@@ -453,6 +457,68 @@ class ClaudeCLI(CLIBackend[ClaudeSession]):
             resume_id=session.session_id, tail_bytes=o.stderr_tail_bytes,
             stream_partial=o.include_partial_messages)
         return events, session
+
+    @classmethod
+    def _warm_spec(cls, turn_session: ClaudeSession, permission_prompt: bool,
+                   mcp: McpServer | None) -> dict[str, Any]:
+        """The `ChildProcess.spawn` keyword arguments of a warm process (owner excluded)."""
+        o = turn_session.options
+        env = cls._child_env(o)
+        # A long-lived CLI otherwise writes its transcript lazily (measured on 2.1.197: not
+        # at all while turns follow each other within ~0.1 s), so a crash would lose turns
+        # that were answered; eager flushing keeps them resumable (tested).
+        env.setdefault("CLAUDE_CODE_EAGER_FLUSH", "1")
+        if mcp is not None:
+            # The CLI's own bound on an MCP call must not end a Python tool before its
+            # own timeout_s (and the permission wait) do.
+            env.setdefault("MCP_TOOL_TIMEOUT", str(_mcp_timeout_ms(o)))
+        return {"argv": cls.warm_command(turn_session, permission_prompt=permission_prompt),
+                "provider": PROVIDER, "env": env, "cwd": o.cwd,
+                "max_line_bytes": o.max_line_bytes, "stderr_tail_bytes": o.stderr_tail_bytes,
+                "exit_grace_ms": o.exit_grace_ms, "term_grace_ms": o.term_grace_ms,
+                "install_hint": INSTALL_HINT, "stdin_pipe": True,
+                "session_id": turn_session.session_id}
+
+    @classmethod
+    def prewarm_session(cls, session: ClaudeSession, *, info: Any,
+                        handles_permissions: bool, output: Any = None) -> None:
+        """Start the warm process in the background when the `prewarm` option (or a
+        `fleet`) asks for it; otherwise do nothing. Called by the runtime in the agent
+        thread once the agent has started (after `pre_run`); never blocks, never raises
+        for the CLI's failures (the first turn reports them, as a spawn failure).
+
+        Args:
+            session: the started (or resumed) session.
+            info: the agent's `handle_info` sink (`TurnContext.send_info`'s callable).
+            handles_permissions: whether the agent defines `handle_tool_permission`.
+            output: the agent's default structured output (`output=` of `start_agent`), or
+                None: the process starts with its `--json-schema`.
+        """
+        o = session.options
+        if o.mode != "warm" or not (o.prewarm or (o.prewarm is None and o.fleet is not None)):
+            return
+        schema = None if output is None else msgspec.json.encode(schema_of(output)).decode()
+        cls._start_prewarm(session, info, handles_permissions, schema)
+
+    @classmethod
+    def _start_prewarm(cls, session: ClaudeSession, info: Any, permission_prompt: bool,
+                       schema: str | None) -> None:
+        o = session.options
+        slot = session.warm
+        if not isinstance(slot, FleetSlot):
+            return
+
+        def spec(session_id: str | None) -> dict[str, Any]:
+            turn_session = msgspec.structs.replace(session, session_id=session_id,
+                                                   json_schema=schema)
+            mcp = McpServer(o.tools) if o.tools else None
+            return cls._warm_spec(turn_session, permission_prompt, mcp)
+
+        slot.prewarm = Prewarmer(
+            spec, lambda: McpServer(o.tools) if o.tools else None, info,
+            idle_timeout_ms=o.idle_timeout_ms, tail_bytes=o.stderr_tail_bytes,
+            json_schema=schema, fleet=o.fleet, permission_prompt=permission_prompt)
+        slot.prewarm.start(slot, session.session_id)
 
     @classmethod
     def cancel(cls, session: ClaudeSession) -> None:
@@ -486,9 +552,17 @@ class ClaudeCLI(CLIBackend[ClaudeSession]):
         on that turn). The session's cost and usage totals start again at zero. Mirrors
         `reset_session/1` (§2.15).
         """
-        session.warm.close()
-        reset = super().reset_session(session)
-        return msgspec.structs.replace(reset, warm=WarmSlot())
+        old = session.warm
+        prewarm = getattr(old, "prewarm", None)
+        o = session.options
+        # Pre-warmed: the old process is gone before its replacement starts.
+        old.close(wait_s=None if prewarm is None else
+                  (o.exit_grace_ms + o.term_grace_ms) / 1000 + 1.0)
+        reset = msgspec.structs.replace(super().reset_session(session), warm=FleetSlot())
+        if prewarm is not None:
+            cls._start_prewarm(reset, prewarm.info, prewarm.permission_prompt,
+                               prewarm.json_schema)
+        return reset
 
     @classmethod
     def set_model(cls, session: ClaudeSession, model: str | None) -> None:
