@@ -80,11 +80,12 @@ class Served:
 
 @contextlib.contextmanager
 def serving(*, tokens: Any = TOKENS, limits: ServerLimits | None = None,
-            head_timeout_s: float = 10.0, **app_kwargs: Any) -> Iterator[Served]:
+            head_timeout_s: float = 10.0, host_options: dict[str, Any] | None = None,
+            **app_kwargs: Any) -> Iterator[Served]:
     model = Model()
     with AgentSystem() as system:
         host = AgentHost(Chat, backend=MockBackend, agent_system=system, name="chat",
-                         model=model)
+                         model=model, **(host_options or {}))
         app = create_app({"chat": host}, tokens=tokens, limits=limits, env={},
                          close_hosts=True, **app_kwargs)
         thread = ServerThread(app, head_timeout_s=head_timeout_s)

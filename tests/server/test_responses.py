@@ -192,10 +192,20 @@ def test_bad_requests_are_clear_400s(served: Served) -> None:
 
 
 def test_a_busy_key_rejected_by_the_host_is_409() -> None:
-    from gen_agent.server.core import turn_error_status
-
-    status, code, _message, _headers = turn_error_status("busy")
-    assert (status, code) == (409, "busy")
+    with serving(host_options={"busy": "reject"}) as served:
+        gate, entered = served.model.gate("long-running")
+        client = served.client()
+        running = client.responses.create(model="chat", input="long-running", background=True)
+        assert entered.wait(T)
+        with pytest.raises(openai.ConflictError) as busy:
+            client.responses.create(model="chat", input="second message",
+                                    previous_response_id=running.id)
+        assert busy.value.status_code == 409
+        assert busy.value.code == "busy"
+        gate.set()
+        other = client.responses.create(model="chat", input="another key")  # a new key: idle
+        assert other.status == "completed"
+        assert not any("second message" in p for p in served.model.prompts)
 
 
 def test_traceparent_becomes_the_turns_parent(served: Served) -> None:
