@@ -8,9 +8,9 @@ calls show with their input and result; a pending `ask_client` permission questi
 the turn as AG-UI events (`gen_agent.server.agui`) over `fetch`, each with an `id:`; when the
 stream drops it reconnects with `Last-Event-ID` and goes on after the last event it showed.
 
-Routes (all behind the server's guard, like every other route):
+Routes (behind the server's guard, like every other route, but the page itself):
 
-- `GET /`: the page.
+- `GET /`: the page, a shell with no data: it needs no token (`Server.public_pages`).
 - `GET /chat/api/hosts`: `{"hosts": [name, ...]}`.
 - `POST /chat/api/hosts/<host>/turns` with `{"thread", "prompt"}`: start a turn on the
   thread's key (in the caller's tenant): `{"task": id}`.
@@ -20,9 +20,9 @@ Routes (all behind the server's guard, like every other route):
 - `POST /chat/api/tasks/<task>/cancel`: cancel the turn (`cancel_request` /
   `interrupt_request`).
 
-The page sends `Authorization: Bearer <token>` when its URL carries `#token=<token>` (the
-fragment never reaches the server), for an `authenticate` hook that lets the page itself
-through; with the default bearer tokens, open it on a loopback server without tokens.
+The page sends `Authorization: Bearer <token>` with every API call when its URL carries
+`#token=<token>` (the fragment never reaches the server, its logs or a proxy's): open
+`http://host:port/#token=...` with the default bearer tokens.
 """
 
 from __future__ import annotations
@@ -114,6 +114,7 @@ def _bounded(frames: AsyncIterator[str], seconds: float) -> AsyncIterator[str]:
 
 def routes(server: Any) -> list[BaseRoute]:
     """The chat page's routes on `server` (see the module docstring)."""
+    server.public_pages.add("/")
     template = _static("chat.html")
     css, script = _static("chat.css"), _static("chat.js")
 

@@ -1,7 +1,8 @@
 """`Server`: what every protocol module of `gen_agent.server` shares (hosts by name,
 principals, tenant keys, limits, tracked turns, the drain), and the guard in front of the app.
 
-Every request but `GET /healthz` and `GET /readyz` goes through one guard, in this order:
+Every request but `GET /healthz`, `GET /readyz` and the `GET` of a page in
+`Server.public_pages` (a shell without data) goes through one guard, in this order:
 
 1. draining: `503` with `Retry-After`;
 2. `authenticate(request)`: None is `401` (see `gen_agent.server.auth`);
@@ -227,6 +228,9 @@ class Server:
         authenticate: the hook (`request -> Principal | None`, may be async).
         draining: True once `drain` began (new requests get `503`).
         state: a dict for protocol modules' own per-server state (keyed by module name).
+        public_pages: paths whose `GET` needs no principal: pages that carry no data (the
+            chat page's shell, which then sends its token with each API call). Health and
+            readiness are always public.
     """
 
     def __init__(self, hosts: Mapping[str, AgentHost], *, limits: ServerLimits,
@@ -238,6 +242,7 @@ class Server:
         self.loopback_only = loopback_only
         self.draining = False
         self.state: dict[str, Any] = {}
+        self.public_pages: set[str] = set()
         self._rate = (None if limits.requests_per_minute is None
                       else _RateLimiter(limits.requests_per_minute, limits.burst))
         self._budgets: dict[str, SharedBudget] = {}
@@ -403,7 +408,9 @@ class _Guard:
         self.app, self.server = app, server
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or scope["path"] in _HEALTH_PATHS:
+        if scope["type"] != "http" or scope["path"] in _HEALTH_PATHS or (
+                scope["path"] in self.server.public_pages
+                and scope["method"] in ("GET", "HEAD") and not self.server.draining):
             await self.app(scope, receive, send)
             return
         refusal, receive = await self._check(scope, receive)
