@@ -90,6 +90,9 @@ class RayHost:
     Raises:
         ValueError: no nodes, a repeated node, or a store the nodes cannot share.
         TypeError: the module, backend or options do not pickle.
+        GenAgentError (and its subclasses): opening the host on a node failed there (a
+            module the node cannot import, a store it cannot reach), rebuilt from its
+            portable form.
     """
 
     def __init__(self, module: type, *, backend: Any, nodes: list[Any], store: Any,
@@ -119,6 +122,30 @@ class RayHost:
         self._lock = threading.Lock()
         self._down: dict[Any, float] = {}  # node -> monotonic time it may be tried again
         self._hints: dict[str, Any] = {}  # key -> the node that last activated it here
+        self._open_all()
+
+    def _open_all(self) -> None:
+        """Open the host on every node at once (each imports the agent's modules and opens
+        its store connection in parallel); a node that cannot be reached is held off and
+        opened by its first message later. A failed open (a module the nodes cannot
+        import, a store they cannot reach) is raised."""
+        request = pack(("open", self.name, None, (self._spec,)))
+        sent = []
+        for node in self.nodes:
+            try:
+                sent.append((node, _actor(self.namespace, node).host_call_packed.remote(
+                    request)))
+            except AgentDown:
+                self._mark_down(node)
+        for node, ref in sent:
+            try:
+                outcome = unpack_reply(ray.get(ref, timeout=120))
+            except (GetTimeoutError, RayActorError):
+                self._mark_down(node)
+                continue
+            if outcome[0] != "ok":
+                self.close()
+                raise to_exception(outcome[1])
 
     def __repr__(self) -> str:
         return f"RayHost({self.module.__name__}, name={self.name!r}, nodes={self.nodes!r})"

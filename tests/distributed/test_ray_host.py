@@ -17,7 +17,7 @@ from gen_agent.errors import AgentDown, AgentStartError
 from gen_agent.store import PostgresStore
 
 from . import host_agents
-from .conftest import gray, pid_gone, ray
+from .conftest import Cluster, gray, pid_gone, ray
 
 pytest.importorskip("anthropic", reason="the anthropic extra is not installed")
 from gen_agent.backends.anthropic import AnthropicAPI
@@ -64,6 +64,23 @@ class Witness:
             return self.lock.wait_for(predicate, timeout)
 
 
+@pytest.fixture(scope="module")
+def cluster(ray_session: None) -> Any:
+    """Nodes `a` and `b` for the whole module (a node start costs seconds): the kill test,
+    which kills `a`, comes last."""
+    nodes = Cluster()
+    for name in ("a", "b"):
+        nodes.start_node(name)
+    try:
+        yield nodes
+    finally:
+        nodes.close()
+
+
+def _pids(cluster: Any) -> dict[str, int]:
+    return {node.name: node.pid for node in cluster.nodes}
+
+
 @pytest.fixture
 def shared_store(postgres: Any) -> Any:
     from pgcluster import wipe
@@ -82,7 +99,7 @@ def _host(cluster: Any, store: Any, url: str, **options: Any) -> Any:
 def test_two_nodes_on_one_postgres_race_on_new_keys(cluster: Any, shared_store: Any) -> None:
     witness = Witness()
     with ScriptedModelServer([witness.answer] * 200) as server:
-        pids = {name: cluster.start_node(name).pid for name in ("a", "b")}
+        pids = _pids(cluster)
         host = _host(cluster, shared_store, server.url, deactivate_after_ms=10)
 
         def insist(node: str, key: str) -> str:
@@ -126,7 +143,7 @@ def test_a_node_killed_mid_turn_its_keys_come_back_on_the_other(cluster: Any,
                                                                   shared_store: Any) -> None:
     witness = Witness()
     with ScriptedModelServer([witness.answer] * 50) as server:
-        nodes = {name: cluster.start_node(name) for name in ("a", "b")}
+        nodes = {node.name: node for node in cluster.nodes}
         host = _host(cluster, shared_store, server.url, down_hold_s=120)
         on_a = [k for k in (f"key-{i}" for i in range(40)) if host.node_of(k) == "a"][:2]
         busy, idle = on_a
