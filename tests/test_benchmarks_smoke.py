@@ -44,6 +44,7 @@ HEADLINES = {
     "sse_decoding": "large_event",
     "host": "host_ask",
     "crash_journal": "hits_reply",
+    "ray_host": "two_nodes",
 }
 
 
