@@ -206,17 +206,28 @@ class PostgresStore:
         return conn
 
     def _migrate(self, conn: Any) -> None:
+        errors = self._psycopg.errors
         version = self._version(conn)
+        for _attempt in range(3):
+            if version is not None:
+                break
+            try:
+                with conn.transaction():
+                    conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+                    version = self._version(conn)  # another process may have created it
+                    if version is None:
+                        for statement in _SCHEMA:
+                            conn.execute(statement)
+                        conn.execute("INSERT INTO gen_agent_schema (id, version) VALUES "
+                                     "(1, %s)", (SCHEMA_VERSION,))
+                        version = SCHEMA_VERSION
+            except (errors.DuplicateTable, errors.UniqueViolation):
+                # Another process created it meanwhile: the catalog lookup above can miss a
+                # table committed while this session waited for the lock. Read it again.
+                version = self._version(conn)
         if version is None:
-            with conn.transaction():
-                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
-                version = self._version(conn)  # another process may have created it
-                if version is None:
-                    for statement in _SCHEMA:
-                        conn.execute(statement)
-                    conn.execute("INSERT INTO gen_agent_schema (id, version) VALUES (1, %s)",
-                                 (SCHEMA_VERSION,))
-                    version = SCHEMA_VERSION
+            raise StoreError("io_error", f"session store {self._name}: the schema could not "
+                                         f"be created")
         if version > SCHEMA_VERSION:
             raise StoreSchemaError(self._name, version, SCHEMA_VERSION)
 
