@@ -37,7 +37,7 @@ ORDER = 78
 README = ("cold_activation_pg", "two_nodes")
 FULL: dict[str, Any] = {"keys": 2_000, "cold": 100, "calls": 2_000, "live": 32, "threads": 8,
                         "rounds": 5}
-SMOKE: dict[str, Any] = {"keys": 4, "cold": 2, "calls": 8, "live": 4, "threads": 2,
+SMOKE: dict[str, Any] = {"keys": 2, "cold": 1, "calls": 4, "live": 2, "threads": 2,
                          "rounds": 1}
 NAMESPACE = "gen_agent_bench_ray_host"
 

@@ -113,8 +113,8 @@ def test_two_nodes_on_one_postgres_race_on_new_keys(cluster: Any, shared_store: 
                     assert time.monotonic() < deadline, f"{key} never reached {node}"
                     time.sleep(0.005)
 
-        keys = [f"race-{i}" for i in range(8)]
-        with ThreadPoolExecutor(16) as pool:
+        keys = [f"race-{i}" for i in range(6)]
+        with ThreadPoolExecutor(12) as pool:
             texts = list(pool.map(insist, ["a", "b"] * len(keys), sorted(keys * 2)))
         # Each key was activated on both nodes, one after the other, its state continuous
         # through the shared store: one of its two turns saw the other's answer.
@@ -126,7 +126,7 @@ def test_two_nodes_on_one_postgres_race_on_new_keys(cluster: Any, shared_store: 
         assert sorted(texts) == sorted(f"{k}:{q}:{h}" for k, _, q, h in witness.turns)
 
         # Through the host: keys spread over both nodes by their hash, conversations whole.
-        spread = [f"user-{i}" for i in range(12)]
+        spread = [f"user-{i}" for i in range(8)]
         assert {host.node_of(key) for key in spread} == {"a", "b"}
         with ThreadPoolExecutor(4) as pool:
             for n in range(2):
