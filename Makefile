@@ -76,9 +76,26 @@ $(BROWSER_STAMP):
 		echo "chromium/chromedriver not found and no root apt: the observer's browser test skips"; \
 	fi
 
+# Debian's PostgreSQL server for the PostgresStore tests (tests/pgcluster.py starts a
+# throwaway cluster from its binaries as nobody), with apt as root where there is apt;
+# elsewhere those tests skip, saying what to install.
+POSTGRES_STAMP := $(VENV)/.postgresql
+
+$(POSTGRES_STAMP):
+	@if ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1; then \
+		touch $@; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		export DEBIAN_FRONTEND=noninteractive; \
+		apt-get update -qq && apt-get install -y -qq --no-install-recommends \
+			postgresql >/dev/null && touch $@ \
+			|| echo "WARNING: apt-get install postgresql failed: the PostgresStore tests skip"; \
+	else \
+		echo "PostgreSQL not found and no root apt: the PostgresStore tests skip"; \
+	fi
+
 # The server contract suite runs a second time with every agent hibernating as soon as it is
 # idle (GEN_AGENT_HIBERNATE_AFTER_MS=0, issue 20): hibernation must never change behaviour.
-test: $(STAMP) $(CLAUDE_STAMP) $(CODEX_STAMP) $(BROWSER_STAMP)
+test: $(STAMP) $(CLAUDE_STAMP) $(CODEX_STAMP) $(BROWSER_STAMP) $(POSTGRES_STAMP)
 	$(BIN)/ruff check gen_agent tests
 	$(BIN)/python -m pytest -q
 	GEN_AGENT_HIBERNATE_AFTER_MS=0 $(BIN)/python -m pytest -q tests/runtime/server

@@ -47,6 +47,7 @@ HEADLINES = {
     "server": "server_stream",
     "server_fanout": "completed",
     "crash_journal": "hits_reply",
+    "ray_host": "two_nodes",
 }
 
 

@@ -244,6 +244,8 @@ def test_every_module_has_a_layer() -> None:
     for module in _modules():
         layer_of(module)  # raises for an unplaced module
     assert layer_of("gen_agent._runtime.agent_actor") == 2
+    assert layer_of("gen_agent.store.postgres") == 0  # a store: records and leaf services
+    assert layer_of("gen_agent.ray.host") == layer_of("gen_agent.ray._host_node") == 4
     with pytest.raises(AssertionError, match="has no layer"):
         layer_of("gen_agent.brand_new")
 

@@ -83,3 +83,13 @@ def test_a_changed_pyproject_reinstalls_the_demo_set(checkout: Path):
     later = time.time() + 20
     os.utime(checkout / "pyproject.toml", (later, later))
     assert DEMO_SET in _dry_run(checkout, "demo")
+
+
+def test_a_test_run_installs_postgresql_once_with_apt(checkout: Path):
+    # Without the stamp the recipe installs Debian's server (as root with apt, no
+    # recommends) unless its binaries are there already; with the stamp nothing is done.
+    commands = _dry_run(checkout, "test")
+    assert "apt-get install -y -qq --no-install-recommends" in commands
+    assert "postgresql >/dev/null && touch .venv/.postgresql" in commands
+    _stamp(checkout, ".postgresql")
+    assert "postgresql >/dev/null" not in _dry_run(checkout, "test")

@@ -8,7 +8,8 @@ two layers: an agent crash is restarted inside its node by the node's supervisor
 process death is restarted by Ray and the node restores its children with their last session
 ids, with restart intensity counted as OTP does (restarts within a window); the directory
 itself is restarted by Ray and reads its state back from Ray's GCS store. `RemotePool` is
-the `Pool` API over workers on several nodes. See `docs/pages/scale-out.md`.
+the `Pool` API over workers on several nodes; `RayHost` is activation by key (`AgentHost`)
+over several nodes on one shared store (`PostgresStore`). See `docs/pages/scale-out.md`.
 
 `init_local()` starts a local Ray bound to 127.0.0.1 (tests, benchmarks, demos) and
 `shutdown_local()` stops it and removes its session folder; on a real cluster call
@@ -26,12 +27,13 @@ _LAZY = {
     "status": "client", "stop": "client", "stop_node": "client", "stream": "client",
     "tell": "client", "whereis": "client", "init_local": "local",
     "prepare_loopback_env": "local", "shutdown_local": "local", "RemotePool": "pool",
-    "drop_directory": "client",
+    "drop_directory": "client", "RayHost": "host",
 }
 
 __all__ = [
     "DEFAULT_NAMESPACE",
     "Node",
+    "RayHost",
     "RemotePool",
     "ask",
     "drain",

@@ -40,6 +40,7 @@ from gen_agent._reap import reap_marked, set_child_marker
 from gen_agent._runtime import calls
 from gen_agent.errors import AgentDown, AlreadyStarted, GenAgentError
 from gen_agent.portable import PortableObject, to_portable
+from gen_agent.ray._host_node import host_call
 from gen_agent.ray.directory import (
     INTENSITY_REASON,
     directory_call,
@@ -513,6 +514,16 @@ class NodeServer:
         op, name, args = unpack(request)
         outcome = self.call(op, name, args)
         if op == "ask" and outcome[0] == "ok":
+            blob = _exact_responses([outcome[1]])
+            if blob is not None:
+                return _RESPONSE_TAG + blob
+        return pack(outcome)
+
+    def host_call_packed(self, request: bytes) -> bytes:
+        """One operation `(op, host_name, key, args)` of a `gen_agent.ray.RayHost` on this
+        node's part of it (`gen_agent.ray._host_node`), packed as `call_packed`'s."""
+        outcome = host_call(self._system, *unpack(request))
+        if outcome[0] == "ok" and isinstance(outcome[1], Response):
             blob = _exact_responses([outcome[1]])
             if blob is not None:
                 return _RESPONSE_TAG + blob

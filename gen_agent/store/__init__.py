@@ -25,10 +25,11 @@ marker, moves it to `interrupted` as an `InterruptedTurn` (its prompt, finished 
 tool calls, usage and phase), sends that to `handle_info` and shows it in
 `Status.store.interrupted_turn`; `gen_agent.resend` re-sends it, guarded by its journal.
 
-Implementations: `SQLiteStore` (stdlib `sqlite3`, one file, WAL; the embedded default) and
-`MemoryStore` (one process; tests). Values are encoded with msgspec (MessagePack); the schema is
-versioned (`SCHEMA_VERSION`) and a newer schema on disk is refused with `StoreSchemaError`,
-never misread. Records hold data only: reasons are stored in their portable form
+Implementations: `SQLiteStore` (stdlib `sqlite3`, one file, WAL; the embedded default),
+`PostgresStore` (psycopg 3, the extra `gen-agent[postgres]`: one database several machines
+share) and `MemoryStore` (one process; tests). Values are encoded with msgspec (MessagePack);
+the schema is versioned (`SCHEMA_VERSION`) and a newer schema on disk is refused with
+`StoreSchemaError`, never misread. Records hold data only: reasons are stored in their portable form
 (`gen_agent.portable`), never as exception objects.
 
 Mirrors: nothing in the Elixir original (its agents are `:temporary` and persist nothing,
@@ -37,6 +38,7 @@ contract Appendix B item 9); the design follows issue #22.
 
 from gen_agent.store.lease import bind_owner
 from gen_agent.store.memory import MemoryStore
+from gen_agent.store.postgres import PostgresStore
 from gen_agent.store.records import (
     INTERRUPTED_NOTE,
     OUTCOME_UNKNOWN,
@@ -70,6 +72,7 @@ __all__ = [
     "Lease",
     "LeaseHeld",
     "MemoryStore",
+    "PostgresStore",
     "SQLiteStore",
     "SessionRecord",
     "SessionStore",

@@ -27,7 +27,6 @@ from gen_agent.store import (
     StoreError,
     StoreSchemaError,
     ToolCallEntry,
-    ToolJournal,
 )
 from gen_agent.testing.model_server import Reply, ScriptedModelServer
 from gen_agent.tools import ToolContext, tool
@@ -87,43 +86,6 @@ def test_a_newer_file_is_still_refused(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------------- store API
-@pytest.fixture(params=["memory", "sqlite"])
-def store(request: Any, tmp_path: Path) -> Any:
-    made = MemoryStore() if request.param == "memory" else SQLiteStore(tmp_path / "s.db")
-    yield made
-    made.close()
-
-
-def test_journal_entries_are_fenced_ordered_and_cleared(store: Any) -> None:
-    assert isinstance(store, ToolJournal)
-    lease = store.acquire("k")
-    store.update(lease, in_flight=InFlightTurn(ref="r", origin="ask", attempt=1,
-                                               started_at=1.0, pid=1))
-    first = ToolCallEntry(ref="r", call_id="a", tool="pay", input={"n": 1}, started_at=2.0,
-                          side_effects=True)
-    store.journal_write(lease, first)
-    store.journal_write(lease, ToolCallEntry(ref="r", call_id="b", tool="look", input={}))
-    marker = InFlightTurn(ref="r", origin="ask", attempt=1, started_at=1.0, pid=1,
-                          usage={"input_tokens": 12})
-    store.journal_write(lease, msgspec.structs.replace(first, finished_at=3.0, result="ok"),
-                        in_flight=marker)
-    entries = store.journal("k")
-    assert [(e.call_id, e.finished_at, e.result) for e in entries] == [
-        ("a", 3.0, "ok"), ("b", None, None)]
-    record = store.load("k")
-    assert record is not None and record.in_flight == marker
-    store.release(lease)
-    with pytest.raises(StoreError) as caught:
-        store.journal_write(lease, first)
-    assert caught.value.reason == "lease_lost"
-    lease = store.acquire("k")
-    store.journal_clear(lease)
-    assert store.journal("k") == []
-    store.journal_write(lease, first)
-    store.release(lease)
-    assert store.delete("k") is True and store.journal("k") == []
-
-
 def test_payloads_stay_out_of_repr() -> None:
     entry = ToolCallEntry(ref="r", call_id="c", tool="pay", input={"card": "4111-SECRET"},
                           result="paid SECRET")
