@@ -247,6 +247,14 @@ class Fallback(Backend):
                 cancel(hop.session)
 
     @classmethod
+    def idle_session(cls, session: FallbackSession) -> None:
+        """The agent hibernates: every hop that can releases its idle resources."""
+        for hop in session.hops:
+            idle = getattr(hop.backend, "idle_session", None)
+            if idle is not None:
+                idle(hop.session)
+
+    @classmethod
     def terminate_session(cls, session: FallbackSession) -> None:
         """Terminate every hop's session."""
         for hop in session.hops:
