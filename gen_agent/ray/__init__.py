@@ -26,11 +26,13 @@ _LAZY = {
     "status": "client", "stop": "client", "stop_node": "client", "stream": "client",
     "tell": "client", "whereis": "client", "init_local": "local",
     "prepare_loopback_env": "local", "shutdown_local": "local", "RemotePool": "pool",
-    "drop_directory": "client",
+    "drop_directory": "client", "ClusterLimit": "limits", "ClusterBudget": "limits",
 }
 
 __all__ = [
     "DEFAULT_NAMESPACE",
+    "ClusterBudget",
+    "ClusterLimit",
     "Node",
     "RemotePool",
     "ask",
