@@ -44,6 +44,7 @@ HEADLINES = {
     "sse_decoding": "large_event",
     "host": "host_ask",
     "crash_journal": "hits_reply",
+    "http_agents": "start_http",
 }
 
 
