@@ -112,8 +112,10 @@ class ClusterLimit(ProviderLimit):
 
     Args:
         name: the limit's name in `namespace` (one actor per name); never the key itself.
-        max_concurrent, requests_per_minute, tokens_per_minute: as for `ProviderLimit`.
-            A second `ClusterLimit` of a name gets the actor's bounds; giving others raises.
+        max_concurrent: as for `ProviderLimit` (a second `ClusterLimit` of a name must give
+            the actor's bounds: others raise).
+        requests_per_minute: as for `ProviderLimit`.
+        tokens_per_minute: as for `ProviderLimit`.
         namespace: the cluster's Ray namespace (default `gen_agent.ray.DEFAULT_NAMESPACE`).
 
     Raises:
@@ -208,8 +210,9 @@ class ClusterBudget(SharedBudget):
 
     Args:
         name: the budget's name in `namespace` (one actor per name).
-        max_cost_usd, max_total_tokens: as for `SharedBudget`; a second `ClusterBudget` of a
-            name gets the actor's caps (giving others raises `ValueError`).
+        max_cost_usd: as for `SharedBudget` (a second `ClusterBudget` of a name must give
+            the actor's caps: others raise `ValueError`).
+        max_total_tokens: as for `SharedBudget`.
         namespace: the cluster's Ray namespace.
 
     Raises:
