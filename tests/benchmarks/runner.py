@@ -126,11 +126,12 @@ def run_child(module: ModuleType, size: str, overrides: list[str],
         if where is not None:
             command += ["--placement", where]
         command += [f"--param={item}" for item in overrides]
+        limit_s = getattr(module, "CHILD_TIMEOUT_S", CHILD_TIMEOUT_S)  # a module may need more
         try:
             done = subprocess.run(command, capture_output=True, text=True,
-                                  timeout=CHILD_TIMEOUT_S, check=False)
+                                  timeout=limit_s, check=False)
         except subprocess.TimeoutExpired as exc:
-            raise RuntimeError(f"{module.NAME}: no result within {CHILD_TIMEOUT_S:g} s") from exc
+            raise RuntimeError(f"{module.NAME}: no result within {limit_s:g} s") from exc
         if done.returncode != 0 or not result_file.exists():
             tail = "\n".join(done.stderr.strip().splitlines()[-15:])
             raise RuntimeError(f"{module.NAME} exited with {done.returncode}:\n{tail}")
