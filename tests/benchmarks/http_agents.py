@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import gen_agent
+import gen_agent.aio
 from gen_agent.backends.mock import MockBackend
 
 from ._common import KIB, PeakRss, rss_bytes
