@@ -122,6 +122,10 @@ class LoopServer:
                 await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
             pass
+        except asyncio.CancelledError:
+            # `close()` ends the connection: end normally, so asyncio's own done-callback
+            # of the connection (which reads the task's exception) has nothing to log.
+            pass
         finally:
             self.open -= 1
             writer.close()
@@ -141,9 +145,10 @@ class LoopServer:
         """Stop serving and close every connection; joins the loop's thread."""
         async def stop() -> None:
             self._server.close()
-            for task in asyncio.all_tasks():
-                if task is not asyncio.current_task():
-                    task.cancel()
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
 
         asyncio.run_coroutine_threadsafe(stop(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
