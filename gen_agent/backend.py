@@ -14,7 +14,8 @@ Required hooks, and where the runtime calls them:
 
 Optional hooks, detected with `getattr` (see `OPTIONAL_HOOKS`): `update_session`,
 `checkpoint_session`, `reset_session`, `resume_session`, `cancel`, `export_session`,
-`restore_session`, `check_prompt`, `prewarm_session` (`Backend` documents each).
+`restore_session`, `check_prompt`, `prewarm_session`, `idle_session` (`Backend` documents
+each).
 
 `BackendError` is the normalized provider failure of the bundled backends (§7.4); it is both a
 value (a reason compared by fields) and an exception.
@@ -79,6 +80,7 @@ OPTIONAL_HOOKS: Final = (
     "restore_session",
     "check_prompt",
     "prewarm_session",
+    "idle_session",
 )
 """Hooks the runtime looks up with `getattr(backend, name, None)` and uses when present."""
 
@@ -337,6 +339,10 @@ class Backend(abc.ABC):
       `ResetError(reason)` to refuse. (§2.15)
     - `resume_session(session_id: str, opts: dict) -> session`: reserved for supervisor
       restarts, never called by the runtime today; raise `SessionStartError(reason)`. (§7.1)
+    - `idle_session(session) -> None`: agent thread, when the agent hibernates (no turn
+      runs): release what an idle session need not hold (an HTTP backend closes its
+      connections and drops its client, built again at the next turn). Must be quick; an
+      exception is logged and ignored.
     - `cancel(session) -> None`: agent thread, on interrupt, watchdog and stop, while the turn
       task may still be running. Must be quick, thread-safe and idempotent: a CLI backend kills
       its process group, an HTTP backend closes its response, the mock wakes a blocked gate.

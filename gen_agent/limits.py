@@ -142,6 +142,27 @@ class ProviderLimit:
                 self._wake_at(retry_in)
             return False
 
+    def try_take(self) -> float | None:
+        """Take a permit now if one is free, without waiting or registering (a `Fallback`
+        hop's limit, asked inside a turn).
+
+        Returns:
+            None if the permit was taken (call `release()` when the request ends), else the
+            seconds until one may be free (0.0: when a running request ends).
+        """
+        with self._lock:
+            now = time.monotonic()
+            retry_in = self._blocked_for(now)
+            if retry_in is None:
+                self._in_flight += 1
+                self._starts.append(now)
+            return retry_in
+
+    def held_for(self) -> float:
+        """Seconds left of a `retry-after` hold (0.0: none)."""
+        with self._lock:
+            return max(0.0, self._held_until - time.monotonic())
+
     def release(self, tokens: int = 0) -> None:
         """A turn that held a permit ended; `tokens` it spent count against the rate."""
         with self._lock:

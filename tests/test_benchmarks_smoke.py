@@ -48,6 +48,7 @@ HEADLINES = {
     "server_fanout": "completed",
     "crash_journal": "hits_reply",
     "ray_host": "two_nodes",
+    "http_agents": "start_http",
 }
 
 

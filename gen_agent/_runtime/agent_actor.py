@@ -186,6 +186,12 @@ class AgentActor(StartupMixin, AdmissionMixin, BusyMixin, DispatchMixin, InputsM
         self.gates.disarm()  # before the flag: once it is set, a wake may arm it anew
         if self.replay is not None:
             self.replay.clear()  # a hibernated agent keeps no replay data
+        idle = getattr(self.backend, "idle_session", None)
+        if idle is not None and self.session is not None:
+            try:
+                idle(self.session)  # e.g. an HTTP backend closes its connections
+            except Exception as exc:  # noqa: BLE001 - best effort; the agent hibernates anyway
+                log_exception(self.log, "WARNING", "gen_agent idle_session raised", exc)
         return True
 
     # ------------------------------------------------------------------ message loop

@@ -4,12 +4,9 @@
 - `SDK`: which SDK a backend uses; `SDK.load` imports it lazily (a missing one is a
   `SessionStartError` naming the extra to install; importing gen_agent never imports an SDK)
   and `SDK.open` checks for an API key and builds the session's `Transport`.
-- `Transport`: one SDK client per session plus what makes `cancel` work from another thread.
-  Python threads cannot be interrupted, and closing an SDK stream from a second thread does
-  not wake a thread blocked reading it; shutting the socket down does. The SDK's HTTP client
-  gets a request hook that asks the HTTP core to report each connection it opens (its `trace`
-  extension), and `cancel()` shuts down every socket the session's client opened, which ends
-  a blocked read at once, whether the response headers arrived yet or not.
+- `Transport` (`gen_agent.backends._transport`): one SDK client per session, built at the
+  first turn on the process's one TLS context, plus what makes `cancel` work from another
+  thread and the rules for reusing a kept connection.
 - `StreamTranslator`: the base of the two stream translators (dispatch on the event type,
   the terminal `error` event, the truncated-stream error).
 - `stream_turn`: one streamed request, every failure a terminal `error` event.
@@ -21,14 +18,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import os
 import secrets
-import socket
 import sys
 import threading
-import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import ModuleType
 from typing import Any, ClassVar, Final
@@ -36,7 +30,6 @@ from typing import Any, ClassVar, Final
 import msgspec
 from loguru import logger
 
-from gen_agent._timers import TIMERS
 from gen_agent.backend import BackendError, SessionStartError, TurnContext
 from gen_agent.backends._option_checks import (
     Check,
@@ -48,6 +41,8 @@ from gen_agent.backends._option_checks import (
     shown_options,
 )
 from gen_agent.backends._sse import SSEDecoder, SSEFrame, SSEProtocolError
+from gen_agent.backends._transport import Transport
+from gen_agent.backends._transport import close_quietly as _close_quietly
 from gen_agent.conversation import Message, TextPart, user_message
 from gen_agent.event import Event
 from gen_agent.size import term_size
@@ -75,10 +70,6 @@ __all__ = [
     "with_prompt",
 ]
 
-_CONNECT_DONE: Final = "connect_tcp.complete"
-# How long the next turn reads a finished turn's body to its end before giving the
-# connection up (seconds): the end normally comes with the last event.
-_DRAIN_LIMIT_S: Final = 1.0
 
 
 def is_history(value: Any) -> bool:
@@ -111,131 +102,6 @@ def load_sdk(module: str, *, extra: str, provider: str) -> ModuleType:
         raise SessionStartError(reason, message) from exc
 
 
-class Transport:
-    """A session's SDK client and the sockets it opened, so a turn can be cancelled.
-
-    Args:
-        make_client: called once with the HTTP client to give the SDK
-            (`sdk.DefaultHttpxClient(event_hooks=...)`); returns the SDK client.
-        sdk: the SDK module (its `DefaultHttpxClient` builds the HTTP client).
-
-    Every copy of a session shares one `Transport`. A turn calls `begin_turn()` and later
-    asks `cancelled(token)`; `cancel()` (any thread) marks the current turn cancelled and
-    shuts down every open socket of the client. Thread-safe.
-    """
-
-    def __init__(self, sdk: ModuleType, make_client: Any) -> None:
-        self._lock = threading.Lock()
-        self._sockets: weakref.WeakSet[socket.socket] = weakref.WeakSet()
-        self._turn = 0
-        self._cancelled_turn = -1
-        self._closed = False
-        self._parked: tuple[Any, Iterator[bytes]] | None = None
-        self.status: int | None = None  # the current turn's last response status
-        http_client = sdk.DefaultHttpxClient(event_hooks={"request": [self._on_request],
-                                                          "response": [self._on_response]})
-        self.client = make_client(http_client)
-
-    def park(self, stream: Any, rest: Iterator[bytes]) -> None:
-        """Keep a finished turn's response (`stream`, its unread body `rest`) to be read to
-        its end later (`finish_parked`), so its connection goes back to the pool without the
-        reply waiting for the end of the body."""
-        with self._lock:
-            previous = self._parked
-            self._parked = None if self._closed else (stream, rest)
-            closed = self._closed
-        if previous is not None:
-            _close_quietly(previous[0])
-        if closed:
-            _close_quietly(stream)
-
-    def finish_parked(self) -> None:
-        """Read the parked response to its end and release it (its connection is reused).
-
-        Called by the next turn before its request. Quick in the usual case (the end of the
-        body came with the last event); bounded by `_DRAIN_LIMIT_S`: a body that has not
-        ended by then has its connection shut down (the pool drops it, the next request opens
-        a new one), as has one that fails or is cut.
-        """
-        with self._lock:
-            parked, self._parked = self._parked, None
-        if parked is None:
-            return
-        stream, rest = parked
-        limit = TIMERS.schedule(_DRAIN_LIMIT_S, self._shut_sockets)
-        try:
-            for _ in rest:
-                pass
-        except Exception as exc:  # noqa: BLE001 - the turn it belonged to is over; logged
-            logger.debug("gen_agent reading a body to its end raised {}", type(exc).__name__)
-        finally:
-            limit.cancel()
-        _close_quietly(stream)
-
-    def begin_turn(self) -> int:
-        """Start a turn; returns its token (a cancel before this call does not affect it)."""
-        with self._lock:
-            self._turn += 1
-            self.status = None
-            return self._turn
-
-    def cancelled(self, token: int) -> bool:
-        """True if the turn `token` was cancelled (or the transport closed)."""
-        with self._lock:
-            return self._closed or self._cancelled_turn == token
-
-    def cancel(self) -> None:
-        """Cancel the current turn: shut down every socket of the client. Quick; idempotent."""
-        with self._lock:
-            self._cancelled_turn = self._turn
-        self._shut_sockets()
-
-    def _shut_sockets(self) -> None:
-        with self._lock:
-            sockets = list(self._sockets)
-        for sock in sockets:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-
-    def close(self) -> None:
-        """Cancel any turn and close the SDK client (its connection pool). Idempotent."""
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            parked, self._parked = self._parked, None
-        if parked is not None:
-            _close_quietly(parked[0])
-        self.cancel()
-        try:
-            self.client.close()
-        except Exception as exc:  # noqa: BLE001 - closing is best effort; logged
-            logger.debug("gen_agent SDK client close raised {}", type(exc).__name__)
-
-    def _on_request(self, request: Any) -> None:
-        # The HTTP core calls the `trace` extension of each request at every step; the one
-        # that opens a connection reports its network stream, whose socket we keep (weakly).
-        request.extensions["trace"] = self._trace
-
-    def _on_response(self, response: Any) -> None:
-        # Its head arrived: a body that then fails (a corrupt error body the SDK reads
-        # itself) still reports the status in the diagnostics.
-        self.status = response.status_code
-
-    def _trace(self, name: str, info: dict[str, Any]) -> None:
-        if not name.endswith(_CONNECT_DONE):
-            return
-        stream = info.get("return_value")
-        get_extra_info = getattr(stream, "get_extra_info", None)
-        sock = get_extra_info("socket") if callable(get_extra_info) else None
-        if isinstance(sock, socket.socket):
-            with self._lock:
-                self._sockets.add(sock)
-            if self.cancelled(self._turn):
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
-
-
 class SDKOptions(msgspec.Struct, frozen=True, kw_only=True):
     """The options both SDK backends take (each backend's options Struct extends it).
 
@@ -258,6 +124,12 @@ class SDKOptions(msgspec.Struct, frozen=True, kw_only=True):
         history: a conversation to continue: `gen_agent.conversation.Message`s, oldest
             first (the stored `Response.messages` of earlier turns, concatenated; from this
             provider or another one).
+        client: an SDK client of your own (`anthropic.Anthropic`, `openai.OpenAI`), used
+            as is: its key, URL, timeout and retries are its own (`api_key`, `base_url`,
+            `timeout`, `max_retries`, `default_headers` must not be given with it); gen_agent
+            never closes it. None: the session builds its own.
+        http_client: an `httpx.Client` of your own for the session's SDK client (pool,
+            proxy, TLS); gen_agent never closes it. None: the session builds its own.
     """
 
     api_key: str | None = None
@@ -273,6 +145,8 @@ class SDKOptions(msgspec.Struct, frozen=True, kw_only=True):
     max_history_bytes: int = 4 * 1024 * 1024
     session_id: str | None = None
     history: tuple[Message, ...] = ()
+    client: Any = None
+    http_client: Any = None
 
     def __repr__(self) -> str:
         return shown_options(self)  # the API key and credential headers masked
@@ -315,6 +189,9 @@ SDK_CHECKS: Final[Mapping[str, Check]] = {
     "max_history_bytes": (int_at_least(1), "an int >= 1 (bytes)"),
     "session_id": (is_text, "a non-empty str"),
     "history": (is_history, "a list of gen_agent.conversation.Message"),
+    "client": (lambda v: not isinstance(v, str | int | float | bool | dict | list | tuple),
+               "an SDK client object (e.g. anthropic.Anthropic(...))"),
+    "http_client": (lambda v: callable(getattr(v, "send", None)), "an httpx.Client"),
 }
 """The option table rows of `SDKOptions` but `params` (whose reserved keys differ)."""
 
@@ -379,11 +256,16 @@ class SDK(msgspec.Struct, frozen=True, kw_only=True):
                 `"missing_api_key"` (no `api_key` option and no `key_env` variable).
         """
         sdk = self.load()
+        session_id = options.session_id or f"{self.provider}-{secrets.token_hex(8)}"
+        if options.client is not None:
+            return Transport(sdk, lambda _: options.client, own=self._own(sdk, options)), \
+                session_id
         api_key = options.api_key or os.environ.get(self.key_env)
         if not api_key:
             message = f"no {self.label} API key: give the `api_key` option or set {self.key_env}"
             reason = BackendError.new(self.provider, "missing_api_key", None, message=message)
             raise SessionStartError(reason, message)
+        own_http = options.http_client
 
         def make_client(http_client: Any) -> Any:
             return getattr(sdk, self.client)(
@@ -392,11 +274,25 @@ class SDK(msgspec.Struct, frozen=True, kw_only=True):
                 timeout=options.timeout,
                 max_retries=options.max_retries,
                 default_headers=options.default_headers or None,
-                http_client=http_client,
+                http_client=own_http if own_http is not None else http_client,
             )
 
-        session_id = options.session_id or f"{self.provider}-{secrets.token_hex(8)}"
-        return Transport(sdk, make_client), session_id
+        return Transport(sdk, make_client, owned_http=own_http is not None), session_id
+
+    def _own(self, sdk: ModuleType, options: SDKOptions) -> Any:
+        """The `client` option, checked: an instance of the SDK's client class, given without
+        the options it already holds."""
+        client = options.client
+        if not isinstance(client, getattr(sdk, self.client)):
+            message = f"client must be a {self.module}.{self.client}, got {type(client).__name__}"
+            raise SessionStartError(("invalid_option", "client", type(client).__name__), message)
+        defaults = SDKOptions(model="-")
+        for key in ("api_key", "base_url", "timeout", "max_retries", "default_headers",
+                    "http_client"):
+            if getattr(options, key) != getattr(defaults, key):
+                message = f"the {key} option cannot be given with client= (the client has its own)"
+                raise SessionStartError(("invalid_option", key, "<given with client>"), message)
+        return client
 
 
 class StreamTranslator:
@@ -518,7 +414,15 @@ def stream_turn(
     token = transport.begin_turn()
     stream = None
     try:
-        stream = create(transport.client)
+        try:
+            stream = create(transport.client)
+        except Exception as exc:  # a kept connection the server closed while idle: once more
+            if not transport.reuse_failed(exc) or transport.cancelled(token):
+                raise
+            logger.debug("gen_agent {} request failed on a reused connection ({}); sent again",
+                         sdk.provider, type(exc).__name__)
+            stream = create(transport.client)
+        transport.reading(stream)
         response = stream.response
         translator.http_status = response.status_code
         decoder = SSEDecoder()
@@ -617,13 +521,6 @@ def unsendable(provider: str, exc: UnicodeEncodeError) -> BackendError:
     message = (f"the {provider} request was not sent: a prompt, tool result or other text of "
                f"it holds a lone surrogate ({point}), which UTF-8 cannot encode")
     return BackendError.new(provider, "invalid_request", None, retryable=False, message=message)
-
-
-def _close_quietly(stream: Any) -> None:
-    try:
-        stream.close()
-    except Exception as exc:  # noqa: BLE001 - closing is best effort; logged
-        logger.debug("gen_agent closing a response raised {}", type(exc).__name__)
 
 
 def connection_error(provider: str, exc: BaseException, sdk: Any) -> BackendError | None:

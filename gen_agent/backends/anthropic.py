@@ -575,6 +575,12 @@ class AnthropicAPI(Backend):
         session.transport.cancel()
 
     @classmethod
+    def idle_session(cls, session: Any) -> None:
+        """The agent hibernates: close the session's connections and drop its SDK client
+        (the next turn builds one; a `client=`/`http_client=` of your own is kept as is)."""
+        session.transport.release_idle()
+
+    @classmethod
     def terminate_session(cls, session: AnthropicSession) -> None:
         """Cancel any request and close the SDK client. Idempotent."""
         session.transport.close()

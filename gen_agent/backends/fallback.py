@@ -20,6 +20,19 @@ The trail says what happened: every turn's terminal data carries `"fallback"` (s
 a turn that fell back; when every hop fails, the last hop's error is the turn's reason and its
 `diagnostics.fallback` holds the trail.
 
+Limits follow the provider, not the agent: each hop has its own `ProviderLimit` (the
+`limits` option, one per hop; by default the process's shared limit named
+`Fallback.limit_key(backend, options)`: the provider plus a fingerprint of its credentials
+and URL, with no bounds). A hop asks its limit for a permit before its request, without
+waiting: a hop whose limit has none free (held by a `retry-after`, or at its caps) is
+*skipped*, recorded in the trail with `outcome: "skipped"`, `error_kind: "rate_limited"`
+and `held_until_ms` (the hold's end, Unix epoch milliseconds; None when only a cap is full).
+A hop whose request fails with a `retry_after` holds its own limit (so later turns skip it
+while the hold lasts), and the tokens a hop spent count against its own limit. When no hop
+can be tried, the turn fails at once (it never waits inside the turn) with a `rate_limited`
+`BackendError` of the hop whose hold ends first, its `retry_after` the seconds left (the
+agent's retry policy or `retry_after_ms` tell when to ask again).
+
 The conversation continues on whichever hop answered: after a successful turn every hop's
 history gets the exchange, so the next turn (on the primary again) sees it. Hops are the HTTP
 backends (`AnthropicAPI`, `OpenAIResponses`, or any backend with an in-process history); the
@@ -31,6 +44,9 @@ Mirrors: nothing in the Elixir original; the fallback chains of AgentOS and pyda
 
 from __future__ import annotations
 
+import hashlib
+import math
+import os
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -39,6 +55,7 @@ import msgspec
 
 from gen_agent.backend import Backend, BackendError, SessionStartError, TurnContext
 from gen_agent.event import Event
+from gen_agent.limits import ProviderLimit
 
 __all__ = ["Fallback", "FallbackHop", "FallbackSession", "FallbackTrail"]
 
@@ -55,9 +72,12 @@ class FallbackHop(msgspec.Struct, frozen=True, kw_only=True):
         provider: the hop backend's provider name (e.g. `"anthropic"`), or its class name.
         model: the model the hop asked for, or None.
         outcome: `"ok"` (it answered), `"error"` (it failed; the next hop was tried unless
-            output had started or the error was not retryable).
-        error_kind: the `BackendError.kind` of a failed hop (None when it answered).
+            output had started or the error was not retryable), `"skipped"` (its limit had
+            no permit free: held by a `retry-after`, or at its caps; nothing was sent).
+        error_kind: the `BackendError.kind` of a failed hop (None when it answered;
+            `"rate_limited"` for a skipped one).
         duration_ms: wall time of the hop's attempt (milliseconds).
+        held_until_ms: a skipped hop's hold end (Unix epoch milliseconds), or None.
     """
 
     provider: str
@@ -65,6 +85,7 @@ class FallbackHop(msgspec.Struct, frozen=True, kw_only=True):
     outcome: str
     error_kind: str | None = None
     duration_ms: int = 0
+    held_until_ms: int | None = None
 
 
 class FallbackTrail(msgspec.Struct, frozen=True, kw_only=True):
@@ -78,6 +99,7 @@ class FallbackTrail(msgspec.Struct, frozen=True, kw_only=True):
 class _Hop(msgspec.Struct, frozen=True):
     backend: Any
     session: Any
+    limit: Any = None  # its ProviderLimit
 
 
 class _Pending:
@@ -168,13 +190,20 @@ class Fallback(Backend):
         Raises:
             SessionStartError: see the class docstring.
         """
-        unknown = set(opts) - {"hops"}
+        unknown = set(opts) - {"hops", "limits"}
         if unknown:
             raise SessionStartError(("unknown_option", sorted(unknown)[0]))
         hops_opt = opts.get("hops")
         if (not isinstance(hops_opt, (list, tuple)) or len(hops_opt) < 2
                 or not all(isinstance(h, (list, tuple)) and len(h) == 2 for h in hops_opt)):
             raise SessionStartError(("invalid_option", "hops", _shown_hops(hops_opt)))
+        limits_opt = opts.get("limits")
+        if limits_opt is None:
+            limits_opt = (None,) * len(hops_opt)
+        if (not isinstance(limits_opt, (list, tuple)) or len(limits_opt) != len(hops_opt)
+                or not all(x is None or isinstance(x, ProviderLimit) for x in limits_opt)):
+            raise SessionStartError(("invalid_option", "limits", repr(limits_opt)[:80]),
+                                    "limits must be one ProviderLimit (or None) per hop")
         started: list[_Hop] = []
         try:
             for index, (backend, hop_opts) in enumerate(hops_opt):
@@ -185,7 +214,10 @@ class Fallback(Backend):
                     session = backend.start_session(dict(hop_opts))
                 except SessionStartError as exc:
                     raise SessionStartError(("hop_start_failed", index, exc.reason)) from exc
-                started.append(_Hop(backend, session))
+                limit = limits_opt[index]
+                if limit is None:
+                    limit = ProviderLimit.shared(cls.limit_key(backend, hop_opts))
+                started.append(_Hop(backend, session, limit))
                 if getattr(getattr(session, "options", None), "store", False) is True:
                     # its conversation lives on the provider: another hop's answer cannot
                     # join it, so the next turn on it would miss that exchange
@@ -196,6 +228,22 @@ class Fallback(Backend):
             raise
         return FallbackSession(hops=tuple(started),
                                session_id=getattr(started[0].session, "session_id", None))
+
+    @staticmethod
+    def limit_key(backend: Any, options: Mapping[str, Any]) -> str:
+        """The name of a hop's default `ProviderLimit`: `"<provider>:<12 hex digits>"`, the
+        digits a SHA-256 fingerprint of its credentials and URL (the `api_key` option, else
+        the `<PROVIDER>_API_KEY` variable; `base_url`; a `client=`'s own key and URL), so
+        agents using one key share one limit. The key itself never shows."""
+        provider = _provider(backend)
+        client = options.get("client")
+        if client is not None:
+            key, url = getattr(client, "api_key", None), getattr(client, "base_url", None)
+        else:
+            key = options.get("api_key") or os.environ.get(f"{provider.upper()}_API_KEY")
+            url = options.get("base_url")
+        digest = hashlib.sha256(f"{key}\0{url}".encode()).hexdigest()[:12]
+        return f"{provider}:{digest}"
 
     @classmethod
     def prompt(cls, session: FallbackSession, prompt: str,
@@ -226,7 +274,7 @@ class Fallback(Backend):
                 prompted = _with_prompt(hop.session, session.prompt or "")
             update = getattr(hop.backend, "update_session", None)
             hops[index] = _Hop(hop.backend, prompted if update is None
-                               else update(prompted, result_data))
+                               else update(prompted, result_data), hop.limit)
         return msgspec.structs.replace(session, hops=tuple(hops), prompt=None, pending=None)
 
     @classmethod
@@ -235,7 +283,8 @@ class Fallback(Backend):
         hops = []
         for hop in session.hops:
             reset = getattr(hop.backend, "reset_session", None)
-            hops.append(_Hop(hop.backend, hop.session if reset is None else reset(hop.session)))
+            hops.append(_Hop(hop.backend, hop.session if reset is None else reset(hop.session),
+                             hop.limit))
         return msgspec.structs.replace(session, hops=tuple(hops))
 
     @classmethod
@@ -247,6 +296,14 @@ class Fallback(Backend):
                 cancel(hop.session)
 
     @classmethod
+    def idle_session(cls, session: FallbackSession) -> None:
+        """The agent hibernates: every hop that can releases its idle resources."""
+        for hop in session.hops:
+            idle = getattr(hop.backend, "idle_session", None)
+            if idle is not None:
+                idle(hop.session)
+
+    @classmethod
     def terminate_session(cls, session: FallbackSession) -> None:
         """Terminate every hop's session."""
         for hop in session.hops:
@@ -256,37 +313,95 @@ class Fallback(Backend):
 def _stream(session: FallbackSession, prompt: str, context: TurnContext,
             pending: _Pending) -> Iterator[Event]:
     trail: list[FallbackHop] = []
+    failure: tuple[list[Event], Event] | None = None  # the last failed hop's events
     for index, hop in enumerate(session.hops):
+        limit = hop.limit
+        if limit is not None and limit.try_take() is not None:
+            trail.append(_skipped(hop, limit))
+            continue
         started = time.monotonic()
-        events, prompted = hop.backend.prompt(hop.session, prompt, context)
-        pending.prompted[index] = prompted
-        held: list[Event] = []  # non-output events, until we know this hop answers
-        iterator = iter(events)
+        usage: Any = None
         try:
-            for event in iterator:
-                if event.kind in OUTPUT_KINDS or event.kind == "result":
-                    trail_so_far = (*trail, _hop(hop, prompted, "ok", None, started))
-                    yield from _commit(held, trail_so_far, index)
-                    pending.answered = index
-                    yield from _rest(event, iterator, trail_so_far)
-                    return
-                if event.kind == "error":
-                    reason = event.data.get("reason")
-                    trail.append(_hop(hop, prompted, "error", _kind(reason), started))
-                    last = index == len(session.hops) - 1
-                    if last or not _retryable(reason) or _cancelled(context):
-                        yield from held
-                        yield _failed(event, trail)
+            events, prompted = hop.backend.prompt(hop.session, prompt, context)
+            pending.prompted[index] = prompted
+            held: list[Event] = []  # non-output events, until we know this hop answers
+            iterator = iter(events)
+            try:
+                for event in iterator:
+                    if event.kind == "usage":
+                        usage = event.data
+                    if event.kind in OUTPUT_KINDS or event.kind == "result":
+                        trail_so_far = (*trail, _hop(hop, prompted, "ok", None, started))
+                        yield from _commit(held, trail_so_far, index)
+                        pending.answered = index
+                        for later in _rest(event, iterator, trail_so_far):
+                            if later.kind == "usage":
+                                usage = later.data
+                            yield later
                         return
-                    break  # fall back to the next hop
-                held.append(event)
-            else:
-                yield from held  # no terminal event: the runtime reports no_terminal_event
-                return
+                    if event.kind == "error":
+                        reason = event.data.get("reason")
+                        _hold(limit, reason)
+                        trail.append(_hop(hop, prompted, "error", _kind(reason), started))
+                        failure = (held, event)
+                        if not _retryable(reason) or _cancelled(context):
+                            yield from held
+                            yield _failed(event, trail)
+                            return
+                        break  # fall back to the next hop
+                    held.append(event)
+                else:
+                    yield from held  # no terminal event: the runtime reports no_terminal_event
+                    return
+            finally:
+                close = getattr(iterator, "close", None)
+                if close is not None:
+                    close()
         finally:
-            close = getattr(iterator, "close", None)
-            if close is not None:
-                close()
+            if limit is not None:
+                limit.release(_tokens(usage))
+    if failure is not None:
+        yield from failure[0]
+        yield _failed(failure[1], trail)
+        return
+    yield _all_held(session, trail)
+
+
+def _hold(limit: Any, reason: Any) -> None:
+    retry_after = reason.retry_after_ms if isinstance(reason, BackendError) else None
+    if limit is not None and retry_after:
+        limit.hold(retry_after)
+
+
+def _tokens(usage: Any) -> int:
+    if not isinstance(usage, Mapping):
+        return 0
+    return sum(v for k in ("input_tokens", "output_tokens")
+               if isinstance(v := usage.get(k), int) and not isinstance(v, bool))
+
+
+def _skipped(hop: _Hop, limit: Any) -> FallbackHop:
+    held_s = limit.held_for()
+    until = int((time.time() + held_s) * 1000) if held_s > 0 else None
+    return FallbackHop(provider=_provider(hop.backend), model=_model(hop.session),
+                       outcome="skipped", error_kind="rate_limited", held_until_ms=until)
+
+
+def _all_held(session: FallbackSession, trail: list[FallbackHop]) -> Event:
+    """The turn's error when no hop could be tried: `rate_limited`, retryable, of the hop
+    whose hold ends first (its `retry_after` the seconds left, rounded up)."""
+    held = [(hop.limit.held_for(), hop) for hop in session.hops if hop.limit is not None]
+    holding = [(left, hop) for left, hop in held if left > 0]
+    left, hop = min(holding, key=lambda pair: pair[0]) if holding else (0.0, session.hops[0])
+    provider = _provider(hop.backend)
+    retry_after = str(max(1, math.ceil(left))) if left > 0 else None
+    message = (f"every fallback hop is rate limited; {provider}'s hold ends in {left:.1f} s"
+               if left > 0 else "every fallback hop is at its limit's caps")
+    reason = BackendError.new(provider, "rate_limited", None, retryable=True,
+                              retry_after=retry_after, message=message)
+    reason = reason.with_diagnostics(fallback=_trail_data(trail))
+    return Event.new("error", {"reason": reason, "session_id": session.session_id,
+                               "provider": provider, "model": _model(hop.session)})
 
 
 def _cancelled(context: Any) -> bool:

@@ -27,11 +27,14 @@ _LAZY = {
     "status": "client", "stop": "client", "stop_node": "client", "stream": "client",
     "tell": "client", "whereis": "client", "init_local": "local",
     "prepare_loopback_env": "local", "shutdown_local": "local", "RemotePool": "pool",
-    "drop_directory": "client", "RayHost": "host",
+    "drop_directory": "client", "RayHost": "host", "ClusterLimit": "limits",
+    "ClusterBudget": "limits",
 }
 
 __all__ = [
     "DEFAULT_NAMESPACE",
+    "ClusterBudget",
+    "ClusterLimit",
     "Node",
     "RayHost",
     "RemotePool",

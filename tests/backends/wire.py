@@ -133,6 +133,7 @@ class RawServer:
     Attributes:
         url: `http://127.0.0.1:PORT`.
         connections: how many TCP connections were accepted (count).
+        closed: how many of them the client closed or the server cut (count).
         bodies: the JSON body of every request, in order.
     """
 
@@ -143,6 +144,7 @@ class RawServer:
         self._sock.listen(16)
         self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
         self.connections = 0
+        self.closed = 0
         self.bodies: list[Any] = []
         self._scripts: deque[list[Any]] = deque()
         self._lock = threading.Lock()
@@ -214,6 +216,8 @@ class RawServer:
             return
         finally:
             conn.close()
+            with self._lock:
+                self.closed += 1
 
     def _read_request(self, conn: socket.socket, buffer: bytes) -> tuple[Any, bytes]:
         while b"\r\n\r\n" not in buffer:

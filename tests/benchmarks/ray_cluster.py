@@ -52,7 +52,8 @@ SMOKE: dict[str, Any] = {"calls": 5, "tasks": 20, "max_in_flight": 2, "agents": 
 # The README table's rows (besides the targets): throughputs and memory per agent.
 README = ("bare_ray_call", "remote_ask", "remote_ask_vs_bare_ray_call", "local_pool",
           "remote_pool", "remote_pool_vs_local_pool", "kib_per_agent",
-          "kib_per_hibernated_agent", "kib_per_hibernated_agent_start_s")
+          "kib_per_hibernated_agent", "kib_per_hibernated_agent_start_s", "local_permit",
+          "cluster_permit")
 NAMESPACE = "gen_agent_bench"
 
 
@@ -108,8 +109,14 @@ def setup(params: dict[str, Any]) -> Iterator[dict[str, Any]]:
                                         max_in_flight=params["max_in_flight"], turns=turns))
             empty = cluster.start_node("empty", namespace=NAMESPACE)
             nodes.append(empty)
+            from gen_agent.limits import ProviderLimit
+            from gen_agent.ray.limits import ClusterLimit
+
             yield {"ray": ray, "cluster": cluster, "bare": bare, "remote_pool": pools[0],
-                   "local_pool": pools[1], "empty_kib": empty.info()["rss_kib"]}
+                   "local_pool": pools[1], "empty_kib": empty.info()["rss_kib"],
+                   "local_limit": ProviderLimit("bench", max_concurrent=10_000),
+                   "cluster_limit": ClusterLimit("bench", max_concurrent=10_000,
+                                                 namespace=NAMESPACE)}
             for pool in reversed(pools):
                 pool.stop(60)
             pools.clear()
@@ -136,6 +143,27 @@ def remote_ask(env: dict[str, Any], params: dict[str, Any]) -> Measured:
     ask = env["cluster"].ask
     return latency_us(time_calls_us(lambda: ask("w", "x", 30, namespace=NAMESPACE),
                                     params["calls"]))
+
+
+def _permit(limit: Any) -> None:
+    if limit.try_take() is not None:
+        raise AssertionError("the bench limit refused a permit")
+    limit.release(10)
+
+
+@figure(unit="us", label="local ProviderLimit permit (take + release)")
+def local_permit(env: dict[str, Any], params: dict[str, Any]) -> Measured:
+    """p50 of a permit taken and given back on a process-local limit."""
+    limit = env["local_limit"]
+    return latency_us(time_calls_us(lambda: _permit(limit), params["calls"]))
+
+
+@figure(unit="us", label="ClusterLimit permit (an actor call + a one-way release)",
+        peer="local_permit", note="the cost per permit of a cluster-wide limit")
+def cluster_permit(env: dict[str, Any], params: dict[str, Any]) -> Measured:
+    """p50 of a permit taken and given back on the cluster-wide limit's actor."""
+    limit = env["cluster_limit"]
+    return latency_us(time_calls_us(lambda: _permit(limit), params["calls"]))
 
 
 def _throughput(pool: Any, tasks: int) -> float:
