@@ -10,8 +10,9 @@ Logging goes through loguru and is disabled for "gen_agent" here; an application
 with `logger.enable("gen_agent")`.
 """
 
-from loguru import logger
+from loguru import logger as _logger
 
+from gen_agent._deprecate import install_moved_modules as _install_moved_modules
 from gen_agent._context import current_name, current_request
 from gen_agent.agent import GenAgent, Halt, NoReply, Proceed, Prompt, Skip
 from gen_agent.agent_ref import AgentRef
@@ -92,7 +93,8 @@ from gen_agent.supervisor import (
 )
 from gen_agent.system import AgentSystem, shutdown
 
-logger.disable("gen_agent")
+_logger.disable("gen_agent")
+_install_moved_modules()
 
 __version__ = "0.1.0"
 

@@ -1,14 +1,22 @@
 """Old spellings that keep working for one release, with a `DeprecationWarning`.
 
-Each is listed in the changelog (docs/pages/changelog.md) with the release that removes it.
+Each is listed in the changelog (docs/pages/changelog.md) with the release that removes it:
+the registry argument's old names (`system_renamed`), module paths that moved
+(`MOVED_MODULES`, served by `install_moved_modules`) and names that moved inside a module
+(`moved_names`, for a module's `__getattr__`).
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
+import importlib.abc
+import importlib.machinery
 import inspect
+import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import ModuleType
 from typing import Any, TypeVar
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -44,3 +52,86 @@ def system_renamed(fn: F) -> F:
             _renamed(name, kwargs)
         return fn(*args, **kwargs)
     return called  # type: ignore[return-value]
+
+
+#: Old public module paths and the modules that now hold them. Importing an old path warns
+#: once per process and gives the new module itself (one module object under two names), so
+#: `from gen_agent.client import ask` keeps working until 0.3 removes the entry.
+MOVED_MODULES: dict[str, str] = {}
+
+
+class _MovedLoader(importlib.abc.Loader):
+    def __init__(self, new: str) -> None:
+        self.new = new
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
+        module = importlib.import_module(self.new)
+        self.spec = module.__spec__
+        return module
+
+    def exec_module(self, module: ModuleType) -> None:
+        # Already executed under its new name; the import system set the old name's spec on
+        # it, so give the module back its own.
+        module.__spec__ = self.spec
+
+
+class _MovedFinder(importlib.abc.MetaPathFinder):
+    """Finds an old path of `MOVED_MODULES`: warns, then aliases the new module.
+
+    A finder rather than a file at each old path, so the old file's history follows the move
+    (git sees a rename, not a rewrite) and no stub module can drift from its target.
+    """
+
+    def find_spec(self, fullname: str, path: Any = None,
+                  target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        new = MOVED_MODULES.get(fullname)
+        if new is None:
+            return None
+        warnings.warn(f"{fullname} is deprecated and will be removed in 0.3; import its names "
+                      f"from {public_home(fullname)}", DeprecationWarning, stacklevel=_caller())
+        spec = importlib.machinery.ModuleSpec(fullname, _MovedLoader(new))
+        return spec
+
+
+def _caller() -> int:
+    """The stack level of the first frame outside the import machinery (the importer)."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and (frame.f_code.co_filename.startswith("<frozen")
+                                 or frame.f_code.co_filename == __file__):
+        frame, level = frame.f_back, level + 1  # type: ignore[assignment]
+    return level
+
+
+#: Where the names of an old module path live now, for the warning's text.
+PUBLIC_HOMES: dict[str, str] = {}
+
+
+def public_home(old: str) -> str:
+    """The public namespace holding the names of the old module path `old`."""
+    return PUBLIC_HOMES.get(old, "gen_agent")
+
+
+_FINDER = _MovedFinder()
+
+
+def install_moved_modules() -> None:
+    """Let the old paths of `MOVED_MODULES` import (idempotent; `gen_agent` calls it)."""
+    if _FINDER not in sys.meta_path:
+        sys.meta_path.insert(0, _FINDER)
+
+
+def moved_names(module: str, names: Mapping[str, tuple[str, str]]) -> Callable[[str], Any]:
+    """A module `__getattr__` serving old names of `module`, each with a `DeprecationWarning`.
+
+    Args:
+        module: the module's `__name__` (for the error of an unknown name).
+        names: old name → `(module path, new name)` where it lives now.
+    """
+    def __getattr__(name: str) -> Any:
+        if name not in names:
+            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        where, new = names[name]
+        warnings.warn(f"{module}.{name} is deprecated and will be removed in 0.3; use "
+                      f"{where}.{new}", DeprecationWarning, stacklevel=2)
+        return getattr(importlib.import_module(where), new)
+    return __getattr__
