@@ -12,20 +12,9 @@ with `logger.enable("gen_agent")`.
 
 from loguru import logger as _logger
 
-from gen_agent._deprecate import install_moved_modules as _install_moved_modules
-from gen_agent._context import current_name, current_request
-from gen_agent.agent import GenAgent, Halt, NoReply, Proceed, Prompt, Skip
-from gen_agent.agent_ref import AgentRef
-from gen_agent.backend import (
-    Backend,
-    BackendError,
-    Diagnostics,
-    DispatchError,
-    ResetError,
-    SessionStartError,
-    TurnContext,
-)
-from gen_agent.client import (
+from gen_agent._agent import GenAgent, Halt, NoReply, Proceed, Prompt, Skip
+from gen_agent._agent_ref import AgentRef
+from gen_agent._client import (
     ask,
     backend_session,
     cancel_request,
@@ -52,8 +41,10 @@ from gen_agent.client import (
     tell_with_completion,
     whereis,
 )
-from gen_agent.debug import set_debug
-from gen_agent.errors import (
+from gen_agent._context import current_name, current_request
+from gen_agent._debug import set_debug
+from gen_agent._deprecate import install_moved_modules as _install_moved_modules
+from gen_agent._errors import (
     AgentDown,
     AgentNotFound,
     AgentStartError,
@@ -66,14 +57,14 @@ from gen_agent.errors import (
     RequestError,
     TurnError,
 )
-from gen_agent.event import Event
-from gen_agent.host import AgentHost, HostOverload, HostStatus
-from gen_agent.pool import Pool, PoolRef, PoolStatus, RetryPolicy
-from gen_agent.ref import RequestRef
-from gen_agent.request import RequestInfo, RequestOptions
-from gen_agent.response import EventCoverage, Omission, Response, TextAccumulator
-from gen_agent.size import term_size
-from gen_agent.status import (
+from gen_agent._event import Event
+from gen_agent._host import AgentHost, HostOverload, HostStatus
+from gen_agent._pool import Pool, PoolRef, PoolStatus, RetryPolicy
+from gen_agent._request_options import RequestInfo, RequestOptions
+from gen_agent._request_ref import RequestRef
+from gen_agent._response import EventCoverage, Omission, Response, TextAccumulator
+from gen_agent._size import term_size
+from gen_agent._status import (
     CaptureOverflow,
     CurrentTurn,
     OverloadInfo,
@@ -81,8 +72,8 @@ from gen_agent.status import (
     RuntimeSnapshot,
     Status,
 )
-from gen_agent.streaming import AttachedTurn, TurnStream, attach, stream
-from gen_agent.supervisor import (
+from gen_agent._streaming import AttachedTurn, TurnStream, attach, stream
+from gen_agent._supervisor import (
     ChildEvent,
     ChildInfo,
     ChildSpec,
@@ -91,7 +82,16 @@ from gen_agent.supervisor import (
     child_spec,
     supervisor_spec,
 )
-from gen_agent.system import AgentSystem, shutdown
+from gen_agent._system import AgentSystem, shutdown
+from gen_agent.backend import (
+    Backend,
+    BackendError,
+    Diagnostics,
+    DispatchError,
+    ResetError,
+    SessionStartError,
+    TurnContext,
+)
 
 _logger.disable("gen_agent")
 _install_moved_modules()

@@ -2,8 +2,8 @@
 
 What a `Supervisor` is given (`ChildSpec`, `SupervisorSpec`, made by `child_spec`,
 `supervisor_spec`) and what it tells (`ChildInfo`, `SupervisorSnapshot`, `ChildEvent`), with
-the restart rule (`should_restart`). Users import them from `gen_agent.supervisor` and
-`gen_agent`; the supervisor itself is in `gen_agent/supervisor.py`.
+the restart rule (`should_restart`). Users import them from `gen_agent._supervisor` and
+`gen_agent`; the supervisor itself is in `gen_agent/_supervisor.py`.
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ from typing import Any, Literal
 
 import msgspec
 
+from gen_agent._errors import GenAgentError, describe_reason
 from gen_agent._runtime import (
     RAISED_DURING_START,
     outside_level,
     validate_shutdown,
     warn_near_misses,
 )
-from gen_agent.errors import GenAgentError, describe_reason
 
 RestartType = Literal["permanent", "transient", "temporary"]
 Strategy = Literal["one_for_one", "one_for_all", "rest_for_one"]

@@ -2,7 +2,7 @@
 
 The agents stay pykka actors on their own threads; what changes is how an asyncio caller meets
 them. Every coroutine here sends the same mailbox message as its threaded twin in
-`gen_agent.client` and then awaits the actor's answer without blocking the event loop and
+`gen_agent._client` and then awaits the actor's answer without blocking the event loop and
 without a thread per call: the actor answers a once-only reply, whose done-callback hands the
 answer to the caller's loop (`loop.call_soon_threadsafe` on an `asyncio.Future`). So any number
 of awaits cost no threads, work from any running loop, and from several loops in several
@@ -32,7 +32,13 @@ import asyncio
 import warnings
 from typing import Any
 
+from gen_agent._agent_ref import AgentRef
 from gen_agent._deprecate import system_renamed
+from gen_agent._errors import CallTimeout
+from gen_agent._pool import checked_prompts
+from gen_agent._request_options import RequestOptions
+from gen_agent._request_ref import RequestRef
+from gen_agent._response import Response
 from gen_agent._runtime import (
     HaltMsg,
     InfoMsg,
@@ -45,15 +51,9 @@ from gen_agent._runtime import (
     calls,
     set_once,
 )
-from gen_agent.agent_ref import AgentRef
-from gen_agent.errors import CallTimeout
-from gen_agent.pool import checked_prompts
-from gen_agent.ref import RequestRef
-from gen_agent.request import RequestOptions
-from gen_agent.response import Response
-from gen_agent.status import PollResult, RuntimeSnapshot, Status
-from gen_agent.streaming import AsyncAttachedTurn, AsyncTurnStream
-from gen_agent.system import AgentSystem, current_system
+from gen_agent._status import PollResult, RuntimeSnapshot, Status
+from gen_agent._streaming import AsyncAttachedTurn, AsyncTurnStream
+from gen_agent._system import AgentSystem, current_system
 
 __all__ = [
     "AsyncAttachedTurn",
@@ -87,7 +87,7 @@ __all__ = [
 
 
 # ---------------------------------------------------------------------- requests
-# Each coroutine is the awaitable twin of the `gen_agent.client` function of the same name:
+# Each coroutine is the awaitable twin of the `gen_agent._client` function of the same name:
 # same parameters, same checks, same message, same outcomes (see there for the reasons).
 @system_renamed
 async def ask(name: Any, prompt: str, timeout: float | None = None, *,

@@ -36,15 +36,15 @@ from typing import Any, Final, Protocol, runtime_checkable
 import msgspec
 
 from gen_agent._cancel import CancelSignal
-from gen_agent.errors import GenAgentError
-from gen_agent.event import Event
-from gen_agent.permission import (
+from gen_agent._errors import GenAgentError
+from gen_agent._event import Event
+from gen_agent._permission import (
     DEFAULT_PERMISSION_TIMEOUT_MS,
     DENY_FAILED,
     PermissionDecision,
     ToolPermissionRequest,
 )
-from gen_agent.request import DEFAULT_OPTIONS, RequestOptions
+from gen_agent._request_options import DEFAULT_OPTIONS, RequestOptions
 
 __all__ = [
     "MAX_RETRY_AFTER_MS",
@@ -129,7 +129,7 @@ class TurnContext:
         checkpoint(session_id): report a provider session id early (contract §7.3; docs: the
         backend guide).
         options: the request's `RequestOptions` (per-request settings a backend may honour;
-            see `gen_agent.request`).
+            see `gen_agent._request_options`).
         trace_carrier: the turn's trace context as propagation fields (a read-only mapping,
             e.g. `{"traceparent": "00-…-01"}`), filled by an instrumentation such as
             `gen_agent.otel`; empty when the turn is not traced. A backend that starts a
@@ -245,7 +245,7 @@ class TurnContext:
                 bytes without control characters.
 
         Raises:
-            gen_agent.errors.CheckpointError: the agent rejected it; `.reason` is
+            gen_agent._errors.CheckpointError: the agent rejected it; `.reason` is
                 `"unsupported_checkpoint"`, `"invalid_session_id"`,
                 `"conflicting_session_id"` or `"not_current"`. The backend should then fail
                 its turn (the bundled CLI backends raise).
@@ -284,7 +284,7 @@ class TurnContext:
             even while the callback still runs (its answer is then dropped): a backend that
             honours `Deny.interrupt` stops the tool and the turn.
 
-        Mirrors: no Elixir original (see `gen_agent.permission`).
+        Mirrors: no Elixir original (see `gen_agent._permission`).
         """
         if self._permission is None:
             return DENY_FAILED

@@ -1,4 +1,4 @@
-"""Tests for gen_agent.client: the bounded poll cache seen through the API (contract §4.16),
+"""Tests for gen_agent._client: the bounded poll cache seen through the API (contract §4.16),
 addressing rules and errors (§2.1), caller timeouts, completion recipients (§2.6), `AgentRef`,
 `send` / `send_after`, and `backend_session`."""
 

@@ -22,10 +22,10 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 import gen_agent
 from gen_agent import GenAgent, NoReply, Prompt, TurnError, otel, telemetry
+from gen_agent._event import Event
 from gen_agent.backend import BackendError
 from gen_agent.backends import mock
 from gen_agent.backends.mock import MockBackend
-from gen_agent.event import Event
 from gen_agent.otel import _usage_attributes
 from gen_agent.telemetry import TURN_ERROR, TURN_START, TelemetryRecorder
 

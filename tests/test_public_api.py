@@ -61,13 +61,13 @@ def test_logging_is_disabled_for_the_library_by_default() -> None:
 
 
 PUBLIC_MODULES = (
-    "gen_agent.backend", "gen_agent.telemetry", "gen_agent.supervisor", "gen_agent.pool",
-    "gen_agent.host",
+    "gen_agent.backend", "gen_agent.telemetry", "gen_agent._supervisor", "gen_agent._pool",
+    "gen_agent._host",
     "gen_agent.backends.mock", "gen_agent.backends.claude", "gen_agent.backends.codex",
     "gen_agent.backends.anthropic", "gen_agent.backends.openai", "gen_agent.testing",
-    "gen_agent.testing.model_server", "gen_agent.portable",
-    *(("gen_agent.ray", "gen_agent.ray.client", "gen_agent.ray.pool", "gen_agent.ray.local",
-       "gen_agent.ray.node", "gen_agent.ray.directory")
+    "gen_agent.testing._model_server", "gen_agent._portable",
+    *(("gen_agent.ray", "gen_agent.ray._client", "gen_agent.ray._pool", "gen_agent.ray._local",
+       "gen_agent.ray._node", "gen_agent.ray._directory")
       if importlib.util.find_spec("ray") is not None else ()),
 )
 

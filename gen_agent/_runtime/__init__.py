@@ -31,7 +31,7 @@ from gen_agent._runtime.actor import ActorBase
 from gen_agent._runtime.agent_actor import AgentActor
 from gen_agent._runtime.crash import log_exception
 from gen_agent._runtime.handle import AgentHandle
-from gen_agent._runtime.messages import (
+from gen_agent._runtime.mailbox import (
     AbandonAskMsg,
     AskMsg,
     CancelRequestMsg,

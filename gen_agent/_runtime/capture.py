@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from gen_agent.conversation import omitted_data
-from gen_agent.event import Event
-from gen_agent.response import (
+from gen_agent._conversation import omitted_data
+from gen_agent._event import Event
+from gen_agent._response import (
     EventCoverage,
     Omission,
     Response,
@@ -20,7 +20,7 @@ from gen_agent.response import (
     _assemble,
     delta_stream,
 )
-from gen_agent.status import CaptureOverflow
+from gen_agent._status import CaptureOverflow
 from gen_agent.telemetry import ToolCall
 
 __all__ = ["Capture", "LosslessBudget", "tool_calls"]

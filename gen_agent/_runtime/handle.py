@@ -14,14 +14,14 @@ from typing import Any
 import pykka
 from loguru import logger
 
-from gen_agent._runtime.messages import (
+from gen_agent._errors import AgentDown, RequestError
+from gen_agent._runtime.mailbox import (
     AbandonAskMsg,
     InterruptMsg,
     InterruptRequestMsg,
     StopMsg,
 )
 from gen_agent._runtime.reply import OnceEvent, Reply, fail_all
-from gen_agent.errors import AgentDown, RequestError
 
 
 class AgentHandle:

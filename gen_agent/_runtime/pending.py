@@ -10,7 +10,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, Literal, TypeVar
 
-from gen_agent.status import OverloadInfo
+from gen_agent._status import OverloadInfo
 
 T = TypeVar("T")
 

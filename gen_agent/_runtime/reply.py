@@ -18,8 +18,8 @@ import contextlib
 import threading
 from typing import Any
 
+from gen_agent._errors import CallTimeout
 from gen_agent._timers import wait_s
-from gen_agent.errors import CallTimeout
 
 
 class Reply:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gen_agent.size import term_size
+from gen_agent._size import term_size
 
 
 class ResultCache:

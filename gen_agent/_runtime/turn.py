@@ -24,11 +24,11 @@ from loguru import logger
 
 from gen_agent._cancel import CancelSignal
 from gen_agent._context import set_current, trace_carrier_activation
+from gen_agent._event import TERMINAL_KINDS, Event, monotonic_ms
 from gen_agent._runtime.capture import LosslessBudget
-from gen_agent._runtime.messages import TurnDoneMsg, TurnWakeMsg
+from gen_agent._runtime.mailbox import TurnDoneMsg, TurnWakeMsg
+from gen_agent._size import term_size
 from gen_agent.backend import DispatchError, TurnContext
-from gen_agent.event import TERMINAL_KINDS, Event, monotonic_ms
-from gen_agent.size import term_size
 
 
 class TurnChannel:

@@ -41,16 +41,12 @@ from typing import Any, ClassVar, Final
 
 import msgspec
 
+from gen_agent._conversation import Dropped, Message, from_anthropic, to_anthropic
+from gen_agent._event import Event
+from gen_agent._output import schema_of
+from gen_agent._response import finish_reason
 from gen_agent.backend import Backend, BackendError, TurnContext
-from gen_agent.backends._option_checks import (
-    int_at_least,
-    is_str,
-    is_text,
-    keys_other_than,
-    number_between,
-    validate_options,
-)
-from gen_agent.backends._sdk import (
+from gen_agent.backends._http.sdk import (
     SDK,
     SDK_CHECKS,
     SDKOptions,
@@ -66,11 +62,15 @@ from gen_agent.backends._sdk import (
     stream_turn,
     with_prompt,
 )
-from gen_agent.backends._tool_loop import run_loop
-from gen_agent.conversation import Dropped, Message, from_anthropic, to_anthropic
-from gen_agent.event import Event
-from gen_agent.output import schema_of
-from gen_agent.response import finish_reason
+from gen_agent.backends._http.tool_loop import run_loop
+from gen_agent.backends._option_checks import (
+    int_at_least,
+    is_str,
+    is_text,
+    keys_other_than,
+    number_between,
+    validate_options,
+)
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -534,7 +534,7 @@ class AnthropicAPI(Backend):
     ) -> AnthropicSession:
         """After a successful turn: append the reply (the last of the result's `messages`)
         to the history (bounded). An empty reply is kept but not resent (see
-        `gen_agent.conversation`)."""
+        `gen_agent._conversation`)."""
         messages = tuple(result_data.get("messages") or ())
         added = messages[1:] if messages and messages[0].role == "user" else messages
         if not any(m.role == "assistant" for m in added):
@@ -593,7 +593,7 @@ def _request(
     if tools:
         body["tools"] = tools
     if output is not None:
-        # Structured outputs: the schema as `output_config.format` (gen_agent.output).
+        # Structured outputs: the schema as `output_config.format` (gen_agent._output).
         config = dict(body.get("output_config") or {})
         config["format"] = {"type": "json_schema", "schema": schema_of(output)}
         body["output_config"] = config

@@ -37,8 +37,8 @@ from typing import Any
 
 import msgspec
 
+from gen_agent._event import Event
 from gen_agent.backend import Backend, BackendError, SessionStartError, TurnContext
-from gen_agent.event import Event
 
 __all__ = ["Fallback", "FallbackHop", "FallbackSession", "FallbackTrail"]
 
@@ -110,7 +110,7 @@ class FallbackSession(msgspec.Struct, frozen=True, kw_only=True):
 def _with_prompt(session: Any, prompt: str) -> Any:
     """`session` with `prompt` as its conversation's new user message (an SDK session keeps
     its conversation in `history`), as its own `prompt` would have left it."""
-    from gen_agent.backends._sdk import with_prompt
+    from gen_agent.backends._http.sdk import with_prompt
 
     history = getattr(session, "history", None)
     if history is None:

@@ -55,9 +55,9 @@ from typing import Any, Final
 
 import msgspec
 
+from gen_agent._errors import RequestError
+from gen_agent._event import Event
 from gen_agent.backend import Backend, DispatchError, ResetError, SessionStartError, TurnContext
-from gen_agent.errors import RequestError
-from gen_agent.event import Event
 
 __all__ = [
     "OPTIONS",
@@ -148,7 +148,7 @@ class ToolRound:
         self.then = then
 
     def _stream(self, session: MockSession, context: TurnContext | None) -> Iterator[Event]:
-        from gen_agent.backends._tool_loop import run_step
+        from gen_agent.backends._http.tool_loop import run_step
 
         for call in self.calls:
             yield Event.new("tool_use", {"id": call.id, "name": call.name, "input": call.input})
@@ -700,11 +700,11 @@ class MockBackend(Backend):
 
         Args:
             session_or_name: a `MockSession`, or an agent name whose backend session is read
-                with `gen_agent.client.backend_session(name)`.
+                with `gen_agent._client.backend_session(name)`.
 
         Raises:
-            gen_agent.errors.AgentNotFound: no agent has that name.
-            gen_agent.errors.RequestError: `"not_mock_backend"`, the agent uses another
+            gen_agent._errors.AgentNotFound: no agent has that name.
+            gen_agent._errors.RequestError: `"not_mock_backend"`, the agent uses another
                 backend.
 
         Mirrors: `GenAgent.Backends.Mock.history/1`.

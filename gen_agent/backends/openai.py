@@ -51,16 +51,18 @@ from typing import Any, ClassVar, Final
 
 import msgspec
 
-from gen_agent.backend import Backend, BackendError, TurnContext
-from gen_agent.backends._option_checks import (
-    int_at_least,
-    is_bool,
-    is_str,
-    is_text,
-    keys_other_than,
-    validate_options,
+from gen_agent._conversation import (
+    Dropped,
+    Message,
+    ToolResultPart,
+    arguments_input,
+    from_openai,
+    to_openai,
 )
-from gen_agent.backends._sdk import (
+from gen_agent._event import Event
+from gen_agent._output import schema_name, schema_of
+from gen_agent.backend import Backend, BackendError, TurnContext
+from gen_agent.backends._http.sdk import (
     SDK,
     SDK_CHECKS,
     SDKOptions,
@@ -76,17 +78,15 @@ from gen_agent.backends._sdk import (
     stream_turn,
     with_prompt,
 )
-from gen_agent.backends._tool_loop import run_loop
-from gen_agent.conversation import (
-    Dropped,
-    Message,
-    ToolResultPart,
-    arguments_input,
-    from_openai,
-    to_openai,
+from gen_agent.backends._http.tool_loop import run_loop
+from gen_agent.backends._option_checks import (
+    int_at_least,
+    is_bool,
+    is_str,
+    is_text,
+    keys_other_than,
+    validate_options,
 )
-from gen_agent.event import Event
-from gen_agent.output import schema_name, schema_of
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -773,7 +773,7 @@ def _request(
     if tools:
         request["tools"] = tools
     if output is not None:
-        # Structured outputs: the schema as `text.format` (gen_agent.output); not strict,
+        # Structured outputs: the schema as `text.format` (gen_agent._output); not strict,
         # since msgspec schemas may leave properties optional.
         fmt = {
             "type": "json_schema",

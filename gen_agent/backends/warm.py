@@ -39,7 +39,7 @@ from typing import Any, ClassVar, Final, Generic, Protocol, TypeVar
 import msgspec
 from loguru import logger
 
-from gen_agent.backends._process import ChildProcess, LineTooLong
+from gen_agent.backends._subprocess.process import ChildProcess, LineTooLong
 
 __all__ = [
     "DEFAULT_IDLE_TIMEOUT_MS",

@@ -26,7 +26,7 @@ stream), `actions`, `app` (the Starlette app), `server` (`serve`, `Observer`), `
 
 from __future__ import annotations
 
-from gen_agent.observer.collector import Collector, describe_reason
-from gen_agent.observer.server import Observer, serve
+from gen_agent.observer._collector import Collector, describe_reason
+from gen_agent.observer._server import Observer, serve
 
 __all__ = ["Collector", "Observer", "describe_reason", "serve"]

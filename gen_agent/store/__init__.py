@@ -29,15 +29,15 @@ Implementations: `SQLiteStore` (stdlib `sqlite3`, one file, WAL; the embedded de
 `MemoryStore` (one process; tests). Values are encoded with msgspec (MessagePack); the schema is
 versioned (`SCHEMA_VERSION`) and a newer schema on disk is refused with `StoreSchemaError`,
 never misread. Records hold data only: reasons are stored in their portable form
-(`gen_agent.portable`), never as exception objects.
+(`gen_agent._portable`), never as exception objects.
 
 Mirrors: nothing in the Elixir original (its agents are `:temporary` and persist nothing,
 contract Appendix B item 9); the design follows issue #22.
 """
 
-from gen_agent.store.lease import bind_owner
-from gen_agent.store.memory import MemoryStore
-from gen_agent.store.records import (
+from gen_agent.store._lease import bind_owner
+from gen_agent.store._memory import MemoryStore
+from gen_agent.store._records import (
     INTERRUPTED_NOTE,
     OUTCOME_UNKNOWN,
     SCHEMA_VERSION,
@@ -57,7 +57,7 @@ from gen_agent.store.records import (
     Totals,
     TurnOutcome,
 )
-from gen_agent.store.sqlite import SQLiteStore
+from gen_agent.store._sqlite import SQLiteStore
 
 __all__ = [
     "INTERRUPTED_NOTE",

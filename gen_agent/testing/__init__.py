@@ -1,8 +1,8 @@
 """Public helpers for testing code built on gen_agent (see `docs/pages/testing.md`)."""
 
-# -- helpers for actor-based tests (gen_agent.testing.helpers; the pytest plugin's fixtures
+# -- helpers for actor-based tests (gen_agent.testing._helpers; the pytest plugin's fixtures
 # live in gen_agent.testing.pytest_plugin, loaded through the `pytest11` entry point)
-from gen_agent.testing.helpers import (
+from gen_agent.testing._helpers import (
     LeakReport,
     MockScripts,
     ScriptedAgent,
@@ -12,7 +12,7 @@ from gen_agent.testing.helpers import (
     wait_for_state,
     wait_until_idle,
 )
-from gen_agent.testing.model_server import (
+from gen_agent.testing._model_server import (
     RecordedRequest,
     Reply,
     ScriptedModelServer,

@@ -80,7 +80,7 @@ class Bare:
 def setup(params: dict[str, Any]) -> Iterator[dict[str, Any]]:
     """Start Ray (unless running), a node with one agent, a bare actor, two pool nodes, the
     RemotePool and the local Pool; stop them all afterwards."""
-    from gen_agent.ray.local import init_local, prepare_loopback_env
+    from gen_agent.ray._local import init_local, prepare_loopback_env
 
     prepare_loopback_env()
     import ray

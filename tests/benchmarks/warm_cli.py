@@ -29,7 +29,7 @@ from typing import Any
 
 import gen_agent
 from gen_agent.backends.claude import ClaudeCLI
-from gen_agent.testing.model_server import Reply, ScriptedModelServer
+from gen_agent.testing._model_server import Reply, ScriptedModelServer
 
 from ._common import BenchAgent
 from ._harness import Measured, Ratio, Target, figure, latency_us

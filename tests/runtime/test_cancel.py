@@ -61,7 +61,7 @@ def test_a_mark_answers_the_waits_it_watches_once_and_later_ones_at_once() -> No
 def test_a_handle_marks_the_running_turn_for_interrupts_and_stops_only() -> None:
     from gen_agent._cancel import TurnMark
     from gen_agent._runtime.handle import AgentHandle
-    from gen_agent._runtime.messages import (
+    from gen_agent._runtime.mailbox import (
         AbandonAskMsg,
         InterruptMsg,
         InterruptRequestMsg,

@@ -13,7 +13,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from gen_agent.response import Response
+from gen_agent._response import Response
 from gen_agent.store import (
     SCHEMA_VERSION,
     CorruptRecord,
@@ -198,7 +198,7 @@ def test_values_msgspec_cannot_encode_are_refused(store: SessionStore) -> None:
 
 
 def test_a_lone_surrogate_is_stored_as_a_replacement_character(store: SessionStore) -> None:
-    from gen_agent.portable import to_portable
+    from gen_agent._portable import to_portable
     from gen_agent.store import TurnOutcome
 
     lease = store.acquire("k")

@@ -27,8 +27,8 @@ from typing import Any
 
 import gen_agent
 from gen_agent import GenAgent, NoReply, Proceed, telemetry
+from gen_agent._event import Event
 from gen_agent.backends.mock import MockBackend
-from gen_agent.event import Event
 
 WAIT_S = 5.0
 """Seconds every wait in these tests may take at most."""

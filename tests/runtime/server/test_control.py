@@ -25,9 +25,9 @@ from gen_agent import (
     telemetry,
     term_size,
 )
+from gen_agent._errors import AgentNotFound
 from gen_agent.backends import mock
 from gen_agent.backends.mock import MockBackend
-from gen_agent.errors import AgentNotFound
 from gen_agent.telemetry import EVENT_RECEIVED, TURN_CANCELLED, TURN_START, TelemetryRecorder
 
 T = 5.0  # seconds: the bound of every wait in this file

@@ -20,9 +20,9 @@ from gen_agent import (
     RuntimeSnapshot,
     TurnError,
 )
+from gen_agent._errors import AgentNotFound, CallTimeout
 from gen_agent.backends import mock
 from gen_agent.backends.mock import MockBackend
-from gen_agent.errors import AgentNotFound, CallTimeout
 from gen_agent.telemetry import (
     HALTED,
     INPUT_REJECTED,
