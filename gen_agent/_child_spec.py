@@ -15,7 +15,8 @@ from typing import Any, Literal
 
 import msgspec
 
-from gen_agent._errors import GenAgentError, describe_reason
+from gen_agent._errors import GenAgentError
+from gen_agent._reasons import describe_reason
 from gen_agent._runtime import (
     RAISED_DURING_START,
     outside_level,

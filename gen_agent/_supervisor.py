@@ -59,6 +59,7 @@ from gen_agent._errors import (
     CallTimeout,
     RequestError,
 )
+from gen_agent._reasons import redacted
 from gen_agent._runtime import (
     ActorBase,
     log_exception,
@@ -77,14 +78,6 @@ __all__ = [
     "should_restart",
     "supervisor_spec",
 ]
-
-def _redacted(reason: Any) -> Any:
-    if isinstance(reason, str):
-        return reason
-    if isinstance(reason, tuple) and reason and isinstance(reason[0], str):
-        return f"{reason[0]}:redacted"
-    return "redacted"
-
 
 class _Child:
     """A child's mutable record, owned by the supervisor thread."""
@@ -511,7 +504,7 @@ class Supervisor:
                 self._children.remove(child)
             return
         self._log.warning("gen_agent supervisor child exited ({}); restarting",
-                          _redacted(reason))
+                          redacted(reason))
         if not self._charge_restart():
             self._give_up()
             return
@@ -628,7 +621,7 @@ class Supervisor:
         if self._done:
             return
         if reason != "shutdown":
-            self._log.error("gen_agent supervisor stopping ({})", _redacted(reason))
+            self._log.error("gen_agent supervisor stopping ({})", redacted(reason))
         for child in reversed(self._children):
             self._stop_child(child)
         self.exit_reason = reason

@@ -12,8 +12,8 @@ from gen_agent._errors import (
     AgentNotFound,
     AgentStartError,
     TurnError,
-    describe_reason,
 )
+from gen_agent._reasons import describe_reason
 from gen_agent._status import OverloadInfo
 from gen_agent.backend import BackendError, SessionStartError
 from gen_agent.backends.mock import MockBackend, text_turn

@@ -257,8 +257,8 @@ def test_any_reason_round_trips_through_encode_and_pickle(term: Any) -> None:
 
 
 def test_a_portable_error_is_described_by_its_type_never_its_message() -> None:
-    from gen_agent._errors import describe_reason
     from gen_agent._portable import to_portable
+    from gen_agent._reasons import describe_reason
 
     reason = to_portable(("task_crashed", UnicodeEncodeError("utf-8", "secret text", 0, 1, "x")))
     assert describe_reason(reason) == "task_crashed: UnicodeEncodeError"

@@ -34,6 +34,7 @@ from gen_agent._errors import (
     RequestError,
 )
 from gen_agent._event import monotonic_ms
+from gen_agent._reasons import redacted
 from gen_agent._request_options import DEFAULT_OPTIONS, RequestOptions
 from gen_agent._request_ref import RequestRef
 from gen_agent._runtime import record
@@ -86,7 +87,6 @@ from gen_agent._runtime.work import (
     StopAgent,
     Turn,
     deliver_to,
-    redacted,
     type_name,
     valid_decision,
     valid_retry_delay,

@@ -19,9 +19,9 @@ from gen_agent import telemetry
 from gen_agent._accounting import Spend, add_turn
 from gen_agent._event import monotonic_ms
 from gen_agent._output import InvalidOutput, parse_output
+from gen_agent._reasons import error_type, reason_kind
 from gen_agent._response import Response
 from gen_agent._runtime.capture import tool_calls
-from gen_agent._runtime.work import error_type, reason_kind
 from gen_agent.telemetry import attached
 
 #: The trace carrier of a turn nobody instruments (never written).

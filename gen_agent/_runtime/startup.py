@@ -11,7 +11,8 @@ from typing import Any
 
 from gen_agent._agent import BASE_STREAM_EVENT, GenAgent
 from gen_agent._context import set_current
-from gen_agent._errors import AgentStartError, InitAgentError, PreRunError, describe_reason
+from gen_agent._errors import AgentStartError, InitAgentError, PreRunError
+from gen_agent._reasons import describe_reason
 from gen_agent._runtime import record
 from gen_agent._runtime.crash import log_exception
 from gen_agent._runtime.work import Phase, type_name

@@ -45,6 +45,7 @@ from typer.core import TyperGroup
 import gen_agent
 from gen_agent._errors import AgentStartError, CallTimeout, GenAgentError, TurnError
 from gen_agent._event import Event
+from gen_agent._reasons import terminal_reason
 from gen_agent._response import Response
 from gen_agent._timers import MAX_DURATION_MS
 from gen_agent.cli._inputs import (
@@ -65,7 +66,6 @@ from gen_agent.cli._support import (
     CliError,
     TurnResult,
     backend_setup,
-    describe_reason,
     failure_record,
     response_record,
     run_turn,
@@ -197,7 +197,7 @@ def _guarded(command: _F) -> _F:
         except AgentStartError as exc:
             _fail(start_error_message(exc), 2)
         except GenAgentError as exc:
-            _fail(f"{type(exc).__name__}: {describe_reason(exc.reason)}", EXIT_FAILED)
+            _fail(f"{type(exc).__name__}: {terminal_reason(exc.reason)}", EXIT_FAILED)
 
     return wrapper  # type: ignore[return-value]
 
@@ -316,7 +316,7 @@ def _show_turn(console: Console, prompt: str, agent: Any) -> TurnResult:
     elif result.interrupted:
         console.print("[yellow]interrupted[/]")
     else:  # on stderr: stdout holds only the answers
-        reason = strip_controls(describe_reason(result.reason))
+        reason = strip_controls(terminal_reason(result.reason))
         _err().print(f"[red]turn failed:[/] {escape(reason)}", soft_wrap=True)
     return result
 
@@ -418,7 +418,7 @@ def _chat_command(console: Console, agent: Any, line: str, backend: str,
         try:
             agent.reset_session(timeout=10)
         except GenAgentError as exc:
-            _err().print(f"[red]reset refused:[/] {escape(describe_reason(exc.reason))}")
+            _err().print(f"[red]reset refused:[/] {escape(terminal_reason(exc.reason))}")
         else:
             old = session[0] or "-"
             raw = gen_agent.backend_session(agent.name, timeout=10)
@@ -551,7 +551,7 @@ def _pool_table(finished: list[tuple[int, str, tuple[str, Any]]]) -> Table:
                           str(usage.get("input_tokens", "-")),
                           str(usage.get("output_tokens", "-")), str(value.duration_ms))
         else:
-            error = Text(f"error: {_clip(describe_reason(value), 70)}", style="red")
+            error = Text(f"error: {_clip(terminal_reason(value), 70)}", style="red")
             table.add_row(str(index), Text(_clip(prompt, 50)), error, "-", "-", "-")
     return table
 

@@ -37,6 +37,7 @@ from gen_agent._context import current_name
 from gen_agent._errors import CallTimeout, TurnError
 from gen_agent._event import Event
 from gen_agent._pool import Pool
+from gen_agent._reasons import terminal_reason
 from gen_agent._system import AgentSystem
 from gen_agent.backend import BackendError
 from gen_agent.cli._demo_script import (
@@ -49,7 +50,7 @@ from gen_agent.cli._demo_script import (
     count_words,
     write_workspace,
 )
-from gen_agent.cli._support import CliError, describe_reason, require_cli, require_sdk
+from gen_agent.cli._support import CliError, require_cli, require_sdk
 from gen_agent.testing._model_server import ScriptedModelServer
 
 __all__ = [
@@ -304,7 +305,7 @@ class DemoAgent(GenAgent):
     def _record_failure(self, state: Any, reason: Any) -> None:
         self._recorder.record(TurnRow(
             task=state["task"], step=state["step"], label=state["label"], worker=self._name,
-            outcome=f"error: {describe_reason(reason)}", latency_ms=self._latency_ms(state),
+            outcome=f"error: {terminal_reason(reason)}", latency_ms=self._latency_ms(state),
             input_tokens=0, output_tokens=0, tools=(), retries=state["retries"],
             restarts=state["restarts"], session_id=None, text=""))
 
@@ -498,7 +499,7 @@ def _collect(pool: Pool, refs: dict[Any, int], recorder: Recorder, deadline: flo
             except CallTimeout:
                 continue
             except TurnError as exc:
-                outcomes[number] = describe_reason(exc.reason)
+                outcomes[number] = terminal_reason(exc.reason)
             del pending[ref]
         if on_progress is not None:
             on_progress(DemoProgress(done=len(outcomes), total=len(refs),

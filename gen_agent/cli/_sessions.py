@@ -30,8 +30,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from gen_agent._errors import describe_reason
 from gen_agent._portable import PortableError, PortableObject, from_portable
+from gen_agent._reasons import describe_reason
 from gen_agent.cli._support import EXIT_FAILED, CliError
 from gen_agent.cli._terminal import strip_controls
 from gen_agent.store import (

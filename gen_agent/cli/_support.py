@@ -30,6 +30,7 @@ import msgspec
 from gen_agent._agent import GenAgent, NoReply
 from gen_agent._errors import AgentStartError
 from gen_agent._event import Event
+from gen_agent._reasons import terminal_reason
 from gen_agent._response import Response
 from gen_agent.backend import BackendError
 
@@ -44,7 +45,6 @@ __all__ = [
     "CliError",
     "TurnResult",
     "backend_setup",
-    "describe_reason",
     "failure_record",
     "mock_scripts",
     "reason_json",
@@ -297,27 +297,6 @@ def mock_scripts(turns: int) -> list[Callable[[str], list[Event]]]:
 # -- messages ---------------------------------------------------------------------------------
 
 
-def describe_reason(reason: Any) -> str:
-    """A one-line human description of a failure reason (for the terminal, never for logs).
-
-    A `BackendError` shows provider, kind, HTTP status and the provider's message; a tuple
-    reason its parts; an exception its type.
-    """
-    if isinstance(reason, BackendError):
-        status = f" (HTTP {reason.status})" if reason.status is not None else ""
-        message = f": {reason.message}" if reason.message else ""
-        return f"{reason.provider} {reason.kind}{status}{message}"
-    if isinstance(reason, str):
-        return reason.replace("_", " ")
-    if isinstance(reason, tuple) and reason:
-        return ": ".join(describe_reason(part) for part in reason)
-    if isinstance(reason, BaseException):
-        return type(reason).__name__
-    if isinstance(reason, msgspec.Struct):
-        return type(reason).__name__
-    return repr(reason)
-
-
 def reason_json(reason: Any) -> Any:
     """A failure reason as JSON-able data (`BackendError` → a dict of its fields but `raw`)."""
     if isinstance(reason, BackendError):
@@ -350,7 +329,7 @@ def start_error_message(exc: AgentStartError) -> str:
     if isinstance(reason, tuple) and len(reason) >= 2 and reason[0] in (
             "unknown_option", "invalid_option"):
         return f"the backend refused its options ({reason[0].replace('_', ' ')} {reason[1]!r})"
-    return f"the agent could not start: {describe_reason(reason)}"
+    return f"the agent could not start: {terminal_reason(reason)}"
 
 
 # -- the agent the commands run ----------------------------------------------------------------
@@ -509,5 +488,5 @@ def response_record(prompt: str, response: Response) -> dict[str, Any]:
 def failure_record(prompt: str, reason: Any) -> dict[str, Any]:
     """The JSON object of one failed turn: `prompt`, `ok` (False), `error` (one line),
     `reason` (data, see `reason_json`)."""
-    return {"prompt": prompt, "ok": False, "error": describe_reason(reason),
+    return {"prompt": prompt, "ok": False, "error": terminal_reason(reason),
             "reason": reason_json(reason)}

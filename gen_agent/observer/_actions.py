@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any, Final
 
 from gen_agent._errors import GenAgentError
+from gen_agent._reasons import brief_reason
 from gen_agent._system import AgentSystem
-from gen_agent.observer._collector import describe_reason
 from gen_agent.observer._collector import label as _label  # the page's labels, escaped alike
 
 __all__ = ["ACTIONS", "AGENT_ACTIONS", "ActionError", "run_action"]
@@ -101,5 +101,5 @@ def run_action(system: AgentSystem, action: str, body: dict[str, Any]) -> str:
             return f"restarted {label} under {_label(supervisor.name)}"
     except GenAgentError as exc:
         raise ActionError(f"{action} failed: {type(exc).__name__} "
-                          f"{describe_reason(getattr(exc, 'reason', None))}", 409) from None
+                          f"{brief_reason(getattr(exc, 'reason', None))}", 409) from None
     raise ActionError(f"unknown action {action!r}; one of: {', '.join(ACTIONS)}", 404)

@@ -19,7 +19,6 @@ the view is rebuilt once per change for every viewer, not once per viewer per po
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 import uuid
@@ -28,9 +27,10 @@ from typing import Any, Final
 
 from gen_agent import telemetry
 from gen_agent._errors import GenAgentError
+from gen_agent._reasons import brief_reason
 from gen_agent._system import AgentSystem
 
-__all__ = ["Collector", "describe_reason", "escaped", "label"]
+__all__ = ["Collector", "escaped", "label"]
 
 _TURN_EVENTS: Final = (
     telemetry.TURN_START,
@@ -48,30 +48,8 @@ _OTHER_EVENTS: Final = (
     telemetry.EVENT_RECEIVED,
     telemetry.TOOL_PERMISSION,
 )
-_ATOM = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{0,63}$")
 _SNAPSHOT_TIMEOUT_S: Final = 0.25
 _PROMPT_CHARS: Final = 500
-
-
-def describe_reason(reason: Any) -> str:
-    """A content-free one-line form of an exit or failure reason.
-
-    Identifier-like strings are kept (`"shutdown"`, `"callback_failed"`, an exception type
-    name); tuples are joined with `:`; anything else (messages, payloads, exceptions) becomes
-    its type name or `"…"`. So `("callback_failed", "error", "DemoCrash")` reads
-    `callback_failed:error:DemoCrash` and never carries text from a prompt or a response.
-    """
-    if reason is None:
-        return ""
-    if isinstance(reason, str):
-        return reason if _ATOM.match(reason) else "…"
-    if isinstance(reason, tuple):
-        return ":".join(describe_reason(part) or "None" for part in reason[:4])
-    if isinstance(reason, BaseException):
-        return type(reason).__name__
-    if isinstance(reason, bool | int | float):
-        return str(reason)
-    return type(reason).__name__
 
 
 def label(value: Any) -> str:
@@ -229,9 +207,9 @@ class Collector:
         if name == telemetry.MAILBOX_QUEUED:
             return f"queue depth {measurements.get('depth', 0)}"
         if name == telemetry.INPUT_REJECTED:
-            return describe_reason(_reason_head(metadata.get("reason")))
+            return brief_reason(_reason_head(metadata.get("reason")))
         if name == telemetry.TERMINATED:
-            return describe_reason(metadata.get("reason"))
+            return brief_reason(metadata.get("reason"))
         if name in (telemetry.HALTED, telemetry.EVENT_RECEIVED):
             return ""
         if name == telemetry.TOOL_PERMISSION:  # the tool's name and the decision, no input
@@ -244,11 +222,11 @@ class Collector:
         if name == telemetry.TURN_STOP:
             outcome = "ok"
         elif name == telemetry.TURN_ERROR:
-            outcome = describe_reason(metadata.get("reason_kind")) or "error"
+            outcome = brief_reason(metadata.get("reason_kind")) or "error"
         elif name == telemetry.TURN_REJECTED:
-            outcome = "rejected: " + describe_reason(metadata.get("reason_kind"))
+            outcome = "rejected: " + brief_reason(metadata.get("reason_kind"))
         else:
-            outcome = "cancelled: " + describe_reason(metadata.get("reason_kind"))
+            outcome = "cancelled: " + brief_reason(metadata.get("reason_kind"))
         turn: dict[str, Any] = {
             "agent": agent, "ref": key[1], "origin": origin, "attempt": key[2],
             "outcome": outcome, "ended": now,
@@ -343,7 +321,7 @@ class Collector:
                 entry: dict[str, Any] = {
                     "id": child_id, "type": child.type, "restart": child.restart,
                     "restarts": child.restarts, "running": child.ref is not None,
-                    "last_exit": describe_reason(child.last_exit_reason)}
+                    "last_exit": brief_reason(child.last_exit_reason)}
                 if child.type == "supervisor" and child.ref is not None:
                     entry["supervisor"] = tree(child.ref)
                 else:

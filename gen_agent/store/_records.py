@@ -16,7 +16,8 @@ from typing import Any, Final, Protocol, runtime_checkable
 import msgspec
 from loguru import logger
 
-from gen_agent._errors import GenAgentError
+# The store's exceptions live with the rest of the tree; the store's namespace shows them.
+from gen_agent._errors import CorruptRecord, LeaseHeld, StoreError, StoreSchemaError
 
 __all__ = [
     "INTERRUPTED_NOTE",
@@ -63,63 +64,6 @@ STORE_ERROR: Final = ("gen_agent", "store", "error")
 """Telemetry: a store write failed. Measurements `system_time`; metadata `agent`, `key`,
 `operation` (`"begin"`, `"journal"`, `"conversation"`, `"state"`, `"release"`) and `kind` (the
 `StoreError` reason). A gen_agent extension, not one of the contract's §8 events."""
-
-
-# -- errors --------------------------------------------------------------------------------
-
-
-class StoreError(GenAgentError):
-    """A store operation failed; `.reason` is its kind, a `str`.
-
-    Kinds: `"busy"` (the database stayed locked by other processes past `busy_timeout`),
-    `"io_error"` (any other SQLite or OS failure), `"lease_lost"` (another owner took the
-    key's lease), `"encode_error"` (a value msgspec cannot encode), `"closed"` (the store was
-    closed). Differs from `CorruptRecord` (a record that cannot be decoded) and
-    `StoreSchemaError` (a file written by a newer gen_agent).
-    """
-
-
-class StoreSchemaError(StoreError):
-    """The store's file has a schema this gen_agent does not know (newer, or not ours).
-
-    `.found` is the version on disk, `.supported` this gen_agent's `SCHEMA_VERSION`.
-    Raised by the `SQLiteStore` constructor: nothing is read or written.
-    """
-
-    def __init__(self, path: str, found: int, supported: int) -> None:
-        self.path, self.found, self.supported = path, found, supported
-        super().__init__(
-            "schema_newer",
-            f"session store {path!r} has schema version {found}, newer than the version "
-            f"{supported} this gen_agent supports; upgrade gen_agent to open it",
-        )
-
-
-class CorruptRecord(StoreError):
-    """The record stored under `.key` cannot be decoded (`.detail` says which part).
-
-    An agent starting on that key fails with `AgentStartError(("store_corrupt", key,
-    detail))`; other keys are unaffected. Delete the record (`gen-agent sessions delete`).
-    """
-
-    def __init__(self, key: str, detail: str) -> None:
-        self.key, self.detail = key, detail
-        super().__init__("corrupt_record", f"stored session {key!r} is corrupt ({detail})")
-
-
-class LeaseHeld(StoreError):
-    """Another live owner holds the key's lease (`.key`, `.holder`: its `Lease`).
-
-    An agent starting on that key fails with `AgentStartError(("session_leased", key,
-    {"pid": ..., "host": ...}))`.
-    """
-
-    def __init__(self, key: str, holder: Lease) -> None:
-        self.key, self.holder = key, holder
-        super().__init__(
-            "lease_held",
-            f"session {key!r} is owned by pid {holder.pid} on {holder.host!r}",
-        )
 
 
 # -- records -------------------------------------------------------------------------------
