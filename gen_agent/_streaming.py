@@ -43,8 +43,8 @@ from gen_agent._request_ref import RequestRef
 from gen_agent._response import Response
 from gen_agent._runtime import (
     AgentHandle,
+    DeferredReply,
     InterruptRequestMsg,
-    Reply,
     Watch,
     call_in_loop,
     calls,
@@ -222,7 +222,7 @@ class _TurnStreamBase:
         handle, done = self._handle, self._outcome is not None
         self._finish()
         if not done and handle is not None and self.interrupt_on_exit and self.ref is not None:
-            handle.send(InterruptRequestMsg(self.ref, Reply()))
+            handle.send(InterruptRequestMsg(self.ref, DeferredReply()))
 
     @property
     def done(self) -> bool:
@@ -380,9 +380,9 @@ class _AttachedBase(_TurnStreamBase):
         handle, buffer, ref = self._handle, self._buffer, self.ref
         if handle is None or buffer is None:
             return
-        reply = Reply()
+        reply = DeferredReply()
 
-        def answered(done: Reply) -> None:
+        def answered(done: DeferredReply) -> None:
             try:
                 outcome = done.wait(0)
             except Exception:  # noqa: BLE001 - the agent ended: its Down record ends the reader

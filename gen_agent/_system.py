@@ -33,9 +33,9 @@ from gen_agent._errors import AgentStartError, AlreadyStarted, RequestError
 from gen_agent._runtime import (
     AgentActor,
     AgentHandle,
+    DeferredReply,
     InterruptMsg,
     Registry,
-    Reply,
     StopMsg,
     build_options,
     split_options,
@@ -118,7 +118,7 @@ class AgentSystem(Registry):
         return AgentRef(handle)
 
     def _launch(self, module: type, *, name: Any, backend: Any,
-                **opts: Any) -> tuple[AgentHandle, Reply]:
+                **opts: Any) -> tuple[AgentHandle, DeferredReply]:
         """Register `name` and start its actor; return the handle and the reply that
         `init_agent` answers (the threaded and async start both wait on it)."""
         shutdown_ms = validate_shutdown(opts.get("shutdown_ms"))
@@ -137,7 +137,7 @@ class AgentSystem(Registry):
                 "gen_agent initialization failed (error: ValueError in a reserved option)")
             raise AgentStartError(("init_failed", "error", "ValueError"),
                                   f"init_failed: {exc}") from exc
-        init_reply = Reply()
+        init_reply = DeferredReply()
         try:
             AgentActor.start(handle, module, backend, options, forwarded, init_reply)
         except BaseException:

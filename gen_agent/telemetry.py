@@ -28,6 +28,8 @@ from typing import Any, Final, NamedTuple, Self
 import msgspec
 from loguru import logger
 
+from gen_agent._deprecate import moved_names as _moved_names
+
 __all__ = [
     "EVENTS",
     "EVENT_RECEIVED",
@@ -50,7 +52,7 @@ __all__ = [
     "HandlerAlreadyAttached",
     "TelemetryRecord",
     "TelemetryRecorder",
-    "ToolCall",
+    "ToolSpan",
     "attach",
     "attach_many",
     "attached",
@@ -129,8 +131,11 @@ EVENTS: Final = (
 `TOOL_PERMISSION`; docs: Telemetry and logging)."""
 
 
-class ToolCall(msgspec.Struct, frozen=True, kw_only=True):
+class ToolSpan(msgspec.Struct, frozen=True, kw_only=True):
     """One tool call seen in a turn's events, without its arguments or result.
+
+    Named a span so it cannot be taken for `gen_agent.tools.ToolCall`, the call a tool
+    receives (its old name here, `ToolCall`, warns until 0.3).
 
     The `tool_calls` metadata of `TURN_STOP` / `TURN_ERROR` holds a tuple of these, in the
     order the calls started (from the turn's retained events).
@@ -430,3 +435,6 @@ class TelemetryRecorder:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or not self._changed.wait(remaining):
                     raise TimeoutError(f"no matching telemetry event within {timeout} s")
+
+
+__getattr__ = _moved_names(__name__, {"ToolCall": ("gen_agent.telemetry", "ToolSpan")})

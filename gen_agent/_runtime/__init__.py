@@ -59,7 +59,7 @@ from gen_agent._runtime.options import (
 )
 from gen_agent._runtime.registry import Registry
 from gen_agent._runtime.replay import DeactivateMsg
-from gen_agent._runtime.reply import Reply, await_reply, call_in_loop, set_once
+from gen_agent._runtime.reply import DeferredReply, await_reply, call_in_loop, set_once
 from gen_agent._runtime.startup import RAISED_DURING_START
 from gen_agent._runtime.turn import WORKERS
 from gen_agent._runtime.watch import Watch
@@ -74,6 +74,7 @@ __all__ = [
     "AskMsg",
     "CancelRequestMsg",
     "DeactivateMsg",
+    "DeferredReply",
     "DrainMsg",
     "GetSessionMsg",
     "HaltMsg",
@@ -83,7 +84,6 @@ __all__ = [
     "NotifyMsg",
     "PollMsg",
     "Registry",
-    "Reply",
     "ResetSessionMsg",
     "ResumeMsg",
     "SnapshotMsg",

@@ -21,7 +21,7 @@ from gen_agent._response import (
     delta_stream,
 )
 from gen_agent._status import CaptureOverflow
-from gen_agent.telemetry import ToolCall
+from gen_agent.telemetry import ToolSpan
 
 __all__ = ["Capture", "LosslessBudget", "tool_calls"]
 
@@ -232,15 +232,15 @@ def _text(value: Any) -> str | None:
     return value if type(value) is str and value else None
 
 
-def tool_calls(events: list[Event]) -> tuple[ToolCall, ...]:
-    """The content-free `ToolCall` records of the tool calls among `events` (in order).
+def tool_calls(events: list[Event]) -> tuple[ToolSpan, ...]:
+    """The content-free `ToolSpan` records of the tool calls among `events` (in order).
 
     A `"tool_use"` event opens a call (its `name`, else `tool`, else `type`; its `id`); the
     `"tool_result"` event with the same id (`tool_use_id`, `id` or `call_id`) closes it,
     with `is_error` from the result's `is_error` or a `status` of `"failed"`/`"completed"`.
     Arguments and results are never copied. Runs only when a turn handler is attached.
     """
-    calls: list[ToolCall] = []
+    calls: list[ToolSpan] = []
     open_calls: dict[str, int] = {}
     for event in events:
         kind = event.kind
@@ -250,7 +250,7 @@ def tool_calls(events: list[Event]) -> tuple[ToolCall, ...]:
             name = _text(data.get("name")) or _text(data.get("tool")) or _text(data.get("type"))
             if call_id is not None:
                 open_calls[call_id] = len(calls)
-            calls.append(ToolCall(name=name, call_id=call_id, started_ms=event.timestamp))
+            calls.append(ToolSpan(name=name, call_id=call_id, started_ms=event.timestamp))
         elif kind == "tool_result":
             data = event.data
             call_id = (_text(data.get("tool_use_id")) or _text(data.get("id"))
@@ -263,7 +263,7 @@ def tool_calls(events: list[Event]) -> tuple[ToolCall, ...]:
             is_error = flag if type(flag) is bool else (
                 True if status == "failed" else False if status == "completed" else None)
             call = calls[index]
-            calls[index] = ToolCall(name=call.name, call_id=call.call_id,
+            calls[index] = ToolSpan(name=call.name, call_id=call.call_id,
                                     started_ms=call.started_ms, ended_ms=event.timestamp,
                                     is_error=is_error)
     return tuple(calls)

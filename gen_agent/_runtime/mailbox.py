@@ -1,6 +1,6 @@
 """Internal mailbox messages of the agent actor: a tagged union of frozen Structs.
 
-Client → agent messages that need an answer carry a `Reply`; the actor answers it now or
+Client → agent messages that need an answer carry a `DeferredReply`; the actor answers it now or
 later (deferred). Turn-task messages carry the task id, so late messages from a retired task
 are recognised and dropped.
 """

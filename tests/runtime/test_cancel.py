@@ -40,10 +40,10 @@ def test_a_waiter_on_the_event_is_woken_by_set() -> None:
 
 def test_a_mark_answers_the_waits_it_watches_once_and_later_ones_at_once() -> None:
     from gen_agent._cancel import TurnMark
-    from gen_agent._runtime.reply import Reply
+    from gen_agent._runtime.reply import DeferredReply
 
     mark = TurnMark("ref-1")
-    first, second, gone = Reply(), Reply(), Reply()
+    first, second, gone = DeferredReply(), DeferredReply(), DeferredReply()
     mark.watch(first, "deny")
     mark.watch(gone, "deny")
     mark.unwatch(gone)  # its wait ended: not answered by the mark
