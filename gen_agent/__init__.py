@@ -12,6 +12,7 @@ with `logger.enable("gen_agent")`.
 
 from loguru import logger as _logger
 
+from gen_agent._accounting import BudgetExceeded, SharedBudget, Spend
 from gen_agent._agent import GenAgent, Halt, NoReply, Proceed, Prompt, Skip
 from gen_agent._agent_ref import AgentRef
 from gen_agent._client import (
@@ -42,7 +43,9 @@ from gen_agent._client import (
     whereis,
 )
 from gen_agent._context import current_name, current_request
+from gen_agent._conversation import Message
 from gen_agent._debug import set_debug
+from gen_agent._delivered import Completion, Down, StreamEvent
 from gen_agent._deprecate import install_moved_modules as _install_moved_modules
 from gen_agent._errors import (
     AgentDown,
@@ -58,8 +61,19 @@ from gen_agent._errors import (
     TurnError,
 )
 from gen_agent._event import Event
-from gen_agent._host import AgentHost, HostOverload, HostStatus
-from gen_agent._pool import Pool, PoolRef, PoolStatus, RetryPolicy
+from gen_agent._host import AgentHost, AsyncHost, HostOverload, HostStatus, host_spec
+from gen_agent._limits import LimitStatus, ProviderLimit
+from gen_agent._output import InvalidOutput, parse_output, schema_of, strict_schema_of
+from gen_agent._permission import Allow, Deny, PermissionDecision, ToolPermissionRequest
+from gen_agent._pool import Pool, PoolRef, PoolStatus, RetryPolicy, WorkerInfo
+from gen_agent._portable import (
+    PortableError,
+    PortableObject,
+    from_portable,
+    is_portable,
+    to_exception,
+    to_portable,
+)
 from gen_agent._request_options import RequestInfo, RequestOptions
 from gen_agent._request_ref import RequestRef
 from gen_agent._response import EventCoverage, Omission, Response, TextAccumulator
@@ -78,11 +92,12 @@ from gen_agent._supervisor import (
     ChildInfo,
     ChildSpec,
     Supervisor,
+    SupervisorSnapshot,
     SupervisorSpec,
     child_spec,
     supervisor_spec,
 )
-from gen_agent._system import AgentSystem, shutdown
+from gen_agent._system import AgentSystem, current_system, shutdown
 from gen_agent.backend import (
     Backend,
     BackendError,
@@ -105,19 +120,25 @@ __all__ = [
     "AgentRef",
     "AgentStartError",
     "AgentSystem",
+    "Allow",
     "AlreadyStarted",
+    "AsyncHost",
     "AttachedTurn",
     "Backend",
     "BackendError",
+    "BudgetExceeded",
     "CallTimeout",
     "CaptureOverflow",
     "CheckpointError",
     "ChildEvent",
     "ChildInfo",
     "ChildSpec",
+    "Completion",
     "CurrentTurn",
+    "Deny",
     "Diagnostics",
     "DispatchError",
+    "Down",
     "Event",
     "EventCoverage",
     "GenAgent",
@@ -126,16 +147,23 @@ __all__ = [
     "HostOverload",
     "HostStatus",
     "InitAgentError",
+    "InvalidOutput",
+    "LimitStatus",
+    "Message",
     "NoReply",
     "Omission",
     "OverloadInfo",
+    "PermissionDecision",
     "PollResult",
     "Pool",
     "PoolRef",
     "PoolStatus",
+    "PortableError",
+    "PortableObject",
     "PreRunError",
     "Proceed",
     "Prompt",
+    "ProviderLimit",
     "RequestError",
     "RequestInfo",
     "RequestOptions",
@@ -145,14 +173,20 @@ __all__ = [
     "RetryPolicy",
     "RuntimeSnapshot",
     "SessionStartError",
+    "SharedBudget",
     "Skip",
+    "Spend",
     "Status",
+    "StreamEvent",
     "Supervisor",
+    "SupervisorSnapshot",
     "SupervisorSpec",
     "TextAccumulator",
+    "ToolPermissionRequest",
     "TurnContext",
     "TurnError",
     "TurnStream",
+    "WorkerInfo",
     "ask",
     "attach",
     "backend_session",
@@ -160,20 +194,26 @@ __all__ = [
     "child_spec",
     "current_name",
     "current_request",
+    "current_system",
     "demonitor",
     "drain",
+    "from_portable",
     "halt",
+    "host_spec",
     "interrupt",
     "interrupt_request",
+    "is_portable",
     "list_agents",
     "monitor",
     "notify",
     "notify_ack",
+    "parse_output",
     "poll",
     "resend",
     "reset_session",
     "resume",
     "runtime_snapshot",
+    "schema_of",
     "send",
     "send_after",
     "set_debug",
@@ -182,9 +222,12 @@ __all__ = [
     "status",
     "stop",
     "stream",
+    "strict_schema_of",
     "supervisor_spec",
     "tell",
     "tell_with_completion",
     "term_size",
+    "to_exception",
+    "to_portable",
     "whereis",
 ]

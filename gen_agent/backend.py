@@ -18,6 +18,12 @@ Optional hooks, detected with `getattr` (see `OPTIONAL_HOOKS`): `update_session`
 
 `BackendError` is the normalized provider failure of the bundled backends (§7.4); it is both a
 value (a reason compared by fields) and an exception.
+
+This module is the namespace for backend authors, as `trio.lowlevel` is trio's: with the
+contract it shows what a backend builds and reads (`Event`, `Response` and its helpers, the
+provider-neutral `Message` and its parts with their Anthropic/OpenAI wire forms, tool
+permission decisions, `ProviderLimit`, the output checks, `term_size`, `describe_reason`)
+and the exceptions a backend raises. Users of agents need only `gen_agent`.
 """
 
 from __future__ import annotations
@@ -29,35 +35,115 @@ from types import MappingProxyType
 from typing import Any, Final, Protocol, runtime_checkable
 
 from gen_agent._cancel import CancelSignal
+from gen_agent._conversation import (
+    Dropped,
+    Message,
+    Part,
+    Replay,
+    TextPart,
+    ThinkingPart,
+    ToolCallPart,
+    ToolResultPart,
+    delta_from_events,
+    from_anthropic,
+    from_openai,
+    omitted_data,
+    to_anthropic,
+    to_openai,
+    user_message,
+)
 from gen_agent._errors import (
     MAX_RETRY_AFTER_MS,
     BackendError,
+    CheckpointError,
     Diagnostics,
     DispatchError,
+    GenAgentError,
     ResetError,
     SessionStartError,
 )
-from gen_agent._event import Event
+from gen_agent._event import KINDS, TERMINAL_KINDS, Event, monotonic_ms
+from gen_agent._limits import LimitStatus, ProviderLimit
+from gen_agent._output import check_output_type, schema_name
 from gen_agent._permission import (
     DEFAULT_PERMISSION_TIMEOUT_MS,
     DENY_FAILED,
+    DENY_INTERRUPTED,
+    DENY_NOT_CURRENT,
+    DENY_TIMEOUT,
+    Allow,
+    Deny,
     PermissionDecision,
     ToolPermissionRequest,
+    as_decision,
+    decision_name,
 )
+from gen_agent._reasons import describe_reason
 from gen_agent._request_options import DEFAULT_OPTIONS, RequestOptions
+from gen_agent._response import (
+    FINISH_REASONS,
+    USAGE_KEYS,
+    Response,
+    finish_reason,
+    normalize_usage,
+)
+from gen_agent._size import term_size
 
 __all__ = [
+    "DEFAULT_PERMISSION_TIMEOUT_MS",
+    "DENY_FAILED",
+    "DENY_INTERRUPTED",
+    "DENY_NOT_CURRENT",
+    "DENY_TIMEOUT",
+    "FINISH_REASONS",
+    "KINDS",
     "MAX_RETRY_AFTER_MS",
     "OPTIONAL_HOOKS",
     "REQUIRED_HOOKS",
+    "TERMINAL_KINDS",
+    "USAGE_KEYS",
+    "Allow",
     "Backend",
     "BackendError",
     "BackendProtocol",
+    "CheckpointError",
+    "Deny",
     "Diagnostics",
     "DispatchError",
+    "Dropped",
+    "Event",
+    "GenAgentError",
+    "LimitStatus",
+    "Message",
+    "Part",
+    "PermissionDecision",
+    "ProviderLimit",
+    "Replay",
     "ResetError",
+    "Response",
     "SessionStartError",
+    "TextPart",
+    "ThinkingPart",
+    "ToolCallPart",
+    "ToolPermissionRequest",
+    "ToolResultPart",
     "TurnContext",
+    "as_decision",
+    "check_output_type",
+    "decision_name",
+    "delta_from_events",
+    "describe_reason",
+    "finish_reason",
+    "from_anthropic",
+    "from_openai",
+    "monotonic_ms",
+    "normalize_usage",
+    "omitted_data",
+    "schema_name",
+    "term_size",
+    "to_anthropic",
+    "to_openai",
+    "user_message",
     "validate_backend",
 ]
 

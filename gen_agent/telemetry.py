@@ -43,13 +43,16 @@ __all__ = [
     "SUPERVISOR_RESTART",
     "TERMINATED",
     "TIMER_FAILED",
+    "TOOL_PERMISSION",
     "TURN_CANCELLED",
     "TURN_ERROR",
     "TURN_REJECTED",
     "TURN_START",
     "TURN_STOP",
+    "EventName",
     "Handler",
     "HandlerAlreadyAttached",
+    "HandlerFunction",
     "TelemetryRecord",
     "TelemetryRecorder",
     "ToolSpan",
@@ -62,7 +65,9 @@ __all__ = [
 ]
 
 EventName = tuple[str, ...]
+"""An event name: a tuple of strings, `("gen_agent", "turn", "start")`."""
 HandlerFunction = Callable[[EventName, dict[str, Any], dict[str, Any], Any], Any]
+"""A handler: `handler(event, measurements, metadata, config)`; its result is ignored."""
 
 TURN_START: Final = ("gen_agent", "turn", "start")
 """Measurements `system_time, queue_wait_ms, queue_depth`; metadata `agent, ref, attempt,

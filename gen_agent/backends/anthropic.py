@@ -75,6 +75,7 @@ from gen_agent.backends._option_checks import (
 __all__ = [
     "DEFAULT_MODEL",
     "OPTIONS",
+    "PROVIDER",
     "AnthropicAPI",
     "AnthropicOptions",
     "AnthropicSession",

@@ -89,7 +89,9 @@ from gen_agent.backends.warm import (
 )
 
 __all__ = [
+    "APPROVAL_POLICIES",
     "INSTALL_HINT",
+    "MODES",
     "OPTIONS",
     "SANDBOX_MODES",
     "CodexCLI",

@@ -40,7 +40,13 @@ import msgspec
 from gen_agent._event import Event
 from gen_agent.backend import Backend, BackendError, SessionStartError, TurnContext
 
-__all__ = ["Fallback", "FallbackHop", "FallbackSession", "FallbackTrail"]
+__all__ = [
+    "OUTPUT_KINDS",
+    "Fallback",
+    "FallbackHop",
+    "FallbackSession",
+    "FallbackTrail",
+]
 
 OUTPUT_KINDS = frozenset({"text", "tool_use", "tool_result"})
 """Event kinds that count as output: once one streamed, the turn never falls back."""

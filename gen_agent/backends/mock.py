@@ -68,6 +68,7 @@ __all__ = [
     "MockRaised",
     "MockSession",
     "RaisingScript",
+    "Script",
     "ToolRound",
     "error",
     "error_turn",

@@ -91,6 +91,7 @@ from gen_agent.backends._option_checks import (
 __all__ = [
     "DEFAULT_MODEL",
     "OPTIONS",
+    "PROVIDER",
     "OpenAIOptions",
     "OpenAIResponses",
     "OpenAISession",

@@ -42,10 +42,12 @@ class AnthropicMessagesProtocol(_Protocol):
     }
 
     def count_tokens(self, request: RecordedRequest, out: _Writer) -> None:
+        """Answer `POST /v1/messages/count_tokens` (one token per 4 bytes of the body)."""
         # A rough, deterministic count: one token per 4 bytes of the request body.
         out.send_json(200, {"input_tokens": max(1, len(request.raw_body) // 4)})
 
     def create(self, request: RecordedRequest, out: _Writer) -> None:
+        """Answer `POST /v1/messages` with the server's next scripted reply."""
         reply = self.server._next_reply(request)
         body = request.body if isinstance(request.body, dict) else {}
         if not out.wait(reply.delay):
