@@ -57,6 +57,8 @@ def system_renamed(fn: F) -> F:
 #: Old public module paths and the modules that now hold them. Importing an old path warns
 #: once per process and gives the new module itself (one module object under two names), so
 #: `from gen_agent.client import ask` keeps working until 0.3 removes the entry.
+#: (`gen_agent.status` is not here: as a module path it would rebind the root's `status`
+#: function, and its names were always in the root.)
 MOVED_MODULES: dict[str, str] = {
     "gen_agent.accounting": "gen_agent._accounting",
     "gen_agent.agent": "gen_agent._agent",
@@ -77,7 +79,6 @@ MOVED_MODULES: dict[str, str] = {
     "gen_agent.request": "gen_agent._request_options",
     "gen_agent.response": "gen_agent._response",
     "gen_agent.size": "gen_agent._size",
-    "gen_agent.status": "gen_agent._status",
     "gen_agent.streaming": "gen_agent._streaming",
     "gen_agent.supervisor": "gen_agent._supervisor",
     "gen_agent.system": "gen_agent._system",

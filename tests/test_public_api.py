@@ -184,3 +184,42 @@ def test_docstrings_citing_the_contract_name_the_docs_page() -> None:
             if "contract §" in line and "docs:" not in " ".join(lines[number:number + 2]):
                 missing.append(f"{relative}:{number + 1}: {line.strip()}")
     assert missing == []
+
+
+def test_an_old_module_path_warns_and_gives_the_module_that_moved() -> None:
+    import importlib
+    import sys
+
+    import pytest
+
+    from gen_agent._deprecate import MOVED_MODULES
+
+    for old, new in MOVED_MODULES.items():
+        extra = {"ray": "ray", "observer": "starlette"}.get(old.split(".")[1])
+        if extra is not None and importlib.util.find_spec(extra) is None:
+            continue  # an optional extra that is not installed
+        parent, _, child = old.rpartition(".")
+        sys.modules.pop(old, None)
+        try:
+            with pytest.warns(DeprecationWarning, match=f"{old} is deprecated"):
+                module = importlib.import_module(old)
+            assert module is importlib.import_module(new)
+            assert module.__spec__.name == new  # the module keeps its own spec
+        finally:
+            sys.modules.pop(old, None)
+            if getattr(sys.modules[parent], child, None) is sys.modules[new]:
+                delattr(sys.modules[parent], child)
+    assert "gen_agent.status" not in MOVED_MODULES  # it would rebind the root's `status`
+
+
+def test_old_names_inside_a_module_warn() -> None:
+    import pytest
+
+    from gen_agent import observer
+
+    with pytest.warns(DeprecationWarning, match="use gen_agent.telemetry.ToolSpan"):
+        assert gen_agent.telemetry.ToolCall is gen_agent.telemetry.ToolSpan
+    with pytest.warns(DeprecationWarning, match="use gen_agent.observer.brief_reason"):
+        assert observer.describe_reason is observer.brief_reason
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        gen_agent.telemetry.nothing  # noqa: B018
