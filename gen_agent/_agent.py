@@ -1,15 +1,15 @@
 """`GenAgent`: the behaviour an agent implements, and the values its callbacks return.
 
 Subclass `GenAgent` and define at least `init_agent` and `handle_response`; every other
-callback has the default of the Elixir original (contract §3; docs: Concepts, callbacks). The
-runtime creates one instance of your class per started agent and calls its methods with the
-agent *state* passed explicitly, as the Elixir behaviour does. A class that does not subclass
-`GenAgent` but defines `init_agent` and `handle_response` works too: missing callbacks take the
-defaults' semantics.
+callback has the default of the Elixir original (docs/pages/contract.md#s3; docs: Concepts,
+callbacks). The runtime creates one instance of your class per started agent and calls its methods
+with the agent *state* passed explicitly, as the Elixir behaviour does. A class that does not
+subclass `GenAgent` but defines `init_agent` and `handle_response` works too: missing callbacks take
+the defaults' semantics.
 
 Threads: every callback runs in the agent's actor thread, except `handle_stream_event`, which
 runs in the turn task thread. Callbacks run one at a time; while one runs, synchronous client
-calls to this agent wait (contract §3.13; docs: Concepts, callbacks).
+calls to this agent wait (docs/pages/contract.md#s3-13; docs: Concepts, callbacks).
 
 Return values (python_api.md, "Callbacks"):
 
@@ -50,8 +50,8 @@ class Prompt(msgspec.Struct, frozen=True):
     `delay_ms` (milliseconds, an int >= 0; None = at once) is for caller-owned retries only:
     from `handle_error` on an ask/tell turn the retry waits that long on the agent's timer,
     under the same ref with attempt + 1, without blocking the agent; it keeps its priority
-    over queued work (the mailbox waits for it, contract §4.21; docs: the retry recipe). A
-    `Prompt` with a delay anywhere else is a malformed return (not part of the original).
+    over queued work (the mailbox waits for it, docs/pages/contract.md#s4-21; docs: the retry
+    recipe). A `Prompt` with a delay anywhere else is a malformed return (not part of the original).
     """
 
     text: str
@@ -99,7 +99,8 @@ class GenAgent:
     *state* passed to and returned from callbacks is what the runtime keeps, snapshots for
     `status()`, and restores after interrupts.
 
-    Mirrors: the `GenAgent` behaviour (`use GenAgent`), contract §3 (docs: Concepts, callbacks).
+    Mirrors: the `GenAgent` behaviour (`use GenAgent`), docs/pages/contract.md#s3 (docs: Concepts,
+    callbacks).
     """
 
     persist_state: ClassVar[bool] = False
@@ -180,8 +181,8 @@ class GenAgent:
         Raises:
             Exception: not protected: an exception or a malformed return stops the agent
                 with `("callback_failed", "error", "TypeName")` (`"other"` for a malformed
-                return); the waiting caller gets `AgentDown` (contract §3.7; docs: Concepts,
-                callbacks).
+                return); the waiting caller gets `AgentDown` (docs/pages/contract.md#s3-7; docs:
+                Concepts, callbacks).
 
         Mirrors: `handle_response/3`.
         """
@@ -301,8 +302,8 @@ class GenAgent:
         Raises:
             Exception: protected: for ask/tell the request fails with `"pre_turn_skipped"`;
                 for generated prompts `handle_error` gets `("pre_turn_crashed", "TypeName")`.
-                A malformed return gives `"pre_turn_invalid"` (contract §3.5; docs: Concepts,
-                callbacks).
+                A malformed return gives `"pre_turn_invalid"` (docs/pages/contract.md#s3-5; docs:
+                Concepts, callbacks).
 
         Mirrors: `pre_turn/2`.
         """

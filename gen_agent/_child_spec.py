@@ -185,8 +185,8 @@ def child_spec(module: type, *, name: Any, backend: Any, restart: RestartType = 
             restarts cannot resume); an option of `opts` resembles a reserved start option (a
             typo such as `watchdog_msec`; it still goes to `init_agent`).
 
-    Mirrors: `GenAgent.child_spec/2` (contract §2.3; docs: the client API reference) plus OTP's
-    `restart` key.
+    Mirrors: `GenAgent.child_spec/2` (docs/pages/contract.md#s2-3; docs: the client API reference)
+    plus OTP's `restart` key.
     """
     return build_child_spec(module, name=name, backend=backend, restart=restart,
                             shutdown_ms=shutdown_ms, resume_session=resume_session, opts=opts,

@@ -4,9 +4,9 @@ Every function resolves the name in the current `AgentSystem` (the innermost ope
 the default). Synchronous functions raise `AgentNotFound` when the name is not registered
 *before* anything is sent; if the agent dies while the call waits they raise `AgentDown`;
 if the caller's own `timeout` (seconds; None = wait forever, the Elixir default `:infinity`)
-expires they raise `CallTimeout` and the agent is unaffected (contract §2.1; docs: the client
-API reference). Asynchronous functions (`notify`, `interrupt`, `halt`, `resume`, `send`) never
-raise for a missing agent.
+expires they raise `CallTimeout` and the agent is unaffected (docs/pages/contract.md#s2-1; docs: the
+client API reference). Asynchronous functions (`notify`, `interrupt`, `halt`, `resume`, `send`)
+never raise for a missing agent.
 
 Every function takes `agent_system=`: the `AgentSystem` to resolve the name in (None = the
 current one); `_system=`, its old spelling, still works with a `DeprecationWarning`. Each call
@@ -114,7 +114,7 @@ def start_agent(module: type, *, name: Any, backend: Any, agent_system: AgentSys
         UserWarning: an option that is not reserved resembles a reserved one (`watchdog_msec`,
             `max_pending_prompt`); it still goes to `init_agent`, as the contract says.
 
-    Mirrors: `GenAgent.start_agent/2` (contract §2.2; docs: the client API reference).
+    Mirrors: `GenAgent.start_agent/2` (docs/pages/contract.md#s2-2; docs: the client API reference).
     """
     warn_near_misses(opts, "start_agent")
     return (agent_system or current_system()).start_agent(module, name=name, backend=backend,
@@ -148,13 +148,14 @@ def ask(name: Any, prompt: str, timeout: float | None = None, *,
         TypeError: `prompt` is not a `str`, `timeout` not a number, `options` not a
             `RequestOptions`, `output` not a type msgspec can validate (nothing is sent).
         AgentNotFound, AgentDown, CallTimeout: see the module docstring.
-        TurnError: the request failed; `.reason` per contract §4.20, docs: Errors (e.g. "timeout",
+        TurnError: the request failed; `.reason` per docs/pages/contract.md#s4-20, docs: Errors
+        (e.g. "timeout",
             "interrupted", ("task_crashed", exc), ("overloaded", info), "draining",
             ("agent_terminated", "shutdown"), "pre_turn_skipped", a backend reason,
             ("invalid_output", InvalidOutput) (the reply did not validate as `output`),
             ("budget_exceeded", BudgetExceeded) (the agent's spend cap was reached).
 
-    Mirrors: `GenAgent.ask/3` (contract §2.4; docs: the client API reference).
+    Mirrors: `GenAgent.ask/3` (docs/pages/contract.md#s2-4; docs: the client API reference).
     """
     handle = calls.lookup(agent_system, name)
     return calls.run(handle, calls.ask(handle, prompt, timeout, options, cancel_on_timeout,
@@ -207,7 +208,7 @@ def tell(name: Any, prompt: str, timeout: float | None = None, *,
         AgentDown: the agent stopped while the call waited.
         CallTimeout: no answer within `timeout` seconds.
 
-    Mirrors: `GenAgent.tell/3` (contract §2.5; docs: the client API reference).
+    Mirrors: `GenAgent.tell/3` (docs/pages/contract.md#s2-5; docs: the client API reference).
     """
     handle = calls.lookup(agent_system, name)
     return calls.run(handle, calls.tell(handle, prompt, timeout, options=options),
@@ -250,7 +251,8 @@ def tell_with_completion(name: Any, prompt: str, recipient: Any, *, on_halt: str
         TurnError: "halted" (on_halt="fail" and the agent is halted), ("overloaded", info),
             "draining". AgentNotFound, AgentDown, CallTimeout.
 
-    Mirrors: `GenAgent.tell_with_completion/5` (contract §2.6; docs: the client API reference).
+    Mirrors: `GenAgent.tell_with_completion/5` (docs/pages/contract.md#s2-6; docs: the client API
+    reference).
     """
     handle = calls.lookup(agent_system, name)
     call = calls.tell(handle, prompt, timeout, recipient=recipient, completion=True,
@@ -294,7 +296,7 @@ def poll(name: Any, ref: RequestRef, timeout: float | None = None, *,
     """Return the state of a tell request: pending, completed (with the response) or failed
     (with the reason; "not_found" for unknown or pruned refs, ask refs, or a missing agent).
 
-    Mirrors: `GenAgent.poll/3` (contract §2.7; docs: the client API reference).
+    Mirrors: `GenAgent.poll/3` (docs/pages/contract.md#s2-7; docs: the client API reference).
     """
     return calls.run_by_name(  # type: ignore[no-any-return]
         agent_system, name, calls.poll(ref), timeout)
@@ -316,14 +318,15 @@ def notify_ack(name: Any, event: Any, timeout: float | None = None, *,
         TurnError: ("overloaded", info) (buffer full, or halted and the generated prompt
             could not be queued) or "draining". AgentNotFound, AgentDown, CallTimeout.
 
-    Mirrors: `GenAgent.notify_ack/3` (contract §2.9; docs: the client API reference).
+    Mirrors: `GenAgent.notify_ack/3` (docs/pages/contract.md#s2-9; docs: the client API reference).
     """
     calls.run_by_name(agent_system, name, calls.notify_ack(event), timeout)
 
 
 def interrupt(name: Any, *, agent_system: AgentSystem | None = None) -> None:
     """Interrupt the active turn, if any: it fails with "interrupted". No-op when idle or
-    missing. Mirrors `GenAgent.interrupt/1` (contract §2.10; docs: the client API reference)."""
+    missing. Mirrors `GenAgent.interrupt/1` (docs/pages/contract.md#s2-10; docs: the client API
+    reference)."""
     calls.cast(agent_system, name, InterruptMsg())
 
 
@@ -336,7 +339,8 @@ def interrupt_request(name: Any, ref: RequestRef, timeout: float | None = None, 
         "accepted" (it is interrupted; the acknowledgement precedes its outcome),
         "not_current" (another turn is active), "idle", or "not_found" (no such agent).
 
-    Mirrors: `GenAgent.interrupt_request/3` (contract §2.11; docs: the client API reference).
+    Mirrors: `GenAgent.interrupt_request/3` (docs/pages/contract.md#s2-11; docs: the client API
+    reference).
     """
     return calls.run_by_name(  # type: ignore[no-any-return]
         agent_system, name, calls.interrupt_request(ref), timeout)
@@ -351,7 +355,8 @@ def cancel_request(name: Any, ref: RequestRef, timeout: float | None = None, *,
         "cancelled" (now, or already), "current" (it is the active turn),
         "already_finished", or "not_found" (unknown, pruned, an ask, or no such agent).
 
-    Mirrors: `GenAgent.cancel_request/3` (contract §2.12; docs: the client API reference).
+    Mirrors: `GenAgent.cancel_request/3` (docs/pages/contract.md#s2-12; docs: the client API
+    reference).
     """
     return calls.run_by_name(  # type: ignore[no-any-return]
         agent_system, name, calls.cancel_request(ref), timeout)
@@ -359,13 +364,13 @@ def cancel_request(name: Any, ref: RequestRef, timeout: float | None = None, *,
 
 def halt(name: Any, *, agent_system: AgentSystem | None = None) -> None:
     """Halt the agent: now when idle, after the current turn when busy. Idempotent.
-    Mirrors `GenAgent.halt/1` (contract §2.13; docs: the client API reference)."""
+    Mirrors `GenAgent.halt/1` (docs/pages/contract.md#s2-13; docs: the client API reference)."""
     calls.cast(agent_system, name, HaltMsg())
 
 
 def resume(name: Any, *, agent_system: AgentSystem | None = None) -> None:
     """Leave the halted mode and dispatch pending work; while busy, cancel a pending halt.
-    Mirrors `GenAgent.resume/1` (contract §2.14; docs: the client API reference)."""
+    Mirrors `GenAgent.resume/1` (docs/pages/contract.md#s2-14; docs: the client API reference)."""
     calls.cast(agent_system, name, ResumeMsg())
 
 
@@ -378,7 +383,8 @@ def reset_session(name: Any, timeout: float | None = None, *,
         RequestError: "busy", "draining", "unsupported", the backend's `ResetError`
             reason, or ("backend_reset_failed", "TypeName"). AgentNotFound, AgentDown.
 
-    Mirrors: `GenAgent.reset_session/2` (contract §2.15; docs: the client API reference).
+    Mirrors: `GenAgent.reset_session/2` (docs/pages/contract.md#s2-15; docs: the client API
+    reference).
     """
     calls.run_by_name(agent_system, name, calls.RESET_SESSION, timeout)
 
@@ -386,8 +392,8 @@ def reset_session(name: Any, timeout: float | None = None, *,
 @system_renamed
 def status(name: Any, timeout: float | None = None, *,
            agent_system: AgentSystem | None = None) -> Status:
-    """Return the agent's `Status`. Mirrors `GenAgent.status/2` (contract §2.16; docs: the client
-    API reference)."""
+    """Return the agent's `Status`. Mirrors `GenAgent.status/2` (docs/pages/contract.md#s2-16; docs:
+    the client API reference)."""
     return calls.run_by_name(agent_system, name, calls.STATUS,  # type: ignore[no-any-return]
                      timeout)
 
@@ -413,7 +419,7 @@ def drain(name: Any, timeout: float | None = None, *,
         AgentDown: the agent stopped while the admission call waited.
         CallTimeout: the deadline expired (the drain goes on).
 
-    Mirrors: `GenAgent.drain/2` (contract §2.18; docs: the client API reference).
+    Mirrors: `GenAgent.drain/2` (docs/pages/contract.md#s2-18; docs: the client API reference).
     """
     calls.drain(calls.lookup(agent_system, name), timeout)
 
@@ -428,7 +434,7 @@ def stop(name: Any, *, agent_system: AgentSystem | None = None) -> None:
         AgentNotFound: no such agent.
         RequestError: "self_stop" when called from the agent's own thread or turn task.
 
-    Mirrors: `GenAgent.stop/2` (contract §2.19; docs: the client API reference).
+    Mirrors: `GenAgent.stop/2` (docs/pages/contract.md#s2-19; docs: the client API reference).
     """
     (agent_system or current_system()).stop(name)
 
@@ -478,8 +484,8 @@ def backend_session(name: Any, timeout: float | None = None, *,
                     agent_system: AgentSystem | None = None) -> Any:
     """Return the agent's raw backend session (for tests and `MockBackend.history`).
 
-    Mirrors the internal `:get_backend_session` call (contract §2.23; docs: the client API
-    reference).
+    Mirrors the internal `:get_backend_session` call (docs/pages/contract.md#s2-23; docs: the client
+    API reference).
     """
     return calls.run_by_name(agent_system, name, calls.BACKEND_SESSION, timeout)
 

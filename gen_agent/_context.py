@@ -1,4 +1,4 @@
-"""Thread-local identity of the agent a thread works for (contract §2.22).
+"""Thread-local identity of the agent a thread works for (docs/pages/contract.md#s2-22).
 
 Set in the agent's actor thread and in its turn task threads, so that `current_name()` works
 there and a synchronous self-stop can be refused (§2.19).

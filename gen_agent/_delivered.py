@@ -13,8 +13,8 @@ outcome):`) and also has named fields (`msg.outcome`, `msg.ref`). Every record s
 
 Later records are added here, one class each, with the same two leading fields.
 
-Mirrors: the messages of `GenAgent.tell_with_completion/5` (contract §2.6; docs: the client API
-reference) and the
+Mirrors: the messages of `GenAgent.tell_with_completion/5` (docs/pages/contract.md#s2-6; docs: the
+client API reference) and the
 `{:DOWN, ref, :process, pid, reason}` message of `Process.monitor/1`.
 """
 
@@ -77,8 +77,8 @@ class Down(NamedTuple):
     Fields: `tag`, `kind` ("down"), `name`, `ref` (the monitor's ref from `gen_agent.monitor`,
     or the request's ref for `tell_with_completion(..., monitor=True)`), `reason`:
     `("agent_terminated", exit_reason)` for an orderly stop (`"normal"`, `"shutdown"`), as
-    waiting asks get (contract §4.19; docs: Errors), else `("agent_down", exit_reason)` (a crash, a
-    kill).
+    waiting asks get (docs/pages/contract.md#s4-19; docs: Errors), else `("agent_down",
+    exit_reason)` (a crash, a kill).
     """
 
     tag: str

@@ -152,8 +152,8 @@ class AgentStartError(GenAgentError):
     """The agent failed to start; nothing is left running or registered.
 
     `.reason` is one of `("init_agent_failed", r)`, `("backend_start_failed", r)`,
-    `("init_failed", kind, "TypeName")` (contract §2.2; docs: the client API reference). Mirrors
-    `{:error, reason}` from
+    `("init_failed", kind, "TypeName")` (docs/pages/contract.md#s2-2; docs: the client API
+    reference). Mirrors `{:error, reason}` from
     `GenAgent.start_agent/2`.
     """
 
@@ -169,8 +169,8 @@ class AgentDown(GenAgentError):
 
 class CallTimeout(GenAgentError, TimeoutError):
     """The caller's own `timeout` (seconds) expired. The agent is unaffected: a timed-out ask
-    stays queued or running (contract §2.1; docs: the client API reference). Mirrors the
-    caller-side `exit({:timeout, _})`.
+    stays queued or running (docs/pages/contract.md#s2-1; docs: the client API reference). Mirrors
+    the caller-side `exit({:timeout, _})`.
     """
 
     def __init__(self, timeout: float | None = None) -> None:
@@ -218,7 +218,7 @@ class CheckpointError(GenAgentError):
     `.reason` is `"unsupported_checkpoint"`, `"invalid_session_id"`,
     `"conflicting_session_id"` (recorded: the turn fails with it) or `"not_current"` (a call
     from another thread or an old turn; not recorded). Mirrors `{:error, reason}` from the
-    checkpoint function (contract §7.3; docs: the backend guide).
+    checkpoint function (docs/pages/contract.md#s7-3; docs: the backend guide).
     """
 
 
@@ -446,7 +446,7 @@ class BackendError(GenAgentError):
     Raises:
         TypeError: from the constructor, when a field has the wrong type.
 
-    Mirrors: `%GenAgent.Backend.Error{}` (contract §7.4; docs: the backend guide).
+    Mirrors: `%GenAgent.Backend.Error{}` (docs/pages/contract.md#s7-4; docs: the backend guide).
     """
 
     def __init__(
@@ -572,7 +572,8 @@ class BackendError(GenAgentError):
         Raises:
             TypeError: `provider` is not a str or `status` not an int.
 
-        Mirrors: `GenAgent.Backend.Error.http/5` (contract §7.4; docs: the backend guide).
+        Mirrors: `GenAgent.Backend.Error.http/5` (docs/pages/contract.md#s7-4; docs: the backend
+        guide).
         """
         if not isinstance(status, int) or isinstance(status, bool):
             raise TypeError(f"status must be an int HTTP status, got {type(status).__name__}")
@@ -610,7 +611,8 @@ class BackendError(GenAgentError):
         Raises:
             TypeError: a field has the wrong type.
 
-        Mirrors: `GenAgent.Backend.Error.new/4` (contract §7.4; docs: the backend guide).
+        Mirrors: `GenAgent.Backend.Error.new/4` (docs/pages/contract.md#s7-4; docs: the backend
+        guide).
         """
         if message is None:
             message = _message_of(raw)
@@ -639,8 +641,8 @@ class BackendError(GenAgentError):
         Returns:
             A `BackendError`.
 
-        Mirrors: `GenAgent.Backend.Error.normalize/2` (contract §7.4; docs: the backend guide).
-        Core reasons
+        Mirrors: `GenAgent.Backend.Error.normalize/2` (docs/pages/contract.md#s7-4; docs: the
+        backend guide). Core reasons
         (`"timeout"`, `"no_terminal_event"`...) are never passed here.
         """
         if isinstance(term, BackendError):

@@ -1,5 +1,5 @@
-"""`Event`: one normalized item of a turn's stream (contract §5, `GenAgent.Event`; docs: the values
-reference).
+"""`Event`: one normalized item of a turn's stream (docs/pages/contract.md#s5, `GenAgent.Event`;
+docs: the values reference).
 
 A backend turns whatever its provider streams into a sequence of `Event`s that ends with
 exactly one terminal event (`"result"` or `"error"`). The runtime reads terminal data with
@@ -16,7 +16,8 @@ import msgspec
 __all__ = ["KINDS", "TERMINAL_KINDS", "Event", "monotonic_ms"]
 
 TERMINAL_KINDS: Final = frozenset({"result", "error"})
-"""The kinds that end a turn (contract §5: `Event.terminal?/1`; docs: the values reference)."""
+"""The kinds that end a turn (docs/pages/contract.md#s5: `Event.terminal?/1`; docs: the values
+reference)."""
 
 KINDS: Final = ("session", "text", "tool_use", "tool_result", "usage", "result", "error")
 """The kinds the runtime and the bundled backends know; any other string is allowed."""
@@ -47,7 +48,7 @@ class Event(msgspec.Struct, frozen=True):
         TypeError: `kind` is not a `str` or `data` is not a `dict` (the guards of
             `Event.new/2`).
 
-    Mirrors: `%GenAgent.Event{}` (contract §5; docs: the values reference).
+    Mirrors: `%GenAgent.Event{}` (docs/pages/contract.md#s5; docs: the values reference).
     """
 
     kind: str

@@ -1,7 +1,7 @@
 """`Pool`: N supervised workers of one agent class serving a stream of independent prompts.
 
-The Elixir guides keep pools a recipe (contract §10, "Pool"; docs: the pattern recipes): long-lived
-workers that never
+The Elixir guides keep pools a recipe (docs/pages/contract.md#s10, "Pool"; docs: the pattern
+recipes): long-lived workers that never
 halt, a dispatcher that hands out tasks and surfaces overload per task, and quiescence read
 from `runtime_snapshot`. This module packages that recipe on top of `Supervisor`:
 
@@ -249,8 +249,8 @@ class Pool(PoolDispatchMixin):
     Thread-safety: every method may be called from any thread, except from a worker's own
     callbacks (a worker waiting on its pool can deadlock).
 
-    Mirrors: the Pool pattern of contract §10 (recipe and `gen_agent_ensemble` Pool; docs: the
-    pattern recipes).
+    Mirrors: the Pool pattern of docs/pages/contract.md#s10 (recipe and `gen_agent_ensemble` Pool;
+    docs: the pattern recipes).
     """
 
     def __init__(self, module: type, *, size: int, backend: Any, name_prefix: str | None = None,

@@ -28,8 +28,9 @@ re-raised as something it is not.
     >>> decode(encode(portable)) == portable
     True
 
-Mirrors: the Elixir original's reasons are plain terms that any node can receive (contract §3.14,
-docs: Errors, keeps reasons as data); this module gives Python's reasons the same property.
+Mirrors: the Elixir original's reasons are plain terms that any node can receive
+(docs/pages/contract.md#s3-14, docs: Errors, keeps reasons as data); this module gives Python's
+reasons the same property.
 """
 
 from __future__ import annotations

@@ -9,7 +9,8 @@ one function here and nowhere else:
 - `terminal_reason`: the command line's, for a person at a terminal; a provider failure also
   shows the provider's own message.
 - `brief_reason`: the observer's content-free form, identifier-like atoms joined with `:`.
-- `redacted`: a log line's, the head only (contract §3.14; docs: docs/pages/errors.md).
+- `redacted`: a log line's, the head only (docs/pages/contract.md#s3-14; docs:
+  docs/pages/errors.md).
 
 And two classifications for telemetry: `reason_kind` (the contract's `reason_kind`
 metadata) and `error_type` (OpenTelemetry's low-cardinality `error.type`).
@@ -186,7 +187,7 @@ def error_type(reason: Any) -> str:
 
 def redacted(reason: Any) -> Any:
     """A stop reason shown only by its head, for a log line: a string as itself, a tuple
-    as `"head:redacted"`, anything else as `"redacted"` (contract §3.14)."""
+    as `"head:redacted"`, anything else as `"redacted"` (docs/pages/contract.md#s3-14)."""
     if isinstance(reason, str):
         return reason
     if isinstance(reason, tuple) and reason and isinstance(reason[0], str):

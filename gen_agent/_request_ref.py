@@ -20,7 +20,7 @@ class RequestRef(msgspec.Struct, frozen=True):
     never reused, not derived from the agent, so a ref from an earlier incarnation of a name
     never matches the new one. Hashable, comparable with `==`, safe to share between threads.
 
-    Mirrors: `make_ref()` request references (contract §1.4; docs: Concepts).
+    Mirrors: `make_ref()` request references (docs/pages/contract.md#s1-4; docs: Concepts).
     """
 
     id: str

@@ -1,5 +1,5 @@
-"""`Response`: what a completed turn returns, and how it is assembled (contract §6; docs: the
-values reference).
+"""`Response`: what a completed turn returns, and how it is assembled (docs/pages/contract.md#s6;
+docs: the values reference).
 
 `Response` carries the assembled assistant text, the last assistant message, the retained
 events, the terminal event, token usage, timing and the coverage record that says how many of
@@ -145,8 +145,8 @@ class Omission(msgspec.Struct, frozen=True):
             `max_event_bytes_per_turn`).
         event_kind: the kind of that first omitted event (`str`).
 
-    Mirrors the `first_omission` map `%{limit, event_kind}` of contract §6.3 (docs: Concepts,
-    "Response").
+    Mirrors the `first_omission` map `%{limit, event_kind}` of docs/pages/contract.md#s6-3 (docs:
+    Concepts, "Response").
     """
 
     limit: Literal["events", "bytes"]
@@ -164,7 +164,7 @@ class EventCoverage(msgspec.Struct, frozen=True, kw_only=True):
         retained_bytes: `term_size` sum of the retained events (bytes).
         first_omission: the first omitted event's `Omission`, or None when nothing was omitted.
 
-    Mirrors the `event_coverage` map of contract §6.3 (docs: Concepts, "Response").
+    Mirrors the `event_coverage` map of docs/pages/contract.md#s6-3 (docs: Concepts, "Response").
     """
 
     mode: Literal["exact", "compact"]
@@ -176,7 +176,8 @@ class EventCoverage(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class TextAccumulator:
-    """Incremental text assembly of one turn, the rule of contract §6.2 (docs: Concepts).
+    """Incremental text assembly of one turn, the rule of docs/pages/contract.md#s6-2 (docs:
+    Concepts).
 
     Feed it the data of every `"text"` event in arrival order with `add`; then read `text`
     and `final_message` against the turn's terminal event. Each `add` is a couple of list
@@ -191,7 +192,7 @@ class TextAccumulator:
     Not thread-safe: one turn, one owner.
 
     Mirrors: the text accumulator of `GenAgent.Response.from_events/2` and of the compact
-    capture (contract §6.2; docs: the values reference).
+    capture (docs/pages/contract.md#s6-2; docs: the values reference).
     """
 
     __slots__ = ("_chunks", "_final_start", "_joined", "_marks", "_saw_boundary", "_seen_text")
@@ -332,8 +333,8 @@ class Response(msgspec.Struct, Generic[T], frozen=True, kw_only=True):
         extra: every terminal data key not modeled above (`text`, `session_id`, `model`,
             `reason` and the extras), preserved as given.
 
-    Mirrors: `%GenAgent.Response{}` (contract §6.1; docs: the values reference), plus the extras of
-    python_api.md.
+    Mirrors: `%GenAgent.Response{}` (docs/pages/contract.md#s6-1; docs: the values reference), plus
+    the extras of python_api.md.
     """
 
     prompt: str | None = None
@@ -400,7 +401,8 @@ class Response(msgspec.Struct, Generic[T], frozen=True, kw_only=True):
 
         Never raises for well-formed events.
 
-        Mirrors: `GenAgent.Response.from_events/2` (contract §6.3; docs: the values reference).
+        Mirrors: `GenAgent.Response.from_events/2` (docs/pages/contract.md#s6-3; docs: the values
+        reference).
         """
         event_list = list(events)
         acc = TextAccumulator()

@@ -1,8 +1,8 @@
 """`term_size`: the one deterministic byte size behind every byte limit.
 
 The Elixir original measures terms with `:erlang.external_size/1`; Python has no such
-function, so gen_agent fixes its own (contract §1.4, §12.6; docs: Concepts) and exposes it, because
-limits such
+function, so gen_agent fixes its own (docs/pages/contract.md#s1-4, #s12-6; docs: Concepts) and
+exposes it, because limits such
 as `max_pending_prompt_bytes` and `max_event_bytes_per_turn` are configured in its terms.
 
 Encoding: the length in bytes of the value's MessagePack encoding by msgspec
@@ -50,7 +50,8 @@ def term_size(value: Any) -> int:
     Never raises for ordinary values; a value whose `__reduce__` misbehaves in a way other
     than raising an `Exception` may propagate that error.
 
-    Mirrors: `:erlang.external_size/1` as used by GenAgent's limits (contract §1.4; docs: Concepts).
+    Mirrors: `:erlang.external_size/1` as used by GenAgent's limits (docs/pages/contract.md#s1-4;
+    docs: Concepts).
     """
     try:
         return len(_encoder.encode(value))

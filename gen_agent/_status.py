@@ -1,7 +1,7 @@
 """Frozen records the client API returns: `Status`, `RuntimeSnapshot`, `CurrentTurn`,
 `PollResult`, and the diagnostic payloads of compound reasons, `OverloadInfo` and
-`CaptureOverflow` (contract §2.7, §2.16, §2.17, §4.6, §4.17; Appendix A; docs: the client API
-reference).
+`CaptureOverflow` (docs/pages/contract.md#s2-7, #s2-16, #s2-17, #s4-6, #s4-17; Appendix A; docs: the
+client API reference).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ class OverloadInfo(msgspec.Struct, frozen=True, kw_only=True):
         max_count: the queue's count bound (count).
         max_bytes: the queue's byte bound (bytes).
 
-    Mirrors the overload info map of contract §4.17 (docs: Errors).
+    Mirrors the overload info map of docs/pages/contract.md#s4-17 (docs: Errors).
     """
 
     queue: Literal["prompts", "notifications", "self_chain"]
@@ -59,7 +59,7 @@ class CaptureOverflow(msgspec.Struct, frozen=True, kw_only=True):
         rejected_event_kind: the kind of the event that did not fit.
         rejected_event_bytes: its `term_size` (bytes); its payload is never included.
 
-    Mirrors the overflow diagnostic map of contract §4.6 (docs: Errors).
+    Mirrors the overflow diagnostic map of docs/pages/contract.md#s4-6 (docs: Errors).
     """
 
     limit: Literal["events", "bytes"]
@@ -80,8 +80,8 @@ class PollResult(msgspec.Struct, frozen=True, kw_only=True):
         response: the `Response` of a completed request, else None.
         reason: the failure reason of a failed request, else None.
 
-    Mirrors `{:ok, :pending}` / `{:ok, :completed, r}` / `{:error, reason}` (contract §2.7; docs:
-    the client API reference).
+    Mirrors `{:ok, :pending}` / `{:ok, :completed, r}` / `{:error, reason}`
+    (docs/pages/contract.md#s2-7; docs: the client API reference).
     """
 
     status: Literal["pending", "completed", "failed"]
@@ -98,7 +98,7 @@ class Status(msgspec.Struct, frozen=True, kw_only=True):
         queued: prompts in the mailbox (count; excludes the self-chain slot and buffered
             notifications).
         current_request: the active `RequestRef`, else None.
-        halted, halt_pending, draining: the flags of contract §4.1 (docs: Concepts).
+        halted, halt_pending, draining: the flags of docs/pages/contract.md#s4-1 (docs: Concepts).
         agent_state: the agent's retained state (while busy: as of dispatch, after pre_turn).
         store: for an agent started with `store=`/`session_key=`, its durable session's
             `StoreStatus` (key, resumed, interrupted turn, last failed write); else None.
@@ -106,8 +106,9 @@ class Status(msgspec.Struct, frozen=True, kw_only=True):
             option (None without one); an idle agent with queued work whose limit has no
             permit free waits for it, first in its queue.
 
-    Mirrors the map of `GenAgent.status/2` (contract §2.16; docs: the client API reference);
-    `store` (`gen_agent.store`) and `provider_limit` (`gen_agent._limits`) are additions.
+    Mirrors the map of `GenAgent.status/2` (docs/pages/contract.md#s2-16; docs: the client API
+    reference); `store` (`gen_agent.store`) and `provider_limit` (`gen_agent._limits`) are
+    additions.
     """
 
     state: Literal["idle", "processing"]
@@ -158,7 +159,8 @@ class RuntimeSnapshot(msgspec.Struct, frozen=True, kw_only=True):
         self_chain_pending: whether the self-chain slot holds a prompt or a retry.
         current_request: a `CurrentTurn`, or None when idle.
 
-    Mirrors `GenAgent.runtime_snapshot/2` (contract §2.17; docs: the client API reference).
+    Mirrors `GenAgent.runtime_snapshot/2` (docs/pages/contract.md#s2-17; docs: the client API
+    reference).
     """
 
     phase: Literal["idle", "processing"]

@@ -9,12 +9,12 @@
 `async with aio.stream(...) as turn: async for event in turn:` is the same from an event loop.
 
 Underneath it is `tell_with_completion(name, prompt, recipient, stream_to=recipient,
-monitor=True)` (origin "tell", contract §2.6 and §4.18; docs: the client API reference), not a new
-path through the actor: the relay delivers each event after `handle_stream_event`, the completion
-arrives after the decision callback, and an agent that ends before completing the request ends the
-stream as a waiting ask would end (`AgentDown(reason)` for a crash or a kill,
-`TurnError(("agent_terminated", reason))` for an orderly stop) instead of leaving the reader
-waiting.
+monitor=True)` (origin "tell", docs/pages/contract.md#s2-6 and #s4-18; docs: the client API
+reference), not a new path through the actor: the relay delivers each event after
+`handle_stream_event`, the completion arrives after the decision callback, and an agent that ends
+before completing the request ends the stream as a waiting ask would end (`AgentDown(reason)` for a
+crash or a kill, `TurnError(("agent_terminated", reason))` for an orderly stop) instead of leaving
+the reader waiting.
 
 Bounded. The contract's relay has no backpressure (§4.18); a stream adds it without ever
 blocking the agent: when `max_buffered_events` events are waiting for the reader, the agent
@@ -211,7 +211,8 @@ class _TurnStreamBase:
         assert outcome is not None
         if outcome[0] == "ok":
             return outcome[1]
-        if outcome[0] == "down":  # what a waiting ask would get (contract §4.19; docs: Errors)
+        # What a waiting ask would get (docs/pages/contract.md#s4-19; docs: Errors).
+        if outcome[0] == "down":
             kind, exit_reason = outcome[1]
             if kind == "agent_terminated":
                 raise TurnError(outcome[1])
@@ -482,7 +483,7 @@ def stream(name: Any, prompt: str, *, interrupt_on_exit: bool = True,
         CallTimeout: `timeout` seconds passed before the turn ended.
 
     Mirrors: nothing in the original; `tell_with_completion` with `stream_to` underneath
-    (contract §2.6, §4.18; docs: the client API reference).
+    (docs/pages/contract.md#s2-6, #s4-18; docs: the client API reference).
     """
     return TurnStream(name, prompt, interrupt_on_exit=interrupt_on_exit,
                       max_buffered_events=max_buffered_events, timeout=timeout,

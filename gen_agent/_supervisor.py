@@ -1,8 +1,8 @@
 """`Supervisor`: OTP-style supervision trees of agents, with restarts that resume the session.
 
 The Elixir original gives every agent `restart: temporary` and leaves restarting supervisors
-to the caller's own OTP tree (contract §2.3, §9; docs: the client API reference). Python has no
-OTP, so this module is that
+to the caller's own OTP tree (docs/pages/contract.md#s2-3, #s9; docs: the client API reference).
+Python has no OTP, so this module is that
 tree: child specs (`child_spec`, `supervisor_spec`), the three restart types, the strategies
 one_for_one / one_for_all / rest_for_one, restart intensity, ordered start, reverse-order
 shutdown with per-child windows, and nesting. See `docs/pages/supervision.md`.
@@ -200,8 +200,8 @@ class Supervisor:
     agent child calling its supervisor from a callback waits while the supervisor is busy
     (e.g. stopping that very agent, up to its `shutdown_ms`).
 
-    Mirrors: OTP `Supervisor` with gen_agent child specs (contract §2.3, §9; docs: the client API
-    reference).
+    Mirrors: OTP `Supervisor` with gen_agent child specs (docs/pages/contract.md#s2-3, #s9; docs:
+    the client API reference).
     """
 
     def __init__(self, children: Iterable[ChildSpec | SupervisorSpec] = (), *,

@@ -1,5 +1,5 @@
-"""`AgentSystem`: the name registry and the application-level agent supervisor (contract §9; docs:
-Supervision and pools).
+"""`AgentSystem`: the name registry and the application-level agent supervisor
+(docs/pages/contract.md#s9; docs: Supervision and pools).
 
 One default system is created lazily on first use and shut down at interpreter exit (or by
 `gen_agent.shutdown()`). Tests and embedders can open an isolated one with
@@ -54,8 +54,8 @@ class AgentSystem(Registry):
     Use as a context manager for isolation (tests): entering makes it the system that the
     module-level client functions use; leaving stops all its agents (`shutdown`).
 
-    Mirrors: `GenAgent.Registry` + `GenAgent.AgentSupervisor` (contract §9; docs: Supervision and
-    pools).
+    Mirrors: `GenAgent.Registry` + `GenAgent.AgentSupervisor` (docs/pages/contract.md#s9; docs:
+    Supervision and pools).
     """
 
     def __init__(self) -> None:

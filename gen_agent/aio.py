@@ -8,10 +8,10 @@ answer to the caller's loop (`loop.call_soon_threadsafe` on an `asyncio.Future`)
 of awaits cost no threads, work from any running loop, and from several loops in several
 threads at once.
 
-Semantics are the threaded API's (contract §2.1; docs: the client API reference): a missing name
-raises `AgentNotFound` before anything is sent; an agent that dies while a caller awaits fails the
-await with `AgentDown` (every reply is tracked by its incarnation, so nobody is left waiting); the
-caller's own `timeout` (seconds, None = forever) raises `CallTimeout`.
+Semantics are the threaded API's (docs/pages/contract.md#s2-1; docs: the client API reference): a
+missing name raises `AgentNotFound` before anything is sent; an agent that dies while a caller
+awaits fails the await with `AgentDown` (every reply is tracked by its incarnation, so nobody is
+left waiting); the caller's own `timeout` (seconds, None = forever) raises `CallTimeout`.
 
 Cancellation. A cancelled await (task.cancel(), `asyncio.timeout`, `asyncio.wait_for`) and an
 expired `timeout` are the caller giving up, not the request: by default the request stays queued
@@ -100,8 +100,8 @@ async def ask(name: Any, prompt: str, timeout: float | None = None, *,
         name: the agent's name. prompt: a `str`. timeout: seconds, None = forever.
         options: the request's `RequestOptions` (None = the defaults).
         cancel_on_timeout: also cancel the request when this await is cancelled or times out
-            (queued: removed; running: interrupted). Default False: it stays (contract §4.14;
-            docs: Errors).
+            (queued: removed; running: interrupted). Default False: it stays
+            (docs/pages/contract.md#s4-14; docs: Errors).
         output: the type of a structured reply (see `gen_agent.ask`), or None.
         agent_system: the `AgentSystem` to look the name up in (default: the current one).
 
@@ -116,7 +116,7 @@ async def ask(name: Any, prompt: str, timeout: float | None = None, *,
         TurnError: the request failed (`.reason` as `gen_agent.ask`).
         asyncio.CancelledError: the awaiting task was cancelled.
 
-    Mirrors: `GenAgent.ask/3` (contract §2.4; docs: the client API reference).
+    Mirrors: `GenAgent.ask/3` (docs/pages/contract.md#s2-4; docs: the client API reference).
     """
     handle = calls.lookup(agent_system, name)
     return await calls.run_async(  # type: ignore[no-any-return]
@@ -145,7 +145,7 @@ async def tell(name: Any, prompt: str, timeout: float | None = None, *,
         AgentDown: the agent stopped while the call waited.
         CallTimeout: no answer within `timeout` seconds.
 
-    Mirrors: `GenAgent.tell/3` (contract §2.5; docs: the client API reference).
+    Mirrors: `GenAgent.tell/3` (docs/pages/contract.md#s2-5; docs: the client API reference).
     """
     handle = calls.lookup(agent_system, name)
     return await calls.run_async(  # type: ignore[no-any-return]
@@ -170,7 +170,8 @@ async def tell_with_completion(name: Any, prompt: str, recipient: Any, *, on_hal
         AgentDown: the agent stopped while the call waited.
         CallTimeout: no answer within `timeout` seconds.
 
-    Mirrors: `GenAgent.tell_with_completion/5` (contract §2.6; docs: the client API reference).
+    Mirrors: `GenAgent.tell_with_completion/5` (docs/pages/contract.md#s2-6; docs: the client API
+    reference).
     """
     handle = calls.lookup(agent_system, name)
     call = calls.tell(handle, prompt, timeout, recipient=recipient, completion=True,
@@ -192,7 +193,7 @@ async def poll(name: Any, ref: RequestRef, timeout: float | None = None, *,
     """Return the state of a tell request (pending / completed / failed). The awaitable twin
     of `gen_agent.poll`; a missing agent gives status "failed", reason "not_found".
 
-    Mirrors: `GenAgent.poll/3` (contract §2.7; docs: the client API reference).
+    Mirrors: `GenAgent.poll/3` (docs/pages/contract.md#s2-7; docs: the client API reference).
     """
     return await calls.run_by_name_async(  # type: ignore[no-any-return]
         agent_system, name, calls.poll(ref), timeout)
@@ -201,8 +202,8 @@ async def poll(name: Any, ref: RequestRef, timeout: float | None = None, *,
 @system_renamed
 async def notify(name: Any, event: Any, *, agent_system: AgentSystem | None = None) -> None:
     """Deliver `event` to the agent's `handle_event` (a cast: never raises for a missing
-    agent, never waits). The awaitable twin of `gen_agent.notify` (contract §2.8; docs: the
-    client API reference)."""
+    agent, never waits). The awaitable twin of `gen_agent.notify` (docs/pages/contract.md#s2-8;
+    docs: the client API reference)."""
     calls.cast(agent_system, name, NotifyMsg(event))
 
 
@@ -217,7 +218,7 @@ async def notify_ack(name: Any, event: Any, timeout: float | None = None, *,
         AgentDown: the agent stopped while the call waited.
         CallTimeout: no answer within `timeout` seconds.
 
-    Mirrors: `GenAgent.notify_ack/3` (contract §2.9; docs: the client API reference).
+    Mirrors: `GenAgent.notify_ack/3` (docs/pages/contract.md#s2-9; docs: the client API reference).
     """
     await calls.run_by_name_async(agent_system, name, calls.notify_ack(event), timeout)
 
@@ -265,7 +266,7 @@ async def send(name: Any, message: Any, *, agent_system: AgentSystem | None = No
 async def reset_session(name: Any, timeout: float | None = None, *,
                         agent_system: AgentSystem | None = None) -> None:
     """Replace the backend conversation in place (idle only). The awaitable twin of
-    `gen_agent.reset_session` (same errors; contract §2.15; docs: the client API
+    `gen_agent.reset_session` (same errors; docs/pages/contract.md#s2-15; docs: the client API
     reference)."""
     await calls.run_by_name_async(agent_system, name, calls.RESET_SESSION, timeout)
 
@@ -280,7 +281,7 @@ async def status(name: Any, timeout: float | None = None, *,
         AgentDown: the agent stopped while the call waited.
         CallTimeout: no answer within `timeout` seconds.
 
-    Mirrors: `GenAgent.status/2` (contract §2.16; docs: the client API reference).
+    Mirrors: `GenAgent.status/2` (docs/pages/contract.md#s2-16; docs: the client API reference).
     """
     return await calls.run_by_name_async(  # type: ignore[no-any-return]
         agent_system, name, calls.STATUS, timeout)
@@ -289,7 +290,7 @@ async def status(name: Any, timeout: float | None = None, *,
 async def runtime_snapshot(name: Any, timeout: float | None = None, *,
                            agent_system: AgentSystem | None = None) -> RuntimeSnapshot:
     """The payload-free `RuntimeSnapshot`. The awaitable twin of `gen_agent.runtime_snapshot`
-    (contract §2.17; docs: the client API reference)."""
+    (docs/pages/contract.md#s2-17; docs: the client API reference)."""
     return await calls.run_by_name_async(  # type: ignore[no-any-return]
         agent_system, name, calls.SNAPSHOT, timeout)
 
@@ -313,7 +314,7 @@ async def drain(name: Any, timeout: float | None = None, *,
         CallTimeout: the drain did not finish within `timeout` seconds (for the whole drain).
         RequestError: ("agent_down", reason) if the agent ended otherwise than normally.
 
-    Mirrors: `GenAgent.drain/2` (contract §2.18; docs: the client API reference).
+    Mirrors: `GenAgent.drain/2` (docs/pages/contract.md#s2-18; docs: the client API reference).
     """
     await calls.drain_async(calls.lookup(agent_system, name), timeout)
 
@@ -327,7 +328,7 @@ async def stop(name: Any, *, agent_system: AgentSystem | None = None) -> None:
         AgentNotFound: no such agent.
         RequestError: "self_stop" when awaited from the agent's own threads.
 
-    Mirrors: `GenAgent.stop/2` (contract §2.19; docs: the client API reference).
+    Mirrors: `GenAgent.stop/2` (docs/pages/contract.md#s2-19; docs: the client API reference).
     """
     system = agent_system or current_system()
     handle = system.lookup(name)
@@ -351,7 +352,7 @@ async def start_agent(module: type, *, name: Any, backend: Any,
         AlreadyStarted: a live agent has that name.
         ValueError: an invalid `shutdown_ms`.
 
-    Mirrors: `GenAgent.start_agent/2` (contract §2.2; docs: the client API reference).
+    Mirrors: `GenAgent.start_agent/2` (docs/pages/contract.md#s2-2; docs: the client API reference).
     """
     if isinstance(opts.get("system"), AgentSystem):  # the old spelling of agent_system=
         warnings.warn("start_agent: system= is deprecated, use agent_system=",
@@ -444,7 +445,8 @@ def stream(name: Any, prompt: str, *, interrupt_on_exit: bool = True,
     Args and semantics as `gen_agent.stream` (it is the same stream, read from a loop).
 
     Mirrors: nothing in the original; a `tell_with_completion` with `stream_to` (origin
-    "tell") and a monitor underneath (contract §2.6, §4.18; docs: the client API reference).
+    "tell") and a monitor underneath (docs/pages/contract.md#s2-6, #s4-18; docs: the client API
+    reference).
     """
     return AsyncTurnStream(name, prompt, interrupt_on_exit=interrupt_on_exit,
                            max_buffered_events=max_buffered_events, timeout=timeout,

@@ -1,5 +1,5 @@
-"""The backend contract: how the runtime talks to an LLM provider (contract §7; docs: the backend
-guide).
+"""The backend contract: how the runtime talks to an LLM provider (docs/pages/contract.md#s7; docs:
+the backend guide).
 
 A backend is any object with the hooks below: usually a class whose hooks are `@classmethod`
 or `@staticmethod` (no instance state; the session object carries all state), but an instance
@@ -148,7 +148,7 @@ __all__ = [
 ]
 
 REQUIRED_HOOKS: Final = ("start_session", "prompt", "terminate_session")
-"""Hooks every backend defines (contract §7.1; docs: the backend guide)."""
+"""Hooks every backend defines (docs/pages/contract.md#s7-1; docs: the backend guide)."""
 
 OPTIONAL_HOOKS: Final = (
     "update_session",
@@ -181,8 +181,8 @@ class TurnContext:
             stop; a backend may wait on it.
         cancelled: whether `cancel_event` is set.
         wait_cancelled(timeout): block until cancelled or `timeout` seconds passed.
-        checkpoint(session_id): report a provider session id early (contract §7.3; docs: the
-        backend guide).
+        checkpoint(session_id): report a provider session id early (docs/pages/contract.md#s7-3;
+        docs: the backend guide).
         options: the request's `RequestOptions` (per-request settings a backend may honour;
             see `gen_agent._request_options`).
         trace_carrier: the turn's trace context as propagation fields (a read-only mapping,
@@ -197,8 +197,9 @@ class TurnContext:
         journal: the turn's tool journal for an agent with a store (pass it to
             `gen_agent.tools.run_calls` as `journal=`), else None.
 
-    Mirrors: the context map passed to `prompt/3` (contract §4.6, §7.3; docs: Concepts), plus the
-    cancel signal that replaces BEAM's task kill (contract §12.7; docs: Coming from Elixir).
+    Mirrors: the context map passed to `prompt/3` (docs/pages/contract.md#s4-6, #s7-3; docs:
+    Concepts), plus the cancel signal that replaces BEAM's task kill (docs/pages/contract.md#s12-7;
+    docs: Coming from Elixir).
     """
 
     __slots__ = (
@@ -305,8 +306,8 @@ class TurnContext:
                 `"conflicting_session_id"` or `"not_current"`. The backend should then fail
                 its turn (the bundled CLI backends raise).
 
-        Mirrors: the `checkpoint` function of the `prompt/3` context (contract §7.3; docs: the
-        backend guide).
+        Mirrors: the `checkpoint` function of the `prompt/3` context (docs/pages/contract.md#s7-3;
+        docs: the backend guide).
         """
         self._checkpoint(session_id)
 
@@ -414,7 +415,8 @@ class Backend(abc.ABC):
       callbacks are not checked here: `prompt` fails their turn instead (the bundled CLI
       backends with `DispatchError(BackendError(kind="invalid_request"))`).
 
-    Mirrors: the `GenAgent.Backend` behaviour (contract §7.1; docs: the backend guide).
+    Mirrors: the `GenAgent.Backend` behaviour (docs/pages/contract.md#s7-1; docs: the backend
+    guide).
     """
 
     @classmethod

@@ -1,5 +1,5 @@
-"""In-process telemetry: attach handlers to event names, execute events (contract §8; docs:
-Telemetry and logging).
+"""In-process telemetry: attach handlers to event names, execute events (docs/pages/contract.md#s8;
+docs: Telemetry and logging).
 
 A tiny synchronous pub/sub modelled on Erlang's `:telemetry`. Event names are tuples of str,
 e.g. `("gen_agent", "turn", "stop")`; the constants below name every event gen_agent emits.
@@ -132,7 +132,7 @@ EVENTS: Final = (
     SUPERVISOR_RESTART,
     TOOL_PERMISSION,
 )
-"""Every event name gen_agent emits (contract §8, plus `SUPERVISOR_RESTART` and
+"""Every event name gen_agent emits (docs/pages/contract.md#s8, plus `SUPERVISOR_RESTART` and
 `TOOL_PERMISSION`; docs: Telemetry and logging)."""
 
 

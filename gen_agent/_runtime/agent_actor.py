@@ -209,7 +209,7 @@ class AgentActor(StartupMixin, AdmissionMixin, DispatchMixin, InputsMixin, Contr
 
     def _flush_replies(self) -> None:
         # Ask replies go out when the whole step is done, as gen_statem reply actions do
-        # (after buffered notifications and post_run; contract §12.11).
+        # (after buffered notifications and post_run; docs/pages/contract.md#s12-11).
         replies, self._replies = self._replies, []
         for reply, outcome in replies:
             reply.resolve(outcome)

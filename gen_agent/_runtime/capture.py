@@ -1,5 +1,5 @@
 """Per-turn event capture: compact retention (`Capture`) and the lossless admission check
-(`LosslessBudget`), contract §4.6 and §6.3.
+(`LosslessBudget`), docs/pages/contract.md#s4-6 and #s6-3.
 
 Private. `Capture` runs on the agent actor thread, once per event of the turn, so `add` is
 kept to a few attribute operations; the caller (the turn task) computes each event's
@@ -27,7 +27,8 @@ __all__ = ["Capture", "LosslessBudget", "tool_calls"]
 
 
 class Capture:
-    """One turn's event log, kept by the agent actor (compact retention, contract §4.6).
+    """One turn's event log, kept by the agent actor (compact retention,
+    docs/pages/contract.md#s4-6).
 
     Every event is observed (counted, fed to the text accumulator, its usage and terminal
     remembered); it is retained only while both bounds hold and nothing was omitted yet, so
@@ -103,7 +104,8 @@ class Capture:
         elif kind == "tool_use" or kind == "tool_result" or kind.endswith(".thinking"):
             # The stream-made delta has a byte budget of its own (max_event_bytes_per_turn):
             # past it a part keeps its ids and size only, so a turn of huge tool results
-            # stays within the retention bound (contract §6.3) instead of holding them all.
+            # stays within the retention bound (docs/pages/contract.md#s6-3) instead of holding them
+            # all.
             at = len(self._text._chunks)
             if size <= self._max_bytes - self._delta_bytes:
                 self._delta_bytes += size
@@ -152,7 +154,7 @@ class Capture:
             `final_message`, `usage` and `terminal` come from the full stream; `session_id`
             is the terminal's `data["session_id"]` when the terminal is a `"result"`.
 
-        Mirrors: the compact-retention Response build of contract §4.6.
+        Mirrors: the compact-retention Response build of docs/pages/contract.md#s4-6.
         """
         terminal = self.terminal
         session_id = None
@@ -173,7 +175,7 @@ class Capture:
 
 class LosslessBudget:
     """The lossless-retention admission check, run by the turn task BEFORE
-    `handle_stream_event` (contract §4.6).
+    `handle_stream_event` (docs/pages/contract.md#s4-6).
 
     Attributes (read-only for callers):
         retained_events: events admitted so far (count).

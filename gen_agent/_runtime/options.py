@@ -1,4 +1,4 @@
-"""Reserved start options: defaults, units and validation (contract §2.2).
+"""Reserved start options: defaults, units and validation (docs/pages/contract.md#s2-2).
 
 `None` for any option means "use the default", as an explicit `nil` does in the original.
 `watchdog_ms` accepts `"infinity"` or `math.inf` to disable the watchdog; `shutdown_ms` accepts

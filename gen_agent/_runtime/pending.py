@@ -1,4 +1,4 @@
-"""Bounded FIFO queues with count and byte limits (contract §4.17). Pure; no threads.
+"""Bounded FIFO queues with count and byte limits (docs/pages/contract.md#s4-17). Pure; no threads.
 
 Used for the prompt mailbox and the deferred-notification buffer. The agent actor owns each
 queue, so nothing here is locked.
@@ -23,7 +23,7 @@ def check_admission(
 ) -> OverloadInfo | None:
     """Return why an item may not join a queue, or None if it fits.
 
-    Rule (contract §4.17): `count >= max_count` → limit "count"; else
+    Rule (docs/pages/contract.md#s4-17): `count >= max_count` → limit "count"; else
     `incoming_bytes > max_bytes - pending_bytes` → limit "bytes"; else accept.
     """
     if count >= max_count:

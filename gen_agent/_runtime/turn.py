@@ -1,4 +1,4 @@
-"""The turn task: one per dispatched prompt (contract §4.6, "Inside the task").
+"""The turn task: one per dispatched prompt (docs/pages/contract.md#s4-6, "Inside the task").
 
 It calls `backend.prompt`, pulls the event stream, runs `handle_stream_event`, and hands each
 event and then its outcome to the agent, tagged with its task id. It never touches agent data:

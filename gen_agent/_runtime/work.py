@@ -1,5 +1,5 @@
 """The agent's bookkeeping records: requests, the self-chain retry slot, the active turn,
-and small pure helpers of the state machine (contract §4.1)."""
+and small pure helpers of the state machine (docs/pages/contract.md#s4-1)."""
 
 from __future__ import annotations
 

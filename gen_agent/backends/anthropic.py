@@ -24,7 +24,8 @@ Normalization (raw stream events, as dicts, to `Event`s; `AnthropicStreamTransla
   are never summed);
 - `message_stop` → `usage` {input_tokens, output_tokens, cache_*} then the terminal `result`
   {text (the joined text blocks), session_id, stop_reason, model, message_id, provider};
-  a refusal is a `result` with `stop_reason: "refusal"` (contract §7.6; docs: the backend guide);
+  a refusal is a `result` with `stop_reason: "refusal"` (docs/pages/contract.md#s7-6; docs: the
+  backend guide);
 - an HTTP error, a mid-stream `error` event, a connection failure, or a stream that ends
   before `message_stop` → the terminal `error` whose reason is a `BackendError` with its
   `diagnostics` (partial text, message id, usage, HTTP status); `_error_from_sdk` is the one
@@ -442,8 +443,8 @@ class AnthropicAPI(Backend):
     Thread-safety: every hook may run in any thread; `cancel` may run while `prompt`'s stream
     is being read in another thread (it shuts the connection down).
 
-    Mirrors: `GenAgentAnthropic` (contract §7.6, third bullet; docs: the backend guide), on the
-    official SDK.
+    Mirrors: `GenAgentAnthropic` (docs/pages/contract.md#s7-6, third bullet; docs: the backend
+    guide), on the official SDK.
     """
 
     PROVIDER: ClassVar[str] = "anthropic"
@@ -462,7 +463,7 @@ class AnthropicAPI(Backend):
                 `"missing_sdk"` (the message says `pip install 'gen-agent[anthropic]'`) or
                 `"missing_api_key"`.
 
-        Mirrors: `start_session/1` (contract §7.1, §7.6; docs: the backend guide).
+        Mirrors: `start_session/1` (docs/pages/contract.md#s7-1, #s7-6; docs: the backend guide).
         """
         options = validate_options(opts, AnthropicOptions, _CHECKS, backend=cls.__name__)
         tool_defs, python_tools = split_tools(options.tools)
@@ -497,7 +498,7 @@ class AnthropicAPI(Backend):
         Raises:
             TypeError: `prompt` is not a str.
 
-        Mirrors: `prompt/2` (contract §7.1, §7.6; docs: the backend guide).
+        Mirrors: `prompt/2` (docs/pages/contract.md#s7-1, #s7-6; docs: the backend guide).
         """
         if not isinstance(prompt, str):
             raise TypeError(f"prompt must be a str, got {type(prompt).__name__}")
@@ -564,7 +565,7 @@ class AnthropicAPI(Backend):
     def reset_session(cls, session: AnthropicSession) -> AnthropicSession:
         """Forget the conversation (history and turn count); the client is kept.
 
-        Mirrors `reset_session/1` (contract §2.15; docs: the client API reference).
+        Mirrors `reset_session/1` (docs/pages/contract.md#s2-15; docs: the client API reference).
         """
         return msgspec.structs.replace(session, history=(), turns=0)
 

@@ -2,8 +2,8 @@
 
 Each turn runs `claude -p --output-format stream-json --verbose [options] -- PROMPT` as a child
 in its own process group (the prompt is one argument, never seen by a shell), reads its stdout
-line by line and normalizes every line into `Event`s (contract §7.6, first bullet; docs: the
-backend guide). The first
+line by line and normalizes every line into `Event`s (docs/pages/contract.md#s7-6, first bullet;
+docs: the backend guide). The first
 line that carries a `session_id` is checkpointed (§7.3) and the next turn resumes that
 conversation with `--resume ID`.
 
@@ -263,7 +263,7 @@ class ClaudeCLI(CLIBackend[ClaudeSession]):
     Thread-safety: every hook may run in any thread; `cancel` may run while `prompt`'s stream
     is being read in another thread.
 
-    Mirrors: `GenAgentClaude` (contract §7.6, first bullet; docs: the backend guide).
+    Mirrors: `GenAgentClaude` (docs/pages/contract.md#s7-6, first bullet; docs: the backend guide).
     """
 
     _PROVIDER = PROVIDER
@@ -404,7 +404,7 @@ class ClaudeCLI(CLIBackend[ClaudeSession]):
                 `"invalid_request"`: a NUL or lone surrogate, which warm mode sends
                 escaped).
 
-        Mirrors: `prompt/3` (contract §7.1, §7.6; docs: the backend guide).
+        Mirrors: `prompt/3` (docs/pages/contract.md#s7-1, #s7-6; docs: the backend guide).
         """
         o = session.options
         schema = _json_schema(context)

@@ -4,7 +4,7 @@ Each turn runs `codex exec --json [options] -- PROMPT` (or, once a thread exists
 `codex exec --json [options] resume -- THREAD_ID PROMPT`) as a child in its own process group;
 the prompt is one argument and never seen by a shell. Its stdout is read line by line (bounded,
 see `gen_agent.backends._subprocess.process`) and every line is normalized into
-`Event`s (contract §7.6, second bullet; docs: the backend guide). The thread id is
+`Event`s (docs/pages/contract.md#s7-6, second bullet; docs: the backend guide). The thread id is
 checkpointed as soon as `thread.started` reports it (§7.3).
 
 Two layers:
@@ -287,7 +287,7 @@ class CodexCLI(CLIBackend[CodexSession]):
     Thread-safety: every hook may run in any thread; `cancel` may run while `prompt`'s stream
     is being read in another thread.
 
-    Mirrors: `GenAgentCodex` (contract §7.6, second bullet; docs: the backend guide).
+    Mirrors: `GenAgentCodex` (docs/pages/contract.md#s7-6, second bullet; docs: the backend guide).
     """
 
     _PROVIDER = PROVIDER
@@ -378,7 +378,7 @@ class CodexCLI(CLIBackend[CodexSession]):
                 `"rpc_error"` (the server refused `thread/start`, `thread/resume` or
                 `turn/start`), `"rpc_timeout"`, `"cli_exited"`.
 
-        Mirrors: `prompt/3` (contract §7.1, §7.6; docs: the backend guide).
+        Mirrors: `prompt/3` (docs/pages/contract.md#s7-1, #s7-6; docs: the backend guide).
         """
         o = session.options
         output = context.options.output

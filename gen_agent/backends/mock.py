@@ -1,5 +1,5 @@
-"""`MockBackend`: the public scripted backend, for users' tests and ours (contract §7.5; docs: the
-backend guide).
+"""`MockBackend`: the public scripted backend, for users' tests and ours
+(docs/pages/contract.md#s7-5; docs: the backend guide).
 
 An agent's `init_agent` returns the backend options, all optional:
 
@@ -512,7 +512,7 @@ class MockBackend(Backend):
     All hooks are classmethods; all state lives in the `MockSession`. See the module docstring
     for the options and script forms.
 
-    Mirrors: `GenAgent.Backends.Mock` (contract §7.5; docs: the backend guide).
+    Mirrors: `GenAgent.Backends.Mock` (docs/pages/contract.md#s7-5; docs: the backend guide).
     """
 
     # Options every session of this class starts with, under the agent's (`with_options`).

@@ -30,8 +30,8 @@ Normalization (stream events, as dicts, to `Event`s; `OpenAIStreamTranslator`):
   None without one), provider, messages}; or, when the reply was a refusal, the terminal
   `error` with a `BackendError` of kind `"refusal"`;
 - `response.failed` → `usage` then terminal `error`, kind `"response_failed"`;
-  `response.incomplete` → `usage` then kind `"response_incomplete"` (contract §7.6; docs: the
-  backend guide), whose
+  `response.incomplete` → `usage` then kind `"response_incomplete"` (docs/pages/contract.md#s7-6;
+  docs: the backend guide), whose
   `diagnostics` keep the partial text, the incomplete reason (`stop_reason`) and the usage;
   an `error` event → kind `"stream_error"`;
   a final response in another status → `"unexpected_response_status"`;
@@ -557,8 +557,8 @@ class OpenAIResponses(Backend):
     Thread-safety: every hook may run in any thread; `cancel` may run while `prompt`'s stream
     is being read in another thread (it shuts the connection down).
 
-    Mirrors: `GenAgentOpenAI` (contract §7.6, fourth bullet; docs: the backend guide), on the
-    official SDK.
+    Mirrors: `GenAgentOpenAI` (docs/pages/contract.md#s7-6, fourth bullet; docs: the backend guide),
+    on the official SDK.
     """
 
     PROVIDER: ClassVar[str] = "openai"
@@ -574,7 +574,7 @@ class OpenAIResponses(Backend):
                 `"missing_sdk"` (the message says `pip install 'gen-agent[openai]'`) or
                 `"missing_api_key"`.
 
-        Mirrors: `start_session/1` (contract §7.1, §7.6; docs: the backend guide).
+        Mirrors: `start_session/1` (docs/pages/contract.md#s7-1, #s7-6; docs: the backend guide).
         """
         options = validate_options(opts, OpenAIOptions, _CHECKS, backend=cls.__name__)
         tool_defs, python_tools = split_tools(options.tools)
@@ -611,7 +611,7 @@ class OpenAIResponses(Backend):
         Raises:
             TypeError: `prompt` is not a str.
 
-        Mirrors: `prompt/2` (contract §7.1, §7.6; docs: the backend guide).
+        Mirrors: `prompt/2` (docs/pages/contract.md#s7-1, #s7-6; docs: the backend guide).
         """
         if not isinstance(prompt, str):
             raise TypeError(f"prompt must be a str, got {type(prompt).__name__}")
@@ -698,7 +698,7 @@ class OpenAIResponses(Backend):
     def reset_session(cls, session: OpenAISession) -> OpenAISession:
         """Start a new conversation: forget the previous response id and the history.
 
-        Mirrors `reset_session/1` (contract §2.15; docs: the client API reference).
+        Mirrors `reset_session/1` (docs/pages/contract.md#s2-15; docs: the client API reference).
         """
         return msgspec.structs.replace(session, previous_response_id=None, history=(), turns=0)
 

@@ -8,8 +8,8 @@ them while reporting progress, and returns a `DemoReport` with one `TurnRow` per
 
 What the demo agent does beyond answering:
 
-- retry policy (contract §4.8, caller-owned): `handle_error` returns `Prompt(same prompt)`
-  for a retryable `BackendError` (HTTP 529 "Overloaded" here), at most `MAX_RETRIES` times,
+- retry policy (docs/pages/contract.md#s4-8, caller-owned): `handle_error` returns `Prompt(same
+  prompt)` for a retryable `BackendError` (HTTP 529 "Overloaded" here), at most `MAX_RETRIES` times,
   so the pool's caller never sees the overload;
 - tools: with the Anthropic API the model asks for `word_count`; the agent runs it on the
   workspace and sends the result back as a follow-up turn (the Claude CLI runs its own tools);

@@ -2,11 +2,11 @@
 `Supervisor.snapshot` and `Pool.status`; no web dependency.
 
 While it is open the collector attaches one telemetry handler to the content-free events
-(turn lifecycle, state changes, mailbox depth, halts, terminations; contract §8; docs: Telemetry
-and logging) and keeps two bounded rings: the recent turns (outcome, duration, tokens, cost) and a
-timeline of recent events. Handlers run in agent threads and only append to a ring and mark the
-view dirty; they never call an agent. Nothing is attached, and nothing is kept, before `open()` or
-after `close()`: an agent system without an observer pays nothing.
+(turn lifecycle, state changes, mailbox depth, halts, terminations; docs/pages/contract.md#s8; docs:
+Telemetry and logging) and keeps two bounded rings: the recent turns (outcome, duration, tokens,
+cost) and a timeline of recent events. Handlers run in agent threads and only append to a ring and
+mark the view dirty; they never call an agent. Nothing is attached, and nothing is kept, before
+`open()` or after `close()`: an agent system without an observer pays nothing.
 
 `snapshot()` builds the whole view as plain JSON-ready dicts: it asks each agent for its
 `runtime_snapshot` (metadata only: never prompts, responses, state or sessions). Prompt text

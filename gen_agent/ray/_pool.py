@@ -141,7 +141,8 @@ class RemotePool:
 
     Thread-safety: every method may be called from any thread.
 
-    Mirrors: the Pool pattern of contract §10 (docs: the pattern recipes), spread over nodes.
+    Mirrors: the Pool pattern of docs/pages/contract.md#s10 (docs: the pattern recipes), spread over
+    nodes.
     """
 
     def __init__(self, module: type, *, nodes: Sequence[Any], size: int, backend: Any,

@@ -32,7 +32,7 @@ never misread. Records hold data only: reasons are stored in their portable form
 (`gen_agent._portable`), never as exception objects.
 
 Mirrors: nothing in the Elixir original (its agents are `:temporary` and persist nothing,
-contract Appendix B item 9); the design follows issue #22.
+docs/pages/contract.md#appendix-b item 9); the design follows issue #22.
 """
 
 from gen_agent.store._lease import bind_owner

@@ -131,8 +131,8 @@ def wait_for_state(agent: Any, predicate: Callable[[Status], bool],
 
 def is_quiescent(snapshot: RuntimeSnapshot) -> bool:
     """True when a snapshot shows nothing running or pending: idle, no queued prompt or
-    notification, empty self-chain slot (the Pool recipe's quiescence, contract §10; docs: the
-    pattern recipes)."""
+    notification, empty self-chain slot (the Pool recipe's quiescence, docs/pages/contract.md#s10;
+    docs: the pattern recipes)."""
     return (snapshot.phase == "idle" and not snapshot.pending_prompts
             and not snapshot.pending_notifications and not snapshot.self_chain_pending)
 

@@ -84,8 +84,8 @@ class CLIOptions(msgspec.Struct, frozen=True, kw_only=True):
         cli_path: the executable (a name looked up on PATH, or a path; a relative path is
             resolved against the caller's working directory when the session starts).
         cwd: the working directory of the CLI, or None for ours. It need not exist when the
-            session starts (an agent may create it in `pre_run`, contract §10 Workspace); a
-            turn dispatched while it is missing fails with `"cwd_not_found"`.
+            session starts (an agent may create it in `pre_run`, docs/pages/contract.md#s10
+            Workspace); a turn dispatched while it is missing fails with `"cwd_not_found"`.
         env: environment variables for the CLI, over our own environment (or alone, see
             `inherit_env`).
         inherit_env: start from our own environment (`os.environ`); False gives the CLI
@@ -256,7 +256,7 @@ class CLIBackend(Backend, Generic[SessionT]):
                 `("invalid_options", type_name)`, or a `BackendError` of kind
                 `"cli_not_found"` whose message names what to install.
 
-        Mirrors: `start_session/1` (contract §7.1, §7.6).
+        Mirrors: `start_session/1` (docs/pages/contract.md#s7-1, #s7-6).
         """
         options = validate_options(
             opts,
@@ -361,7 +361,7 @@ class CLIBackend(Backend, Generic[SessionT]):
             gen_agent._errors.CheckpointError: while iterating, when the agent rejects the
                 session id (the turn fails with the recorded checkpoint reason).
 
-        Mirrors: `prompt/3` (contract §7.1, §7.3, §7.6).
+        Mirrors: `prompt/3` (docs/pages/contract.md#s7-1, #s7-3, #s7-6).
         """
         if not isinstance(prompt, str):
             raise TypeError(f"prompt must be a str, got {type(prompt).__name__}")

@@ -19,7 +19,7 @@ tests/backends/test_stream_golden.py against the events and `Response` stored be
 Events are built as `Event(kind, data, monotonic_ns() // 1_000_000)`: `Event.new` and
 `monotonic_ms` without their call layers.
 
-Mirrors: the stream normalization of `GenAgentClaude` (contract §7.6, first bullet).
+Mirrors: the stream normalization of `GenAgentClaude` (docs/pages/contract.md#s7-6, first bullet).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ process. `gen_agent.backends.codex` re-exports it; the normalization table is in
 docstring. Events are built as `Event(kind, data, monotonic_ns() // 1_000_000)`: `Event.new`
 without its call layers (issue 20).
 
-Mirrors: the stream normalization of `GenAgentCodex` (contract §7.6, second bullet).
+Mirrors: the stream normalization of `GenAgentCodex` (docs/pages/contract.md#s7-6, second bullet).
 """
 
 from __future__ import annotations
