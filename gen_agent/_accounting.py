@@ -1,11 +1,10 @@
 """Per-agent accounting: the running totals of tokens and cost, and the spend cap.
 
 Every successful turn that reports usage or a cost (and every such turn whose reply failed
-validation: its tokens were spent) adds its `Response.usage` and `Response.cost_usd` to the
-agent's `Spend`; the totals so far
-are on each `Response` (`session_usage`, `session_cost_usd`). They survive `reset_session`
-(the cap is on the agent, not on one conversation) and, when the store persists them, a
-restart (the `spend` start option seeds them).
+validation: its tokens were spent) adds its `Response.usage` and `Response.cost_usd` to the agent's
+`Spend`; the totals so far are on each `Response` (`session_usage`, `session_cost_usd`). They
+survive `reset_session` (the cap is on the agent, not on one conversation) and, when the store
+persists them, a restart (the `spend` start option seeds them).
 
 Start options (reserved; None = no cap):
 

@@ -126,7 +126,7 @@ class GenAgent:
                 `STORE_ERROR` telemetry event; the turn's outcome is unchanged and the write
                 is retried after the next turn.
 
-        Mirrors: nothing in the original (issue #22).
+        Mirrors: nothing in the original (durable sessions, `gen_agent.store`).
         """
         return msgspec.msgpack.encode(state)
 
@@ -141,7 +141,7 @@ class GenAgent:
             Exception: the start fails with `AgentStartError(("store_corrupt", key,
                 "the agent state does not decode"))`.
 
-        Mirrors: nothing in the original (issue #22).
+        Mirrors: nothing in the original (durable sessions, `gen_agent.store`).
         """
         return msgspec.msgpack.decode(data)
 

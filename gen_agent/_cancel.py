@@ -12,7 +12,7 @@ import threading
 
 _LOCK = threading.Lock()
 """Shared by every signal: `set` and `event` are rare (a cancellation, a backend that waits),
-so one lock serves them all and a turn allocates none (issue 20)."""
+so one lock serves them all and a turn allocates none."""
 
 
 class CancelSignal:

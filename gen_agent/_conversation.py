@@ -307,17 +307,16 @@ def delta_from_events(
 
     Returns:
         The user message, then assistant messages: text deltas joined into text parts (a
-        `message_boundary` starts a new part), each `tool_use` a `ToolCallPart` (id, name
-        and input from the event, `raw` its data), each `<provider>.thinking` a
-        `ThinkingPart`; each run of `tool_result` events a user message of
-        `ToolResultPart`s (the tool's output: `content`, `aggregated_output` or `output`;
-        an empty text between results does not end the run). An assistant message with no
-        parts is left out. The runtime keeps tool calls,
-        results and thinking whole while their sizes fit `max_event_bytes_per_turn`; a part
-        past that budget has no content (None) and `raw` from `omitted_data` (its ids and
-        `omitted_bytes`), so a turn of huge tool results stays bounded in memory.
+        `message_boundary` starts a new part), each `tool_use` a `ToolCallPart` (id, name and input
+        from the event, `raw` its data), each `<provider>.thinking` a `ThinkingPart`; each run of
+        `tool_result` events a user message of `ToolResultPart`s (the tool's output: `content`,
+        `aggregated_output` or `output`; an empty text between results does not end the run). An
+        assistant message with no parts is left out. The runtime keeps tool calls, results and
+        thinking whole while their sizes fit `max_event_bytes_per_turn`; a part past that budget has
+        no content (None) and `raw` from `omitted_data` (its ids and `omitted_bytes`), so a turn of
+        huge tool results stays bounded in memory.
     """
-    # One pass, no closures made per call (it runs once per turn, issue 20).
+    # One pass, no closures made per call (it runs once per turn).
     messages: list[Message] = [] if prompt is None else [user_message(prompt)]
     parts: list[Part] = []
     results: list[Part] = []

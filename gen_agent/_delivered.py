@@ -14,8 +14,7 @@ outcome):`) and also has named fields (`msg.outcome`, `msg.ref`). Every record s
 Later records are added here, one class each, with the same two leading fields.
 
 Mirrors: the messages of `GenAgent.tell_with_completion/5` (docs/pages/contract.md#s2-6; docs: the
-client API reference) and the
-`{:DOWN, ref, :process, pid, reason}` message of `Process.monitor/1`.
+client API reference) and the `{:DOWN, ref, :process, pid, reason}` message of `Process.monitor/1`.
 """
 
 from __future__ import annotations

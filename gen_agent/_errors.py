@@ -135,8 +135,8 @@ class AgentNotFound(GenAgentError, LookupError):
 class AlreadyStarted(GenAgentError):
     """`start_agent` was given a name that a live agent already holds.
 
-    `.name` is the name; `.agent` the `AgentRef` holding it. Mirrors
-    `{:error, {:already_started, pid}}`.
+    `.name` is the name; `.agent` the `AgentRef` holding it. Mirrors `{:error, {:already_started,
+    pid}}`.
     """
 
     def __init__(self, name: Any, agent: Any = None) -> None:
@@ -151,10 +151,9 @@ class AlreadyStarted(GenAgentError):
 class AgentStartError(GenAgentError):
     """The agent failed to start; nothing is left running or registered.
 
-    `.reason` is one of `("init_agent_failed", r)`, `("backend_start_failed", r)`,
-    `("init_failed", kind, "TypeName")` (docs/pages/contract.md#s2-2; docs: the client API
-    reference). Mirrors `{:error, reason}` from
-    `GenAgent.start_agent/2`.
+    `.reason` is one of `("init_agent_failed", r)`, `("backend_start_failed", r)`, `("init_failed",
+    kind, "TypeName")` (docs/pages/contract.md#s2-2; docs: the client API reference). Mirrors
+    `{:error, reason}` from `GenAgent.start_agent/2`.
     """
 
 
@@ -642,8 +641,7 @@ class BackendError(GenAgentError):
             A `BackendError`.
 
         Mirrors: `GenAgent.Backend.Error.normalize/2` (docs/pages/contract.md#s7-4; docs: the
-        backend guide). Core reasons
-        (`"timeout"`, `"no_terminal_event"`...) are never passed here.
+        backend guide). Core reasons (`"timeout"`, `"no_terminal_event"`...) are never passed here.
         """
         if isinstance(term, BackendError):
             return term

@@ -1,9 +1,9 @@
 """`Pool`: N supervised workers of one agent class serving a stream of independent prompts.
 
 The Elixir guides keep pools a recipe (docs/pages/contract.md#s10, "Pool"; docs: the pattern
-recipes): long-lived workers that never
-halt, a dispatcher that hands out tasks and surfaces overload per task, and quiescence read
-from `runtime_snapshot`. This module packages that recipe on top of `Supervisor`:
+recipes): long-lived workers that never halt, a dispatcher that hands out tasks and surfaces
+overload per task, and quiescence read from `runtime_snapshot`. This module packages that recipe on
+top of `Supervisor`:
 
 - the workers are `permanent` children of a one_for_one `Supervisor` named `<prefix>-<i>`;
 - tasks wait in a pool-side queue and a worker is handed one only when it has capacity

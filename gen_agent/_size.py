@@ -1,9 +1,9 @@
 """`term_size`: the one deterministic byte size behind every byte limit.
 
-The Elixir original measures terms with `:erlang.external_size/1`; Python has no such
-function, so gen_agent fixes its own (docs/pages/contract.md#s1-4, #s12-6; docs: Concepts) and
-exposes it, because limits such
-as `max_pending_prompt_bytes` and `max_event_bytes_per_turn` are configured in its terms.
+The Elixir original measures terms with `:erlang.external_size/1`; Python has no such function, so
+gen_agent fixes its own (docs/pages/contract.md#s1-4, #s12-6; docs: Concepts) and exposes it,
+because limits such as `max_pending_prompt_bytes` and `max_event_bytes_per_turn` are configured in
+its terms.
 
 Encoding: the length in bytes of the value's MessagePack encoding by msgspec
 (`msgspec.msgpack.encode`). msgspec Structs (e.g. `Event`) encode as maps of their fields,

@@ -1,11 +1,10 @@
 """`Supervisor`: OTP-style supervision trees of agents, with restarts that resume the session.
 
-The Elixir original gives every agent `restart: temporary` and leaves restarting supervisors
-to the caller's own OTP tree (docs/pages/contract.md#s2-3, #s9; docs: the client API reference).
-Python has no OTP, so this module is that
-tree: child specs (`child_spec`, `supervisor_spec`), the three restart types, the strategies
-one_for_one / one_for_all / rest_for_one, restart intensity, ordered start, reverse-order
-shutdown with per-child windows, and nesting. See `docs/pages/supervision.md`.
+The Elixir original gives every agent `restart: temporary` and leaves restarting supervisors to the
+caller's own OTP tree (docs/pages/contract.md#s2-3, #s9; docs: the client API reference). Python has
+no OTP, so this module is that tree: child specs (`child_spec`, `supervisor_spec`), the three
+restart types, the strategies one_for_one / one_for_all / rest_for_one, restart intensity, ordered
+start, reverse-order shutdown with per-child windows, and nesting. See `docs/pages/supervision.md`.
 
 Design: a supervisor is one worker thread with an inbox. Every change to its children happens
 in that thread, one at a time: public methods post a call and wait for it; a child's exit

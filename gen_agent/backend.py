@@ -405,8 +405,7 @@ class Backend(abc.ABC):
     - `restore_session(data, opts) -> session`: agent thread, at start when the store holds
       `export_session` data for the key; replaces `start_session(opts)`. Raise
       `SessionStartError(reason)` to refuse; any other exception makes the record corrupt
-      (`("store_corrupt", key, detail)`). Issue #18 will switch the HTTP backends' data to
-      the turn record's replayable message deltas (`response.messages`).
+      (`("store_corrupt", key, detail)`).
     - `check_prompt(session, prompt) -> None`: the CALLER's thread, in `ask`, `tell`,
       `tell_with_completion` and `stream` before anything is queued, with the session the
       agent started with: raise `ValueError` (naming the position) for a prompt the

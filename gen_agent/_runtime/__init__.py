@@ -9,15 +9,15 @@ it), so the runtime's insides can move without touching the rest of the package.
 - `agent_actor`: `AgentActor`, the pykka actor that owns an agent's state machine (see
   docs/pages/contract.md for the contract it follows).
 - `controls`: control calls (status, poll, halt/resume, drain, reset, checkpoints).
-- `request`: the agent's bookkeeping records: requests, the self-chain retry slot, the active turn.
+- `work`: the agent's bookkeeping records: requests, the self-chain retry slot, the active turn.
 - `turn`: turn tasks on pooled threads and the byte-bounded event channel back to the actor.
 - `capture`: per-turn event capture, compact retention and the lossless admission check.
 - `pending`: bounded FIFO queues with count and byte limits.
 - `handle`: the incarnation handle an `AgentRef` addresses.
 - `registry`: the names of an `AgentSystem`, as the runtime resolves and releases them.
-- `reply`: once-only deferred replies to blocked callers.
+- `reply`: `DeferredReply`, the once-only reply a blocked caller waits on.
 - `results`: the poll cache of finished requests.
-- `messages`: the actor's mailbox message records.
+- `mailbox`: the actor's mailbox message records.
 - `options`: parsing and validation of the reserved start options.
 - `replay`: the replay buffer of rejoinable turns and the deactivation check (`AgentHost`).
 

@@ -92,7 +92,7 @@ class AgentHandle:
             if self.closed or ref is None or ref.actor_stopped.is_set():
                 return False
             mark = self._mark_for(message)
-            # Bare, without pykka's Envelope: the agent's loop takes both (issue 20).
+            # Bare, without pykka's Envelope: the agent's loop takes both.
             ref.actor_inbox.put(message)
         if mark is not None:
             mark.mark()

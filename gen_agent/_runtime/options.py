@@ -100,7 +100,7 @@ _STORE_METHODS = ("acquire", "release", "load", "update")
 
 
 def _check_store(store: Any, key: Any) -> None:
-    # Both or neither: a durable session is named by its key (gen_agent.store, issue #22).
+    # Both or neither: a durable session is named by its key (gen_agent.store).
     if store is None and key is None:
         return
     if store is None:

@@ -52,7 +52,7 @@ class BoundedQueue(Generic[T]):
         self.max_bytes = max_bytes
         self.bytes = 0
         # Made on the first offer: an empty deque holds a 64-slot block (~760 bytes), and most
-        # agents never queue anything (100,000 hibernated agents, issue 20).
+        # agents never queue anything (100,000 hibernated agents).
         self._items: deque[tuple[T, int]] = _NO_ITEMS
 
     def __len__(self) -> int:

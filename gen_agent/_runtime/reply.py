@@ -103,7 +103,7 @@ class DeferredReply:
 class OnceEvent:
     """A `threading.Event` that is set once and never cleared, on one lock: a fraction of the
     memory of an Event (a Condition, its lock and a waiter deque), for the per-agent "exited"
-    and "stopped" flags that 100,000 hibernated agents each hold (issue 20).
+    and "stopped" flags that 100,000 hibernated agents each hold.
 
     Same interface as the Event methods used: `set()`, `is_set()`, `wait(timeout=None) ->
     bool` (`timeout` in seconds, None = forever).

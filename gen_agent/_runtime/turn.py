@@ -136,7 +136,7 @@ class _Worker:
 
     def __init__(self) -> None:
         # The next spec is handed over through a C SimpleQueue: one put and one get, cheaper
-        # than a threading.Event's condition (issue 20).
+        # than a threading.Event's condition.
         self.inbox: queue.SimpleQueue[TurnSpec] = queue.SimpleQueue()
         self.thread: threading.Thread | None = None
 
@@ -203,7 +203,7 @@ class TurnWorkers:
             if outcome is not None:
                 # Pushed once parked: the agent, which may dispatch its next turn as soon as
                 # it has this outcome, then finds this worker idle instead of starting a
-                # new thread (issue 20).
+                # new thread.
                 try:
                     spec.channel.push(outcome)
                 except Exception as exc:  # noqa: BLE001 - a parked worker must survive

@@ -615,7 +615,7 @@ class MockBackend(Backend):
         """
         script = _session(session)._pop(prompt)
         match script:
-            case list() | tuple():  # the common script first (issue 20)
+            case list() | tuple():  # the common script first
                 return iter(list(script)), session
             case ErrorScript(reason=reason):
                 raise DispatchError(reason)

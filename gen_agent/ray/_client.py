@@ -327,7 +327,7 @@ def start_node(name: Any, children: Iterable[ChildSpec | SupervisorSpec] = (), *
             gen_agent owns.
         CallTimeout: the node did not start within `timeout`.
 
-    Mirrors: starting an OTP node with its application supervisor (issue #23's "nodes").
+    Mirrors: starting an OTP node with its application supervisor (the Ray "nodes").
     """
     options = dict(ray_options or {})
     owned = {"name", "namespace", "max_restarts", "max_task_retries", "max_concurrency",
@@ -634,7 +634,7 @@ def drop_directory(namespace: str = DEFAULT_NAMESPACE) -> None:
         namespace: the Ray namespace of the gen_agent cluster.
 
     Mirrors: nothing in OTP (a `:global` registry ends with its nodes); the clean-up of
-    issue #23's directory.
+    the directory of this namespace.
     """
     try:
         actor = ray.get_actor(DIRECTORY_NAME, namespace=namespace)

@@ -4,7 +4,7 @@ An agent opts in with two reserved start options, `store=` (a `SessionStore`) an
 `session_key=` (a non-empty `str`). At start it takes the key's lease (one live owner per key,
 across processes), loads the stored record and resumes from it: the backend session through the
 backend's `restore_session` hook, the agent state through `GenAgent.decode_state` when the
-agent sets `persist_state = True`. Every turn then writes, in this order (issue #22):
+agent sets `persist_state = True`. Every turn then writes, in this order:
 
 1. at dispatch, the in-flight marker (which request, which attempt, since when, its prompt);
 2. for each tool call, the tool journal (`ToolJournal`): `started` before a Python tool runs
@@ -32,7 +32,7 @@ never misread. Records hold data only: reasons are stored in their portable form
 (`gen_agent._portable`), never as exception objects.
 
 Mirrors: nothing in the Elixir original (its agents are `:temporary` and persist nothing,
-docs/pages/contract.md#appendix-b item 9); the design follows issue #22.
+docs/pages/contract.md#appendix-b item 9).
 """
 
 from gen_agent.store._lease import bind_owner

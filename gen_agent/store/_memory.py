@@ -37,7 +37,7 @@ class MemoryStore:
     that would not survive a file does not survive here either. Leases follow the same rules
     (one live owner per key); all owners are this process.
 
-    Mirrors: nothing in the original (issue #22).
+    Mirrors: nothing in the original.
     """
 
     def __init__(self) -> None:

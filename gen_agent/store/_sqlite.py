@@ -108,7 +108,7 @@ class SQLiteStore:
     Note: SQLite's WAL mode needs shared memory, so the file must not live on a network
     file system shared between hosts (SQLite's own rule).
 
-    Mirrors: nothing in the original (issue #22).
+    Mirrors: nothing in the original.
     """
 
     def __init__(self, path: str | os.PathLike[str], *,

@@ -5,19 +5,18 @@ by a completed assistant message, model, session id) and never does I/O, so it i
 recorded output of the real CLI without a process. `gen_agent.backends.claude` re-exports it;
 the normalization table is in that module's docstring and in `docs/pages/backends/claude.md`.
 
-Speed (issues 9 and 20): `translate_raw`, which `translate_line` and `translate_lines` use,
-decodes each line once. One typed decode, a union tagged by the line's `type` (and, inside a
-`stream_event`, by its frame's and delta's `type`), builds small msgspec Structs holding only
-the fields the normalization reads (msgspec skips the others without building them), much
-faster than generic dicts. The lines whose event keeps every field (`result`, kept whole as
-`raw`; `system` other than `init`) are recognized by that decode (skipping their fields) and
-decoded once more, generically; so is a line whose first key is not `type` (some CLI versions
-write `result` so), at once. Every line that does not fit those schemas, is not valid UTF-8 or
-comes after the terminal is decoded generically and goes through `translate`. Both paths give
-the same events (tests/backends/test_claude.py proves it on mutated real turns,
-tests/backends/test_stream_golden.py against the events and `Response` stored before issue 20).
-Events are built as `Event(kind, data, monotonic_ns() // 1_000_000)`: `Event.new` and
-`monotonic_ms` without their call layers.
+Speed: `translate_raw`, which `translate_line` and `translate_lines` use, decodes each line once.
+One typed decode, a union tagged by the line's `type` (and, inside a `stream_event`, by its frame's
+and delta's `type`), builds small msgspec Structs holding only the fields the normalization reads
+(msgspec skips the others without building them), much faster than generic dicts. The lines whose
+event keeps every field (`result`, kept whole as `raw`; `system` other than `init`) are recognized
+by that decode (skipping their fields) and decoded once more, generically; so is a line whose first
+key is not `type` (some CLI versions write `result` so), at once. Every line that does not fit those
+schemas, is not valid UTF-8 or comes after the terminal is decoded generically and goes through
+`translate`. Both paths give the same events (tests/backends/test_claude.py proves it on mutated
+real turns, tests/backends/test_stream_golden.py against the events and `Response` stored before the
+fast path was written). Events are built as `Event(kind, data, monotonic_ns() // 1_000_000)`:
+`Event.new` and `monotonic_ms` without their call layers.
 
 Mirrors: the stream normalization of `GenAgentClaude` (docs/pages/contract.md#s7-6, first bullet).
 """

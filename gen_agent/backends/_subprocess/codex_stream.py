@@ -4,7 +4,7 @@
 notification) and never does I/O, so it is tested on recorded output of the real CLI without a
 process. `gen_agent.backends.codex` re-exports it; the normalization table is in that module's
 docstring. Events are built as `Event(kind, data, monotonic_ns() // 1_000_000)`: `Event.new`
-without its call layers (issue 20).
+without its call layers.
 
 Mirrors: the stream normalization of `GenAgentCodex` (docs/pages/contract.md#s7-6, second bullet).
 """
