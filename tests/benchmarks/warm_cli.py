@@ -56,6 +56,14 @@ def _cli() -> str | None:
         str(_INSTALLED) if _INSTALLED.exists() else None)
 
 
+def missing() -> str | None:
+    """Why this measurement cannot run here (the runner's smoke test skips with it), or None."""
+    if _cli() is None:
+        return ("the claude CLI is not installed (`make test` installs it into .venv/npm; or "
+                "set GEN_AGENT_CLAUDE_CLI)")
+    return None
+
+
 @contextmanager
 def setup(params: dict[str, Any]) -> Iterator[dict[str, Any]]:
     """The loopback server, a private HOME and work folder, the bare process and both agents."""
