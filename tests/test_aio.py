@@ -7,7 +7,7 @@ import threading
 from typing import Any
 
 import pytest
-from runtime.server import WAIT_S, CallLog, Probe, start
+from _agents import WAIT_S, CallLog, Probe, start
 
 import gen_agent
 from gen_agent import aio

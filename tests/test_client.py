@@ -4,9 +4,11 @@ addressing rules and errors (§2.1), caller timeouts, completion recipients (§2
 
 from __future__ import annotations
 
+import functools
 import queue
 from typing import Any
 
+import _agents as agents
 import pykka
 import pytest
 
@@ -45,8 +47,7 @@ class Agent(GenAgent):
         return NoReply(state)
 
 
-def start(name: Any = "a", **opts: Any) -> gen_agent.AgentRef:
-    return gen_agent.start_agent(Agent, name=name, backend=MockBackend, **opts)
+start = functools.partial(agents.start, Agent)
 
 
 def tell_and_wait(ref: gen_agent.AgentRef, prompt: str) -> tuple[RequestRef, Any]:

@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
-from runtime.server import WAIT_S, CallLog, start
+from _agents import WAIT_S, CallLog, start
 
 import gen_agent
 from gen_agent._errors import AgentStartError, TurnError

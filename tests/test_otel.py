@@ -5,6 +5,7 @@ instrumented."""
 
 from __future__ import annotations
 
+import functools
 import queue
 from collections.abc import Iterator
 from typing import Any
@@ -13,6 +14,7 @@ import pytest
 
 pytest.importorskip("opentelemetry.sdk", reason="needs the test extra: opentelemetry-sdk")
 
+import _agents as agents
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -98,8 +100,7 @@ def instrumented(sdk: Otel) -> Otel:
     return sdk
 
 
-def start(name: str = "a", **opts: Any) -> gen_agent.AgentRef:
-    return gen_agent.start_agent(Agent, name=name, backend=MockBackend, **opts)
+start = functools.partial(agents.start, Agent)
 
 
 def attrs(span: ReadableSpan) -> dict[str, Any]:

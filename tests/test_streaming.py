@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from runtime.server import WAIT_S, CallLog, Hold, start, text_events
+from _agents import WAIT_S, CallLog, Hold, start, text_events
 
 import gen_agent
 from gen_agent import aio

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 import msgspec
 import pytest
-from runtime.server import WAIT_S
+from _agents import WAIT_S
 
 import gen_agent
 from gen_agent._errors import AgentStartError

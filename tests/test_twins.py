@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from runtime.server import WAIT_S, ProbeWithInfo, start
+from _agents import WAIT_S, ProbeWithInfo, start
 
 import gen_agent
 from gen_agent import AgentRef, aio

@@ -3,11 +3,13 @@ reset_session (§2.15) and runtime_snapshot (§2.17)."""
 
 from __future__ import annotations
 
+import functools
 import queue
 import threading
 from concurrent.futures import Future
 from typing import Any
 
+import _agents as agents
 import msgspec
 import pytest
 
@@ -90,8 +92,7 @@ class Halting(gen_agent.GenAgent):
         self.log.append(("terminate_agent", reason))
 
 
-def start(scripts: list[Any], backend: Any = MockBackend, **opts: Any) -> Any:
-    return gen_agent.start_agent(Halting, name=NAME, backend=backend, scripts=scripts, **opts)
+start = functools.partial(agents.start, Halting, NAME)
 
 
 def busy(*later: Any, **opts: Any) -> Any:
