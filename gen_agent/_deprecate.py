@@ -139,28 +139,18 @@ class _MovedFinder(importlib.abc.MetaPathFinder):
         new = MOVED_MODULES.get(fullname)
         if new is None:
             return None
+        # Level 2 is the importer: `warnings` itself skips the import system's frames.
         warnings.warn(f"{fullname} is deprecated and will be removed in 0.3; import its names "
-                      f"from {public_home(fullname)}", DeprecationWarning, stacklevel=_caller())
+                      f"from {public_home(fullname)}", DeprecationWarning, stacklevel=2)
         spec = importlib.machinery.ModuleSpec(fullname, _MovedLoader(new))
         return spec
 
 
-def _caller() -> int:
-    """The stack level of the first frame outside the import machinery (the importer)."""
-    frame, level = sys._getframe(1), 1
-    while frame is not None and (frame.f_code.co_filename.startswith("<frozen")
-                                 or frame.f_code.co_filename == __file__):
-        frame, level = frame.f_back, level + 1  # type: ignore[assignment]
-    return level
-
-
-#: Where the names of an old module path live now, for the warning's text.
-PUBLIC_HOMES: dict[str, str] = {}
-
-
 def public_home(old: str) -> str:
-    """The public namespace holding the names of the old module path `old`."""
-    return PUBLIC_HOMES.get(old, "gen_agent")
+    """The public namespace holding the names of the old module path `old`: its subpackage
+    (`gen_agent.testing`, `.store`, `.ray`, `.observer`, `.cli`), else the root."""
+    parts = old.split(".")
+    return ".".join(parts[:2]) if len(parts) > 2 else "gen_agent"
 
 
 _FINDER = _MovedFinder()
