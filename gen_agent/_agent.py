@@ -258,7 +258,7 @@ class GenAgent:
         and does not change the state.
 
         Args:
-            request: a frozen `gen_agent._permission.ToolPermissionRequest` (backend,
+            request: a frozen `gen_agent.ToolPermissionRequest` (backend,
                 tool_name, input, tool_use_id, details).
             state: the agent's current state (read it; changes are not kept).
 
@@ -272,7 +272,7 @@ class GenAgent:
                 (`DENY_FAILED`); so is a malformed return. No answer within the backend's
                 bound (default 60 s) is a deny too.
 
-        Mirrors: no Elixir original (an extension, see `gen_agent._permission`).
+        Mirrors: no Elixir original (an extension, see `gen_agent.ToolPermissionRequest`).
         """
         return DENY_FAILED
 

@@ -90,11 +90,11 @@ def start_agent(module: type, *, name: Any, backend: Any, agent_system: AgentSys
             type; a request's own `output=` wins; docs: The record of a turn).
         max_cost_usd (US dollars, > 0) / max_total_tokens (tokens, int > 0): spend caps;
             once the running totals reach one, further turns are refused at dispatch with
-            `("budget_exceeded", BudgetExceeded)`. spend: a `gen_agent._accounting.Spend` to
+            `("budget_exceeded", BudgetExceeded)`. spend: a `gen_agent.Spend` to
             start the running totals from (docs: The record of a turn, "Accounting").
         store / session_key: a `gen_agent.store` store and the key of this agent's durable
             session (docs: Durable sessions).
-        provider_limit: a `gen_agent._limits.ProviderLimit` shared by agents that call the
+        provider_limit: a `gen_agent.ProviderLimit` shared by agents that call the
             same provider (rate and concurrency limits).
         Bytes are `gen_agent.term_size` bytes.
 
@@ -138,7 +138,7 @@ def ask(name: Any, prompt: str, timeout: float | None = None, *,
             sees "interrupted"). Default False, the contract's behaviour: a timed-out ask
             stays queued or running (docs: errors page, "Timeouts").
         output: the type of a structured reply (`RequestOptions.output`, overriding the one
-            in `options`; see `gen_agent._output`), or None.
+            in `options`; see `gen_agent.schema_of`), or None.
 
     Returns:
         The `Response` of the successful turn; with `output=T`, `response.parsed` is a
@@ -222,7 +222,7 @@ def tell_with_completion(name: Any, prompt: str, recipient: Any, *, on_halt: str
                          output: Any = None, agent_system: AgentSystem | None = None) -> RequestRef:
     """Like `tell`, and deliver exactly one completion message to `recipient`.
 
-    The message is a `gen_agent._delivered.Completion`, the tuple
+    The message is a `gen_agent.Completion`, the tuple
     `("gen_agent", "completion", name, ref, ("ok", response))` or `(..., ("error", reason))`.
     A recipient is a pykka `ActorRef` (told), an `AgentRef` (its `handle_info`), a queue
     (`put_nowait`, else `put`: a full queue drops the message, never blocking the agent) or a
@@ -231,14 +231,14 @@ def tell_with_completion(name: Any, prompt: str, recipient: Any, *, on_halt: str
     Without `monitor`, an agent that crashes, is killed or stops before the request
     completes sends nothing (the contract's behaviour: Elixir callers monitor the process).
     With `monitor=True` the recipient gets exactly one message either way: the completion,
-    or a `gen_agent._delivered.Down` `("gen_agent", "down", name, ref, reason)` with reason
+    or a `gen_agent.Down` `("gen_agent", "down", name, ref, reason)` with reason
     `("agent_terminated", r)` (orderly stop) or `("agent_down", r)` (anything else).
 
     Args:
         on_halt: "queue" (default; wait for resume) or "fail" (fail with "halted" if the
             agent is halted now or halts before dispatch).
         stream_to: a recipient of `("gen_agent", "event", name, ref, event)` (a
-            `gen_agent._delivered.StreamEvent`) for each event of this request's turns,
+            `gen_agent.StreamEvent`) for each event of this request's turns,
             relayed after `handle_stream_event`; None = off.
         options: the request's `RequestOptions` (None = the defaults).
         monitor: also deliver a `Down` record if the agent ends first (see above).
@@ -264,7 +264,7 @@ def tell_with_completion(name: Any, prompt: str, recipient: Any, *, on_halt: str
 @system_renamed
 def monitor(name: Any, recipient: Any, *, agent_system: AgentSystem | None = None) -> RequestRef:
     """Monitor the agent `name`: when its current incarnation ends, for any reason, deliver
-    exactly one `gen_agent._delivered.Down` record `("gen_agent", "down", name, ref, reason)`
+    exactly one `gen_agent.Down` record `("gen_agent", "down", name, ref, reason)`
     to `recipient` (any recipient `tell_with_completion` accepts). `reason` is
     `("agent_terminated", r)` for an orderly stop (`"normal"`, `"shutdown"`) and
     `("agent_down", r)` otherwise (a crash, a kill). A restarted agent under the same name

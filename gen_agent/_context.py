@@ -85,7 +85,7 @@ def trace_carrier_activation() -> Any:
     return _activate_trace_carrier
 
 
-# The registries (`gen_agent._system.AgentSystem`s) a by-name call may address: the open ones,
+# The registries (`gen_agent.AgentSystem`s) a by-name call may address: the open ones,
 # innermost last, then the default. Kept here, below every layer, so the runtime and the
 # backends can resolve a name without importing the API that owns the registry.
 _open_systems: list[Any] = []

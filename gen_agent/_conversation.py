@@ -131,7 +131,7 @@ class Message(msgspec.Struct, frozen=True, kw_only=True):
             `"codex"`, `"mock"`), or None for messages gen_agent made (the user's prompt).
         id: the provider's id of the message or response (`msg_...`, `resp_...`), or None.
         finish_reason: an assistant message's normalized finish reason
-            (`gen_agent._response.FINISH_REASONS`), or None.
+            (`gen_agent.backend.FINISH_REASONS`), or None.
     """
 
     role: Literal["user", "assistant"]

@@ -161,7 +161,7 @@ class AgentHost:
             deactivated (int >= 0; None: only `max_live` deactivates).
         max_live: the most live agents (int >= 1; None: no bound).
         max_cost_usd (US dollars) / max_total_tokens (tokens): a cap over every agent of the
-            host together (`gen_agent._accounting.SharedBudget`), next to any per-agent cap.
+            host together (`gen_agent.SharedBudget`), next to any per-agent cap.
         replay_turns: finished turns each agent keeps for `attach` (default 1).
         agent_system: the `AgentSystem` the agents run in (default: the current one).
         **options: every other `start_agent` option, for each agent (not `name`, `store`,

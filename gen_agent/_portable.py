@@ -373,7 +373,7 @@ def to_exception(term: Any) -> BaseException:
 
     Returns:
         The rebuilt gen_agent error for a gen_agent record; for a foreign record, a
-        `gen_agent._errors.GenAgentError` whose `reason` is `("remote_error", record)` (a
+        `gen_agent.GenAgentError` whose `reason` is `("remote_error", record)` (a
         foreign exception is never impersonated).
 
     Raises:

@@ -44,7 +44,7 @@ class RequestOptions(msgspec.Struct, frozen=True, kw_only=True):
             would reach an agent already in the chain, so a cycle fails fast instead of
             deadlocking). Default `()`.
         output: the type of a structured reply (a msgspec `Struct`, dataclass, TypedDict,
-            `list[...]`...; see `gen_agent._output`), or None for the agent's default (the
+            `list[...]`...; see `gen_agent.schema_of`), or None for the agent's default (the
             `output` start option; None there too: plain text). The backend sends its JSON
             schema; the reply is validated into `Response.parsed`, or the turn fails with
             `("invalid_output", InvalidOutput)`. Default None.

@@ -315,7 +315,7 @@ class Response(msgspec.Struct, Generic[T], frozen=True, kw_only=True):
             reports them, else None (not in the Elixir original).
         tool_calls: the `"tool_use"` events among `events`, in order.
         messages: the messages this turn appended to the conversation (its delta, in
-            provider-neutral form, `gen_agent._conversation.Message`): the user message
+            provider-neutral form, `gen_agent.Message`): the user message
             and the assistant's reply; `()` when the backend reports none.
         parsed: the validated structured output (a `T`) of a request with `output=T`;
             None otherwise.

@@ -102,7 +102,7 @@ class Status(msgspec.Struct, frozen=True, kw_only=True):
         agent_state: the agent's retained state (while busy: as of dispatch, after pre_turn).
         store: for an agent started with `store=`/`session_key=`, its durable session's
             `StoreStatus` (key, resumed, interrupted turn, last failed write); else None.
-        provider_limit: the `gen_agent._limits.LimitStatus` of its `provider_limit` start
+        provider_limit: the `gen_agent.LimitStatus` of its `provider_limit` start
             option (None without one); an idle agent with queued work whose limit has no
             permit free waits for it, first in its queue.
 

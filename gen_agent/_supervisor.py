@@ -180,7 +180,7 @@ class Supervisor:
         system: the `AgentSystem` to start agents in (default: the current one).
         max_cost_usd (US dollars) / max_total_tokens (tokens): a cap over every agent below
             this supervisor together, nested supervisors' included (`self.budget`, a
-            `gen_agent._accounting.SharedBudget`); once reached, their new turns are refused
+            `gen_agent.SharedBudget`); once reached, their new turns are refused
             with `("budget_exceeded", BudgetExceeded)`. None (default): no shared cap.
 
     Raises:

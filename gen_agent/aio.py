@@ -1,12 +1,11 @@
 """`gen_agent.aio`: the client API as coroutines, for asyncio applications.
 
-The agents stay pykka actors on their own threads; what changes is how an asyncio caller meets
-them. Every coroutine here sends the same mailbox message as its threaded twin in
-`gen_agent._client` and then awaits the actor's answer without blocking the event loop and
-without a thread per call: the actor answers a once-only reply, whose done-callback hands the
-answer to the caller's loop (`loop.call_soon_threadsafe` on an `asyncio.Future`). So any number
-of awaits cost no threads, work from any running loop, and from several loops in several
-threads at once.
+The agents stay pykka actors on their own threads; what changes is how an asyncio caller meets them.
+Every coroutine here sends the same mailbox message as its threaded twin in `gen_agent` and then
+awaits the actor's answer without blocking the event loop and without a thread per call: the actor
+answers a once-only reply, whose done-callback hands the answer to the caller's loop
+(`loop.call_soon_threadsafe` on an `asyncio.Future`). So any number of awaits cost no threads, work
+from any running loop, and from several loops in several threads at once.
 
 Semantics are the threaded API's (docs/pages/contract.md#s2-1; docs: the client API reference): a
 missing name raises `AgentNotFound` before anything is sent; an agent that dies while a caller
@@ -87,7 +86,7 @@ __all__ = [
 
 
 # ---------------------------------------------------------------------- requests
-# Each coroutine is the awaitable twin of the `gen_agent._client` function of the same name:
+# Each coroutine is the awaitable twin of the `gen_agent` function of the same name:
 # same parameters, same checks, same message, same outcomes (see there for the reasons).
 @system_renamed
 async def ask(name: Any, prompt: str, timeout: float | None = None, *,

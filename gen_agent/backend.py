@@ -301,7 +301,7 @@ class TurnContext:
                 bytes without control characters.
 
         Raises:
-            gen_agent._errors.CheckpointError: the agent rejected it; `.reason` is
+            gen_agent.CheckpointError: the agent rejected it; `.reason` is
                 `"unsupported_checkpoint"`, `"invalid_session_id"`,
                 `"conflicting_session_id"` or `"not_current"`. The backend should then fail
                 its turn (the bundled CLI backends raise).

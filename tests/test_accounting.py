@@ -89,7 +89,7 @@ def test_the_token_cap_and_a_restored_spend() -> None:
     ({"max_cost_usd": float("nan")}, "max_cost_usd must be a finite number >= 0"),
     ({"max_cost_usd": float("inf")}, "max_cost_usd must be a finite number >= 0"),
     ({"max_total_tokens": 1.5}, "max_total_tokens must be an int >= 0"),
-    ({"spend": {"usage": {}}}, "spend must be a gen_agent._accounting.Spend"),
+    ({"spend": {"usage": {}}}, "spend must be a gen_agent.Spend"),
 ])
 def test_bad_caps_fail_the_start(options: dict[str, Any], message: str) -> None:
     with pytest.raises(gen_agent.AgentStartError) as failed:

@@ -32,7 +32,7 @@ def test_bounds_are_checked_and_shared_limits_are_one_object() -> None:
 def test_the_start_option_takes_only_a_provider_limit() -> None:
     with pytest.raises(AgentStartError) as info:
         start(provider_limit={"max_concurrent": 2})
-    assert "provider_limit must be a gen_agent._limits.ProviderLimit" in str(info.value)
+    assert "provider_limit must be a gen_agent.ProviderLimit" in str(info.value)
 
 
 def test_a_waiting_agent_stays_responsive_and_its_status_shows_the_limit() -> None:

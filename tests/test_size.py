@@ -1,4 +1,4 @@
-"""Tests for `gen_agent._size.term_size`: the byte measure behind every byte limit (§1.4, §12.6)."""
+"""Tests for `gen_agent.term_size`: the byte measure behind every byte limit (§1.4, §12.6)."""
 
 from __future__ import annotations
 

@@ -53,7 +53,7 @@ class Gates:
 
     def charge(self, spend: Spend) -> None:
         """A turn ended with the agent's totals at `spend`: charge the shared budgets
-        (`gen_agent._accounting.SharedBudget`) with what it added."""
+        (`gen_agent.SharedBudget`) with what it added."""
         before = self._charged
         if before is None or before is spend or not self._opts.budgets:
             return

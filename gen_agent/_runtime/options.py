@@ -87,7 +87,7 @@ class AgentOptions(msgspec.Struct, frozen=True, kw_only=True):
     hibernate_after_ms: int | None = None
     store: Any = None
     session_key: str | None = None
-    provider_limit: Any = None  # a gen_agent._limits.ProviderLimit shared with other agents
+    provider_limit: Any = None  # a gen_agent.ProviderLimit shared with other agents
     output: Any = None  # the default structured-output type (gen_agent._output)
     max_cost_usd: float | None = None  # US dollars (gen_agent._accounting)
     max_total_tokens: int | None = None  # tokens
@@ -223,7 +223,7 @@ def build_options(reserved: dict[str, Any]) -> AgentOptions:
     _check_store(values["store"], values["session_key"])
     limit = values["provider_limit"]
     if limit is not None and not isinstance(limit, ProviderLimit):
-        raise ValueError("provider_limit must be a gen_agent._limits.ProviderLimit or None, "
+        raise ValueError("provider_limit must be a gen_agent.ProviderLimit or None, "
                          f"got {type(limit).__name__}")
     if values["event_retention"] not in ("compact", "lossless"):
         raise ValueError(
@@ -253,9 +253,9 @@ def _check_accounting(values: dict[str, Any]) -> None:
         budgets = (budgets,)
     if not (isinstance(budgets, tuple | list)
             and all(isinstance(b, SharedBudget) for b in budgets)):
-        raise ValueError("budgets must be a tuple of gen_agent._accounting.SharedBudget, "
+        raise ValueError("budgets must be a tuple of gen_agent.SharedBudget, "
                          f"got {type(budgets).__name__}")
     values["budgets"] = tuple(budgets)
     spend = values["spend"]
     if spend is not None and type(spend) is not Spend:
-        raise ValueError(f"spend must be a gen_agent._accounting.Spend, got {spend!r}")
+        raise ValueError(f"spend must be a gen_agent.Spend, got {spend!r}")

@@ -701,11 +701,11 @@ class MockBackend(Backend):
 
         Args:
             session_or_name: a `MockSession`, or an agent name whose backend session is read
-                with `gen_agent._client.backend_session(name)`.
+                with `gen_agent.backend_session(name)`.
 
         Raises:
-            gen_agent._errors.AgentNotFound: no agent has that name.
-            gen_agent._errors.RequestError: `"not_mock_backend"`, the agent uses another
+            gen_agent.AgentNotFound: no agent has that name.
+            gen_agent.RequestError: `"not_mock_backend"`, the agent uses another
                 backend.
 
         Mirrors: `GenAgent.Backends.Mock.history/1`.

@@ -61,7 +61,7 @@ def test_fixtures_give_an_isolated_system_mock_scripts_and_telemetry(pytester, p
         from gen_agent.testing import ScriptedAgent
 
         def test_ask(agent_system, mock_backend, telemetry_recorder):
-            assert gen_agent._system.current_system() is agent_system
+            assert gen_agent.current_system() is agent_system
             ref = gen_agent.start_agent(ScriptedAgent, name="a", backend=mock_backend.backend,
                                         **mock_backend.options(mock_backend.text("hi")))
             assert ref.ask("question", timeout=5).text == "hi"

@@ -82,7 +82,7 @@ _DRAIN_LIMIT_S: Final = 1.0
 
 
 def is_history(value: Any) -> bool:
-    """True for a list or tuple of `gen_agent._conversation.Message` (the `history` option)."""
+    """True for a list or tuple of `gen_agent.Message` (the `history` option)."""
     return isinstance(value, list | tuple) and all(type(m) is Message for m in value)
 
 
@@ -255,7 +255,7 @@ class SDKOptions(msgspec.Struct, frozen=True, kw_only=True):
         max_history_messages: the most messages a kept conversation holds (count).
         max_history_bytes: the most `term_size` bytes the kept messages may take (bytes).
         session_id: the session id reported in results; None mints `"<provider>-<hex>"`.
-        history: a conversation to continue: `gen_agent._conversation.Message`s, oldest
+        history: a conversation to continue: `gen_agent.Message`s, oldest
             first (the stored `Response.messages` of earlier turns, concatenated; from this
             provider or another one).
     """
@@ -314,7 +314,7 @@ SDK_CHECKS: Final[Mapping[str, Check]] = {
     "max_history_messages": (int_at_least(1), "an int >= 1 (messages)"),
     "max_history_bytes": (int_at_least(1), "an int >= 1 (bytes)"),
     "session_id": (is_text, "a non-empty str"),
-    "history": (is_history, "a list of gen_agent._conversation.Message"),
+    "history": (is_history, "a list of gen_agent.Message"),
 }
 """The option table rows of `SDKOptions` but `params` (whose reserved keys differ)."""
 
@@ -662,7 +662,7 @@ def transport_error(provider: str, exc: BaseException, *, timeout: bool) -> Back
 def export_history(session: SDKSession, **extra: Any) -> dict[str, Any]:
     """The resumable session of an SDK backend (its `export_session` data): the session id,
     the kept history (the turns' `Response.messages` deltas as JSON-ready dicts, oldest
-    first: `msgspec.to_builtins` of each `gen_agent._conversation.Message`), the turn count
+    first: `msgspec.to_builtins` of each `gen_agent.Message`), the turn count
     and `extra`. A store may instead persist each turn's `Response.messages` and pass their
     concatenation as the `history` option: the two give the same session.
     """

@@ -3,7 +3,7 @@ results go back → the model continues, inside one turn.
 
 A backend gives one function, `step(history) -> events`, that makes one request with the
 conversation so far and streams its events, ending with one terminal event whose data holds
-`"messages"` (the reply, as `gen_agent._conversation.Message`s) and `"stop_reason"`. The loop:
+`"messages"` (the reply, as `gen_agent.Message`s) and `"stop_reason"`. The loop:
 
 - relays every event of every step in order (`text`, `tool_use`, provider events...);
 - after a step whose reply calls Python tools (the provider's `tool_use` / function-call

@@ -358,7 +358,7 @@ class CLIBackend(Backend, Generic[SessionT]):
                 prompt the CLI cannot take: `"invalid_request"` for a NUL or a lone surrogate,
                 which a command-line argument cannot carry; `ask` and `tell` refuse those
                 before queuing, so this is a prompt made by a callback).
-            gen_agent._errors.CheckpointError: while iterating, when the agent rejects the
+            gen_agent.CheckpointError: while iterating, when the agent rejects the
                 session id (the turn fails with the recorded checkpoint reason).
 
         Mirrors: `prompt/3` (docs/pages/contract.md#s7-1, #s7-3, #s7-6).
