@@ -12,9 +12,9 @@ import queue
 import time
 from typing import Any
 
+from gen_agent._errors import GenAgentError
+from gen_agent._request_options import RequestOptions
 from gen_agent._tools import AgentCall, Tool, ToolContext, ToolRefused
-from gen_agent.errors import GenAgentError
-from gen_agent.request import RequestOptions
 
 __all__ = ["agent_tool"]
 
@@ -49,7 +49,7 @@ def agent_tool(name: Any, *, description: str, tool_name: str | None = None,
 
 
 def _ask_agent(name: Any, prompt: str, ctx: ToolContext, timeout_s: float) -> str:
-    from gen_agent.client import whereis  # lazy: the client is imported after the tools
+    from gen_agent._client import whereis  # lazy: the client is imported after the tools
 
     started = time.monotonic()
 

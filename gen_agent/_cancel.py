@@ -12,7 +12,7 @@ import threading
 
 _LOCK = threading.Lock()
 """Shared by every signal: `set` and `event` are rare (a cancellation, a backend that waits),
-so one lock serves them all and a turn allocates none (issue 20)."""
+so one lock serves them all and a turn allocates none."""
 
 
 class CancelSignal:
@@ -91,7 +91,7 @@ class TurnMark:
             reply.resolve(value)  # type: ignore[attr-defined]
 
     def watch(self, reply: object, value: object) -> None:
-        """Answer `reply` (a `Reply`) with `value` when the turn is marked: now if it is."""
+        """Answer `reply` (a `DeferredReply`) with `value` when the turn is marked: now if it is."""
         with _LOCK:
             if not self._marked:
                 self._waiting[reply] = value

@@ -2,8 +2,8 @@
 
 What a `Supervisor` is given (`ChildSpec`, `SupervisorSpec`, made by `child_spec`,
 `supervisor_spec`) and what it tells (`ChildInfo`, `SupervisorSnapshot`, `ChildEvent`), with
-the restart rule (`should_restart`). Users import them from `gen_agent.supervisor` and
-`gen_agent`; the supervisor itself is in `gen_agent/supervisor.py`.
+the restart rule (`should_restart`). Users import them from `gen_agent._supervisor` and
+`gen_agent`; the supervisor itself is in `gen_agent/_supervisor.py`.
 """
 
 from __future__ import annotations
@@ -15,13 +15,14 @@ from typing import Any, Literal
 
 import msgspec
 
+from gen_agent._errors import GenAgentError
+from gen_agent._reasons import describe_reason
 from gen_agent._runtime import (
     RAISED_DURING_START,
     outside_level,
     validate_shutdown,
     warn_near_misses,
 )
-from gen_agent.errors import GenAgentError, describe_reason
 
 RestartType = Literal["permanent", "transient", "temporary"]
 Strategy = Literal["one_for_one", "one_for_all", "rest_for_one"]
@@ -184,8 +185,8 @@ def child_spec(module: type, *, name: Any, backend: Any, restart: RestartType = 
             restarts cannot resume); an option of `opts` resembles a reserved start option (a
             typo such as `watchdog_msec`; it still goes to `init_agent`).
 
-    Mirrors: `GenAgent.child_spec/2` (contract §2.3; docs: the client API reference) plus OTP's
-    `restart` key.
+    Mirrors: `GenAgent.child_spec/2` (docs/pages/contract.md#s2-3; docs: the client API reference)
+    plus OTP's `restart` key.
     """
     return build_child_spec(module, name=name, backend=backend, restart=restart,
                             shutdown_ms=shutdown_ms, resume_session=resume_session, opts=opts,

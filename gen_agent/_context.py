@@ -1,4 +1,4 @@
-"""Thread-local identity of the agent a thread works for (contract §2.22).
+"""Thread-local identity of the agent a thread works for (docs/pages/contract.md#s2-22).
 
 Set in the agent's actor thread and in its turn task threads, so that `current_name()` works
 there and a synchronous self-stop can be refused (§2.19).
@@ -85,7 +85,7 @@ def trace_carrier_activation() -> Any:
     return _activate_trace_carrier
 
 
-# The registries (`gen_agent.system.AgentSystem`s) a by-name call may address: the open ones,
+# The registries (`gen_agent.AgentSystem`s) a by-name call may address: the open ones,
 # innermost last, then the default. Kept here, below every layer, so the runtime and the
 # backends can resolve a name without importing the API that owns the registry.
 _open_systems: list[Any] = []
@@ -106,7 +106,7 @@ def leave_system(system: Any) -> None:
 
 
 def set_default_system(system: Any) -> None:
-    """Install the default registry (done once, lazily, by `gen_agent.system`)."""
+    """Install the default registry (done once, lazily, by `gen_agent._system`)."""
     global _default_system
     _default_system = system
 

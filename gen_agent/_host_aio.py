@@ -2,7 +2,7 @@
 
 The awaits of `gen_agent.aio` on the host's activations: a live key's call takes no thread;
 an activation (an agent's start) runs on a worker thread. The host itself is in
-`gen_agent/host.py`.
+`gen_agent/_host.py`.
 """
 
 from __future__ import annotations
@@ -10,17 +10,17 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
+from gen_agent._errors import AgentDown
+from gen_agent._request_options import RequestOptions, check_options
+from gen_agent._request_ref import RequestRef
+from gen_agent._response import Response
 from gen_agent._runtime import NotifyMsg, calls
-from gen_agent.errors import AgentDown
-from gen_agent.ref import RequestRef
-from gen_agent.request import RequestOptions, check_options
-from gen_agent.response import Response
-from gen_agent.status import PollResult, Status
+from gen_agent._status import PollResult, Status
+from gen_agent._streaming import AsyncAttachedTurn, AsyncTurnStream
 from gen_agent.store import SessionRecord
-from gen_agent.streaming import AsyncAttachedTurn, AsyncTurnStream
 
 if TYPE_CHECKING:
-    from gen_agent.host import AgentHost, _Slot
+    from gen_agent._host import AgentHost, _Slot
 
 
 class _AsyncHostTurnStream(AsyncTurnStream):
@@ -32,7 +32,7 @@ class _AsyncHostTurnStream(AsyncTurnStream):
     async def __aenter__(self) -> _AsyncHostTurnStream:
         slot = await self._host.aio._acquire(self._key, self.timeout)
         try:
-            from gen_agent.streaming import _Buffer
+            from gen_agent._streaming import _Buffer
 
             handle = slot.handle
             buffer = _Buffer(self.max_buffered_events, asyncio.get_running_loop())

@@ -1,6 +1,6 @@
 """The dispatcher of a `gen_agent.Pool`: the side that runs on its own actor, not in callers.
 
-A `Pool` is split by thread. Its public methods (`gen_agent/pool.py`) run in the callers'
+A `Pool` is split by thread. Its public methods (`gen_agent/_pool.py`) run in the callers'
 threads and only queue, look and wait; everything that reacts to the workers runs here, in
 one `PoolDispatcher` actor on the package's actor base (`gen_agent._runtime.ActorBase`):
 worker starts and exits reported by the pool's supervisor, completions, retry timers, and
@@ -16,15 +16,15 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 from loguru import logger
 
+from gen_agent._agent_ref import AgentRef
 from gen_agent._child_spec import ChildEvent
+from gen_agent._errors import AgentDown, TurnError
+from gen_agent._request_options import RequestOptions
 from gen_agent._runtime import ActorBase, log_exception
 from gen_agent._timers import TIMERS
-from gen_agent.agent_ref import AgentRef
-from gen_agent.errors import AgentDown, TurnError
-from gen_agent.request import RequestOptions
 
 if TYPE_CHECKING:
-    from gen_agent.pool import _Slot, _Task
+    from gen_agent._pool import _Slot, _Task
 
 
 # ---------------------------------------------------------------------- the mailbox

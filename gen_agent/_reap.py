@@ -23,7 +23,7 @@ OWNER_ENV: Final = "GEN_AGENT_OWNER"
 process that started it, so a later owner can find what a dead one left (`reap_marked`)."""
 
 LAUNCHER: Final = os.path.join(os.path.dirname(os.path.abspath(__file__)), "backends",
-                               "_launcher.py")
+                               "_subprocess", "_launcher.py")
 """The launcher every CLI starts under (its path, as it appears in the launcher's argv)."""
 
 

@@ -319,7 +319,7 @@ def run_calls(tools: Sequence[Tool], calls: Sequence[ToolCall], *, agent: Any = 
     Raises:
         ToolInterrupted: a call was denied with `Deny(interrupt=True)` (after the others ran).
     """
-    from gen_agent.permission import Allow, Deny
+    from gen_agent._permission import Allow, Deny
 
     by_name = {t.name: t for t in tools}
     results: list[ToolResult | None] = [None] * len(calls)
@@ -393,7 +393,7 @@ def permission_check(context: Any, backend: str,
     """
     if context is None or not getattr(context, "handles_permissions", False):
         return None
-    from gen_agent.permission import ToolPermissionRequest, decision_name
+    from gen_agent._permission import ToolPermissionRequest, decision_name
 
     def allow(call: ToolCall) -> Any:
         arguments = call.input if isinstance(call.input, dict) else {}

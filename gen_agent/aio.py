@@ -1,17 +1,16 @@
 """`gen_agent.aio`: the client API as coroutines, for asyncio applications.
 
-The agents stay pykka actors on their own threads; what changes is how an asyncio caller meets
-them. Every coroutine here sends the same mailbox message as its threaded twin in
-`gen_agent.client` and then awaits the actor's answer without blocking the event loop and
-without a thread per call: the actor answers a once-only reply, whose done-callback hands the
-answer to the caller's loop (`loop.call_soon_threadsafe` on an `asyncio.Future`). So any number
-of awaits cost no threads, work from any running loop, and from several loops in several
-threads at once.
+The agents stay pykka actors on their own threads; what changes is how an asyncio caller meets them.
+Every coroutine here sends the same mailbox message as its threaded twin in `gen_agent` and then
+awaits the actor's answer without blocking the event loop and without a thread per call: the actor
+answers a once-only reply, whose done-callback hands the answer to the caller's loop
+(`loop.call_soon_threadsafe` on an `asyncio.Future`). So any number of awaits cost no threads, work
+from any running loop, and from several loops in several threads at once.
 
-Semantics are the threaded API's (contract §2.1; docs: the client API reference): a missing name
-raises `AgentNotFound` before anything is sent; an agent that dies while a caller awaits fails the
-await with `AgentDown` (every reply is tracked by its incarnation, so nobody is left waiting); the
-caller's own `timeout` (seconds, None = forever) raises `CallTimeout`.
+Semantics are the threaded API's (docs/pages/contract.md#s2-1; docs: the client API reference): a
+missing name raises `AgentNotFound` before anything is sent; an agent that dies while a caller
+awaits fails the await with `AgentDown` (every reply is tracked by its incarnation, so nobody is
+left waiting); the caller's own `timeout` (seconds, None = forever) raises `CallTimeout`.
 
 Cancellation. A cancelled await (task.cancel(), `asyncio.timeout`, `asyncio.wait_for`) and an
 expired `timeout` are the caller giving up, not the request: by default the request stays queued
@@ -32,7 +31,13 @@ import asyncio
 import warnings
 from typing import Any
 
+from gen_agent._agent_ref import AgentRef
 from gen_agent._deprecate import system_renamed
+from gen_agent._errors import CallTimeout
+from gen_agent._pool import checked_prompts
+from gen_agent._request_options import RequestOptions
+from gen_agent._request_ref import RequestRef
+from gen_agent._response import Response
 from gen_agent._runtime import (
     HaltMsg,
     InfoMsg,
@@ -45,15 +50,9 @@ from gen_agent._runtime import (
     calls,
     set_once,
 )
-from gen_agent.agent_ref import AgentRef
-from gen_agent.errors import CallTimeout
-from gen_agent.pool import checked_prompts
-from gen_agent.ref import RequestRef
-from gen_agent.request import RequestOptions
-from gen_agent.response import Response
-from gen_agent.status import InterruptReceipt, PollResult, RuntimeSnapshot, Status
-from gen_agent.streaming import AsyncAttachedTurn, AsyncTurnStream
-from gen_agent.system import AgentSystem, current_system
+from gen_agent._status import InterruptReceipt, PollResult, RuntimeSnapshot, Status
+from gen_agent._streaming import AsyncAttachedTurn, AsyncTurnStream
+from gen_agent._system import AgentSystem, current_system
 
 __all__ = [
     "AsyncAttachedTurn",
@@ -88,7 +87,7 @@ __all__ = [
 
 
 # ---------------------------------------------------------------------- requests
-# Each coroutine is the awaitable twin of the `gen_agent.client` function of the same name:
+# Each coroutine is the awaitable twin of the `gen_agent` function of the same name:
 # same parameters, same checks, same message, same outcomes (see there for the reasons).
 @system_renamed
 async def ask(name: Any, prompt: str, timeout: float | None = None, *,
@@ -101,8 +100,8 @@ async def ask(name: Any, prompt: str, timeout: float | None = None, *,
         name: the agent's name. prompt: a `str`. timeout: seconds, None = forever.
         options: the request's `RequestOptions` (None = the defaults).
         cancel_on_timeout: also cancel the request when this await is cancelled or times out
-            (queued: removed; running: interrupted). Default False: it stays (contract §4.14;
-            docs: Errors).
+            (queued: removed; running: interrupted). Default False: it stays
+            (docs/pages/contract.md#s4-14; docs: Errors).
         output: the type of a structured reply (see `gen_agent.ask`), or None.
         agent_system: the `AgentSystem` to look the name up in (default: the current one).
 
@@ -117,7 +116,7 @@ async def ask(name: Any, prompt: str, timeout: float | None = None, *,
         TurnError: the request failed (`.reason` as `gen_agent.ask`).
         asyncio.CancelledError: the awaiting task was cancelled.
 
-    Mirrors: `GenAgent.ask/3` (contract §2.4; docs: the client API reference).
+    Mirrors: `GenAgent.ask/3` (docs/pages/contract.md#s2-4; docs: the client API reference).
     """
     handle = calls.lookup(agent_system, name)
     return await calls.run_async(  # type: ignore[no-any-return]
@@ -146,7 +145,7 @@ async def tell(name: Any, prompt: str, timeout: float | None = None, *,
         AgentDown: the agent stopped while the call waited.
         CallTimeout: no answer within `timeout` seconds.
 
-    Mirrors: `GenAgent.tell/3` (contract §2.5; docs: the client API reference).
+    Mirrors: `GenAgent.tell/3` (docs/pages/contract.md#s2-5; docs: the client API reference).
     """
     handle = calls.lookup(agent_system, name)
     return await calls.run_async(  # type: ignore[no-any-return]
@@ -171,7 +170,8 @@ async def tell_with_completion(name: Any, prompt: str, recipient: Any, *, on_hal
         AgentDown: the agent stopped while the call waited.
         CallTimeout: no answer within `timeout` seconds.
 
-    Mirrors: `GenAgent.tell_with_completion/5` (contract §2.6; docs: the client API reference).
+    Mirrors: `GenAgent.tell_with_completion/5` (docs/pages/contract.md#s2-6; docs: the client API
+    reference).
     """
     handle = calls.lookup(agent_system, name)
     call = calls.tell(handle, prompt, timeout, recipient=recipient, completion=True,
@@ -193,7 +193,7 @@ async def poll(name: Any, ref: RequestRef, timeout: float | None = None, *,
     """Return the state of a tell request (pending / completed / failed). The awaitable twin
     of `gen_agent.poll`; a missing agent gives status "failed", reason "not_found".
 
-    Mirrors: `GenAgent.poll/3` (contract §2.7; docs: the client API reference).
+    Mirrors: `GenAgent.poll/3` (docs/pages/contract.md#s2-7; docs: the client API reference).
     """
     return await calls.run_by_name_async(  # type: ignore[no-any-return]
         agent_system, name, calls.poll(ref), timeout)
@@ -202,8 +202,8 @@ async def poll(name: Any, ref: RequestRef, timeout: float | None = None, *,
 @system_renamed
 async def notify(name: Any, event: Any, *, agent_system: AgentSystem | None = None) -> None:
     """Deliver `event` to the agent's `handle_event` (a cast: never raises for a missing
-    agent, never waits). The awaitable twin of `gen_agent.notify` (contract §2.8; docs: the
-    client API reference)."""
+    agent, never waits). The awaitable twin of `gen_agent.notify` (docs/pages/contract.md#s2-8;
+    docs: the client API reference)."""
     calls.cast(agent_system, name, NotifyMsg(event))
 
 
@@ -218,7 +218,7 @@ async def notify_ack(name: Any, event: Any, timeout: float | None = None, *,
         AgentDown: the agent stopped while the call waited.
         CallTimeout: no answer within `timeout` seconds.
 
-    Mirrors: `GenAgent.notify_ack/3` (contract §2.9; docs: the client API reference).
+    Mirrors: `GenAgent.notify_ack/3` (docs/pages/contract.md#s2-9; docs: the client API reference).
     """
     await calls.run_by_name_async(agent_system, name, calls.notify_ack(event), timeout)
 
@@ -274,7 +274,7 @@ async def send(name: Any, message: Any, *, agent_system: AgentSystem | None = No
 async def reset_session(name: Any, timeout: float | None = None, *,
                         agent_system: AgentSystem | None = None) -> None:
     """Replace the backend conversation in place (idle only). The awaitable twin of
-    `gen_agent.reset_session` (same errors; contract §2.15; docs: the client API
+    `gen_agent.reset_session` (same errors; docs/pages/contract.md#s2-15; docs: the client API
     reference)."""
     await calls.run_by_name_async(agent_system, name, calls.RESET_SESSION, timeout)
 
@@ -289,7 +289,7 @@ async def status(name: Any, timeout: float | None = None, *,
         AgentDown: the agent stopped while the call waited.
         CallTimeout: no answer within `timeout` seconds.
 
-    Mirrors: `GenAgent.status/2` (contract §2.16; docs: the client API reference).
+    Mirrors: `GenAgent.status/2` (docs/pages/contract.md#s2-16; docs: the client API reference).
     """
     return await calls.run_by_name_async(  # type: ignore[no-any-return]
         agent_system, name, calls.STATUS, timeout)
@@ -298,7 +298,7 @@ async def status(name: Any, timeout: float | None = None, *,
 async def runtime_snapshot(name: Any, timeout: float | None = None, *,
                            agent_system: AgentSystem | None = None) -> RuntimeSnapshot:
     """The payload-free `RuntimeSnapshot`. The awaitable twin of `gen_agent.runtime_snapshot`
-    (contract §2.17; docs: the client API reference)."""
+    (docs/pages/contract.md#s2-17; docs: the client API reference)."""
     return await calls.run_by_name_async(  # type: ignore[no-any-return]
         agent_system, name, calls.SNAPSHOT, timeout)
 
@@ -322,7 +322,7 @@ async def drain(name: Any, timeout: float | None = None, *,
         CallTimeout: the drain did not finish within `timeout` seconds (for the whole drain).
         RequestError: ("agent_down", reason) if the agent ended otherwise than normally.
 
-    Mirrors: `GenAgent.drain/2` (contract §2.18; docs: the client API reference).
+    Mirrors: `GenAgent.drain/2` (docs/pages/contract.md#s2-18; docs: the client API reference).
     """
     await calls.drain_async(calls.lookup(agent_system, name), timeout)
 
@@ -336,7 +336,7 @@ async def stop(name: Any, *, agent_system: AgentSystem | None = None) -> None:
         AgentNotFound: no such agent.
         RequestError: "self_stop" when awaited from the agent's own threads.
 
-    Mirrors: `GenAgent.stop/2` (contract §2.19; docs: the client API reference).
+    Mirrors: `GenAgent.stop/2` (docs/pages/contract.md#s2-19; docs: the client API reference).
     """
     system = agent_system or current_system()
     handle = system.lookup(name)
@@ -360,7 +360,7 @@ async def start_agent(module: type, *, name: Any, backend: Any,
         AlreadyStarted: a live agent has that name.
         ValueError: an invalid `shutdown_ms`.
 
-    Mirrors: `GenAgent.start_agent/2` (contract §2.2; docs: the client API reference).
+    Mirrors: `GenAgent.start_agent/2` (docs/pages/contract.md#s2-2; docs: the client API reference).
     """
     if isinstance(opts.get("system"), AgentSystem):  # the old spelling of agent_system=
         warnings.warn("start_agent: system= is deprecated, use agent_system=",
@@ -454,7 +454,8 @@ def stream(name: Any, prompt: str, *, interrupt_on_exit: bool = True,
     Args and semantics as `gen_agent.stream` (it is the same stream, read from a loop).
 
     Mirrors: nothing in the original; a `tell_with_completion` with `stream_to` (origin
-    "tell") and a monitor underneath (contract §2.6, §4.18; docs: the client API reference).
+    "tell") and a monitor underneath (docs/pages/contract.md#s2-6, #s4-18; docs: the client API
+    reference).
     """
     return AsyncTurnStream(name, prompt, interrupt_on_exit=interrupt_on_exit,
                            max_buffered_events=max_buffered_events, timeout=timeout,

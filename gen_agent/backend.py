@@ -1,5 +1,5 @@
-"""The backend contract: how the runtime talks to an LLM provider (contract §7; docs: the backend
-guide).
+"""The backend contract: how the runtime talks to an LLM provider (docs/pages/contract.md#s7; docs:
+the backend guide).
 
 A backend is any object with the hooks below: usually a class whose hooks are `@classmethod`
 or `@staticmethod` (no instance state; the session object carries all state), but an instance
@@ -19,56 +19,137 @@ each).
 
 `BackendError` is the normalized provider failure of the bundled backends (§7.4); it is both a
 value (a reason compared by fields) and an exception.
+
+This module is the namespace for backend authors, as `trio.lowlevel` is trio's: with the
+contract it shows what a backend builds and reads (`Event`, `Response` and its helpers, the
+provider-neutral `Message` and its parts with their Anthropic/OpenAI wire forms, tool
+permission decisions, `ProviderLimit`, the output checks, `term_size`, `describe_reason`)
+and the exceptions a backend raises. Users of agents need only `gen_agent`.
 """
 
 from __future__ import annotations
 
 import abc
-import email.utils
-import json
-import math
-import sys
 import threading
-import time
 from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any, Final, Protocol, runtime_checkable
 
-import msgspec
-
 from gen_agent._cancel import CancelSignal
-from gen_agent.errors import GenAgentError
-from gen_agent.event import Event
-from gen_agent.permission import (
+from gen_agent._conversation import (
+    Dropped,
+    Message,
+    Part,
+    Replay,
+    TextPart,
+    ThinkingPart,
+    ToolCallPart,
+    ToolResultPart,
+    delta_from_events,
+    from_anthropic,
+    from_openai,
+    omitted_data,
+    to_anthropic,
+    to_openai,
+    user_message,
+)
+from gen_agent._errors import (
+    MAX_RETRY_AFTER_MS,
+    BackendError,
+    CheckpointError,
+    Diagnostics,
+    DispatchError,
+    GenAgentError,
+    ResetError,
+    SessionStartError,
+)
+from gen_agent._event import KINDS, TERMINAL_KINDS, Event, monotonic_ms
+from gen_agent._limits import LimitStatus, ProviderLimit
+from gen_agent._output import check_output_type, schema_name
+from gen_agent._permission import (
     DEFAULT_PERMISSION_TIMEOUT_MS,
     DENY_FAILED,
+    DENY_INTERRUPTED,
+    DENY_NOT_CURRENT,
+    DENY_TIMEOUT,
+    Allow,
+    Deny,
     PermissionDecision,
     ToolPermissionRequest,
+    as_decision,
+    decision_name,
 )
-from gen_agent.request import DEFAULT_OPTIONS, RequestOptions
+from gen_agent._reasons import describe_reason
+from gen_agent._request_options import DEFAULT_OPTIONS, RequestOptions
+from gen_agent._response import (
+    FINISH_REASONS,
+    USAGE_KEYS,
+    Response,
+    finish_reason,
+    normalize_usage,
+)
+from gen_agent._size import term_size
 
 __all__ = [
+    "DEFAULT_PERMISSION_TIMEOUT_MS",
+    "DENY_FAILED",
+    "DENY_INTERRUPTED",
+    "DENY_NOT_CURRENT",
+    "DENY_TIMEOUT",
+    "FINISH_REASONS",
+    "KINDS",
     "MAX_RETRY_AFTER_MS",
     "OPTIONAL_HOOKS",
     "REQUIRED_HOOKS",
+    "TERMINAL_KINDS",
+    "USAGE_KEYS",
+    "Allow",
     "Backend",
     "BackendError",
     "BackendProtocol",
+    "CheckpointError",
+    "Deny",
     "Diagnostics",
     "DispatchError",
+    "Dropped",
+    "Event",
+    "GenAgentError",
+    "LimitStatus",
+    "Message",
+    "Part",
+    "PermissionDecision",
+    "ProviderLimit",
+    "Replay",
     "ResetError",
+    "Response",
     "SessionStartError",
+    "TextPart",
+    "ThinkingPart",
+    "ToolCallPart",
+    "ToolPermissionRequest",
+    "ToolResultPart",
     "TurnContext",
+    "as_decision",
+    "check_output_type",
+    "decision_name",
+    "delta_from_events",
+    "describe_reason",
+    "finish_reason",
+    "from_anthropic",
+    "from_openai",
+    "monotonic_ms",
+    "normalize_usage",
+    "omitted_data",
+    "schema_name",
+    "term_size",
+    "to_anthropic",
+    "to_openai",
+    "user_message",
     "validate_backend",
 ]
 
-MAX_RETRY_AFTER_MS: Final = 3_600_000
-"""The longest provider-sent delay honoured (milliseconds; one hour): a `Retry-After` beyond
-it (a date years ahead, `1e13`, `inf`) counts as this, so a provider cannot hold an agent, a
-`ProviderLimit` or a pool retry back for longer; the next failure holds again."""
-
 REQUIRED_HOOKS: Final = ("start_session", "prompt", "terminate_session")
-"""Hooks every backend defines (contract §7.1; docs: the backend guide)."""
+"""Hooks every backend defines (docs/pages/contract.md#s7-1; docs: the backend guide)."""
 
 OPTIONAL_HOOKS: Final = (
     "update_session",
@@ -84,32 +165,6 @@ OPTIONAL_HOOKS: Final = (
 )
 """Hooks the runtime looks up with `getattr(backend, name, None)` and uses when present."""
 
-
-class SessionStartError(GenAgentError):
-    """Raise from `start_session` (or `resume_session`) to refuse the session with `reason`.
-
-    The agent start then fails with `AgentStartError(("backend_start_failed", reason))`.
-    Differs from any other exception raised by `start_session`, which is a crash of the start
-    (`("init_failed", kind, "TypeName")`). Mirrors `{:error, reason}` from `start_session/1`.
-    """
-
-
-class DispatchError(GenAgentError):
-    """Raise from `prompt` when the turn could not be dispatched at all (`.reason`).
-
-    The request fails with exactly `reason`, and the session from before the call is kept.
-    Differs from a terminal `"error"` event (a failure after dispatch, whose session is kept from
-    `prompt`'s return) and from any other exception, which is a task crash
-    (`("task_crashed", exc)`). Mirrors `{:error, reason}` from `prompt/2,3`.
-    """
-
-
-class ResetError(GenAgentError):
-    """Raise from `reset_session` to refuse the reset with `reason`.
-
-    `gen_agent.reset_session` then raises `RequestError(("backend_reset_failed", ...))` and
-    the old session stays in place. Mirrors `{:error, reason}` from `reset_session/1`.
-    """
 
 
 _NO_CARRIER: Final[Mapping[str, str]] = MappingProxyType({})
@@ -129,10 +184,10 @@ class TurnContext:
             stop; a backend may wait on it.
         cancelled: whether `cancel_event` is set.
         wait_cancelled(timeout): block until cancelled or `timeout` seconds passed.
-        checkpoint(session_id): report a provider session id early (contract §7.3; docs: the
-        backend guide).
+        checkpoint(session_id): report a provider session id early (docs/pages/contract.md#s7-3;
+        docs: the backend guide).
         options: the request's `RequestOptions` (per-request settings a backend may honour;
-            see `gen_agent.request`).
+            see `gen_agent._request_options`).
         trace_carrier: the turn's trace context as propagation fields (a read-only mapping,
             e.g. `{"traceparent": "00-…-01"}`), filled by an instrumentation such as
             `gen_agent.otel`; empty when the turn is not traced. A backend that starts a
@@ -145,8 +200,9 @@ class TurnContext:
         journal: the turn's tool journal for an agent with a store (pass it to
             `gen_agent.tools.run_calls` as `journal=`), else None.
 
-    Mirrors: the context map passed to `prompt/3` (contract §4.6, §7.3; docs: Concepts), plus the
-    cancel signal that replaces BEAM's task kill (contract §12.7; docs: Coming from Elixir).
+    Mirrors: the context map passed to `prompt/3` (docs/pages/contract.md#s4-6, #s7-3; docs:
+    Concepts), plus the cancel signal that replaces BEAM's task kill (docs/pages/contract.md#s12-7;
+    docs: Coming from Elixir).
     """
 
     __slots__ = (
@@ -248,13 +304,13 @@ class TurnContext:
                 bytes without control characters.
 
         Raises:
-            gen_agent.errors.CheckpointError: the agent rejected it; `.reason` is
+            gen_agent.CheckpointError: the agent rejected it; `.reason` is
                 `"unsupported_checkpoint"`, `"invalid_session_id"`,
                 `"conflicting_session_id"` or `"not_current"`. The backend should then fail
                 its turn (the bundled CLI backends raise).
 
-        Mirrors: the `checkpoint` function of the `prompt/3` context (contract §7.3; docs: the
-        backend guide).
+        Mirrors: the `checkpoint` function of the `prompt/3` context (docs/pages/contract.md#s7-3;
+        docs: the backend guide).
         """
         self._checkpoint(session_id)
 
@@ -287,7 +343,7 @@ class TurnContext:
             even while the callback still runs (its answer is then dropped): a backend that
             honours `Deny.interrupt` stops the tool and the turn.
 
-        Mirrors: no Elixir original (see `gen_agent.permission`).
+        Mirrors: no Elixir original (see `gen_agent._permission`).
         """
         if self._permission is None:
             return DENY_FAILED
@@ -356,8 +412,7 @@ class Backend(abc.ABC):
     - `restore_session(data, opts) -> session`: agent thread, at start when the store holds
       `export_session` data for the key; replaces `start_session(opts)`. Raise
       `SessionStartError(reason)` to refuse; any other exception makes the record corrupt
-      (`("store_corrupt", key, detail)`). Issue #18 will switch the HTTP backends' data to
-      the turn record's replayable message deltas (`response.messages`).
+      (`("store_corrupt", key, detail)`).
     - `supports_rollback = True` (a class attribute, not a hook): the session `prompt` is
       given is the whole conversation before the turn, so keeping it drops an interrupted
       turn's exchange; `busy="rollback"` requires it (the HTTP backends and the mock set
@@ -377,7 +432,8 @@ class Backend(abc.ABC):
       (or None). Must not block; a failure there belongs to the first turn. An exception is
       logged and ignored.
 
-    Mirrors: the `GenAgent.Backend` behaviour (contract §7.1; docs: the backend guide).
+    Mirrors: the `GenAgent.Backend` behaviour (docs/pages/contract.md#s7-1; docs: the backend
+    guide).
     """
 
     @classmethod
@@ -456,446 +512,3 @@ def validate_backend(backend: Any) -> None:
             "a backend must define callable hooks start_session, prompt and terminate_session;"
             f" {backend!r} lacks {', '.join(missing)}"
         )
-
-
-# --- BackendError -------------------------------------------------------------------------
-
-_FIELDS: Final = ("provider", "kind", "retryable", "status", "retry_after", "message", "raw")
-
-
-def _http_kind(status: int) -> str:
-    if status == 429:
-        return "rate_limited"
-    if status in (401, 403):
-        return "authentication"
-    if status in (400, 404, 422):
-        return "invalid_request"
-    if status >= 500:
-        return "server_error"
-    return "http_error"
-
-
-def _http_retryable(status: int) -> bool:
-    return status in (408, 409, 425, 429) or status >= 500
-
-
-def _decode_body(body: Any) -> Any:
-    """A JSON object in a str/bytes body becomes a dict; bytes otherwise become text."""
-    if isinstance(body, bytes | bytearray):
-        try:
-            decoded = json.loads(body)
-        except ValueError:
-            return bytes(body).decode("utf-8", errors="replace")
-        return decoded if isinstance(decoded, dict) else bytes(body).decode("utf-8", "replace")
-    if isinstance(body, str) and body.lstrip()[:1] == "{":
-        try:
-            decoded = json.loads(body)
-        except ValueError:
-            return body
-        return decoded if isinstance(decoded, dict) else body
-    return body
-
-
-def _message_of(body: Any) -> str | None:
-    """The first of error.message, error (str), message, or the body itself if a str."""
-    body = _decode_body(body)
-    if isinstance(body, str):
-        return body
-    if not isinstance(body, Mapping):
-        return None
-    error = body.get("error")
-    if isinstance(error, Mapping) and isinstance(error.get("message"), str):
-        return error["message"]
-    if isinstance(error, str):
-        return error
-    message = body.get("message")
-    return message if isinstance(message, str) else None
-
-
-def _header_pairs(headers: Any) -> Iterable[tuple[Any, Any]]:
-    if headers is None:
-        return ()
-    multi_items = getattr(headers, "multi_items", None)
-    if callable(multi_items):  # httpx.Headers: repeated headers stay separate
-        return multi_items()
-    if isinstance(headers, Mapping) or callable(getattr(headers, "items", None)):
-        return headers.items()
-    return headers
-
-
-def _text(value: Any) -> str | None:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, bytes | bytearray):
-        return bytes(value).decode("latin-1")
-    return None
-
-
-def _retry_after(headers: Any) -> str | None:
-    for pair in _header_pairs(headers):
-        try:
-            name, value = pair
-        except (TypeError, ValueError):
-            continue
-        name_text = _text(name)
-        if name_text is None or name_text.lower() != "retry-after":
-            continue
-        if isinstance(value, list | tuple):
-            return next((t for t in map(_text, value) if t is not None), None)
-        return _text(value)
-    return None
-
-
-def _transport_retryable(exc: BaseException) -> bool | None:
-    """None if `exc` is no transport error; else whether it is a timeout, close or reset."""
-    for name in ("httpx", "httpx2"):  # the SDKs' HTTP client, under either package name
-        httpx = sys.modules.get(name)  # an httpx exception implies httpx is already imported
-        if httpx is not None and isinstance(exc, httpx.TransportError):
-            if isinstance(exc, httpx.TimeoutException | httpx.RemoteProtocolError):
-                return True
-            return any(_closed_or_reset(cause) for cause in _causes(exc))
-    if isinstance(exc, TimeoutError | ConnectionError):
-        return _closed_or_reset(exc)
-    return None
-
-
-def _closed_or_reset(exc: BaseException) -> bool:
-    return isinstance(
-        exc, TimeoutError | ConnectionResetError | BrokenPipeError | ConnectionAbortedError
-    )
-
-
-def _causes(exc: BaseException) -> Iterable[BaseException]:
-    seen: set[int] = set()
-    current: BaseException | None = exc.__cause__ or exc.__context__
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        yield current
-        current = current.__cause__ or current.__context__
-
-
-class Diagnostics(msgspec.Struct, frozen=True, kw_only=True):
-    """What a failed turn had learned before it failed: the facts a caller needs to decide.
-
-    Filled by the bundled backends on the `BackendError` of every failed turn (see the table
-    in `docs/pages/errors.md`); every field is optional. Payload text (`partial_text`,
-    `stderr_tail`) is data for the caller: it never appears in `str()` / `repr()` of the
-    error and must never be logged.
-
-    Fields:
-        partial_text: the assistant text streamed before the failure (`""`: none).
-        session_id: the provider session id known so far (a CLI's init line or thread id,
-            an SDK backend's session id), even when the turn failed before its result; None
-            when none was known. After `"session_not_found"` it is None (the id is dead).
-        exit_code: the CLI's exit status (negative: the signal that ended it), or None when
-            there is no process or it had not exited when the turn ended.
-        stderr_tail: the end of the CLI's stderr (text, at most `stderr_tail_bytes`), or
-            None without a process.
-        stdout_tail: the lines a CLI printed to stdout that were not JSON (text, the most
-            recent, newline-joined, at most `stderr_tail_bytes`), or None when there were
-            none (a CLI that prints a plain message before exiting without a result).
-        http_status: the HTTP status of the response the failure came with (200 for a
-            failure in the middle of a stream), or None when no response arrived.
-        response_id: the provider's id of the reply (`msg_...`, `resp_...`), or None.
-        stop_reason: why the reply stopped (e.g. an OpenAI incomplete reason
-            `"max_output_tokens"`), or None.
-        usage: the token counts the provider reported before the failure (tokens), or None.
-        fallback: the trail of a `Fallback` turn whose every hop failed (`{"fired",
-            "hops"}`, see `gen_agent.backends.fallback`), or None.
-
-    Mirrors: nothing in the contract (a Python addition beside `%GenAgent.Backend.Error{}`).
-    """
-
-    partial_text: str = ""
-    session_id: str | None = None
-    exit_code: int | None = None
-    stderr_tail: str | None = None
-    stdout_tail: str | None = None
-    http_status: int | None = None
-    response_id: str | None = None
-    stop_reason: str | None = None
-    usage: dict[str, Any] | None = None
-    fallback: dict[str, Any] | None = None
-
-
-NO_DIAGNOSTICS: Final = Diagnostics()
-
-
-class BackendError(GenAgentError):
-    """A provider failure, normalized; both a reason value and an exception.
-
-    Fields (attributes; treat them as read-only):
-        provider: `"claude"`, `"codex"`, `"anthropic"`, `"openai"` or another backend's name.
-        kind: `"rate_limited"`, `"authentication"`, `"invalid_request"`, `"server_error"`,
-            `"http_error"`, `"transport"`, `"provider_error"` or a backend-specific kind.
-        retryable: whether retrying the same request may succeed (gen_agent never retries
-            by itself).
-        status: the HTTP status code, or None.
-        retry_after: the raw `Retry-After` header value (a str, seconds or an HTTP date), or
-            None.
-        message: the provider's human-readable message, or None. May contain request data:
-            it is never shown by `str()`/`repr()` and must never be logged.
-        raw: the original term (response body and headers, exception, tuple...).
-        diagnostics: a `Diagnostics` record of what the failed turn had learned (partial
-            text, exit code and stderr tail, HTTP status, session id so far); keyword-only,
-            empty by default. The bundled backends fill it on every failed turn
-            (`with_diagnostics`).
-
-    Equality compares the seven contract fields (not `diagnostics`, which describes the
-    turn, not the failure); the hash covers all but `raw`. `str(err)` shows kind, provider,
-    status and retry_after, `repr(err)` kind, provider and status, never a message or
-    diagnostics. `.reason` is `kind`.
-
-    Raises:
-        TypeError: from the constructor, when a field has the wrong type.
-
-    Mirrors: `%GenAgent.Backend.Error{}` (contract §7.4; docs: the backend guide).
-    """
-
-    def __init__(
-        self,
-        provider: str,
-        kind: str,
-        retryable: bool = False,
-        status: int | None = None,
-        retry_after: str | None = None,
-        message: str | None = None,
-        raw: Any = None,
-        *,
-        diagnostics: Diagnostics = NO_DIAGNOSTICS,
-    ) -> None:
-        _check_fields(provider, kind, retryable, status, retry_after, message)
-        if not isinstance(diagnostics, Diagnostics):
-            raise TypeError(
-                f"BackendError diagnostics must be a Diagnostics, got {type(diagnostics).__name__}"
-            )
-        self.provider = provider
-        self.kind = kind
-        self.retryable = retryable
-        self.status = status
-        self.retry_after = retry_after
-        self.message = message
-        self.raw = raw
-        self.diagnostics = diagnostics
-        super().__init__(kind, self._summary())
-
-    def with_diagnostics(self, **changes: Any) -> BackendError:
-        """A copy of this error whose `diagnostics` has `changes` applied.
-
-        Args:
-            changes: `Diagnostics` fields (`partial_text=...`, `exit_code=...`); a value of
-                None leaves a field as it is.
-
-        Returns:
-            A new `BackendError`, equal to this one (diagnostics are not compared).
-
-        Raises:
-            TypeError: an unknown field name.
-        """
-        kept = {key: value for key, value in changes.items() if value is not None}
-        diagnostics = msgspec.structs.replace(self.diagnostics, **kept)
-        return type(self)(*self._fields(), diagnostics=diagnostics)
-
-    @property
-    def retry_after_ms(self) -> int | None:
-        """`retry_after` in milliseconds from now (an int from 0 to `MAX_RETRY_AFTER_MS`), or
-        None when absent or unreadable. Accepts delta-seconds (`"2"`, `"1.5"`) and HTTP dates
-        (RFC 9110); a longer delay is clamped to `MAX_RETRY_AFTER_MS` (one hour)."""
-        value = self.retry_after
-        if value is None:
-            return None
-        try:
-            delay_s = float(value)
-        except ValueError:
-            try:
-                when = email.utils.parsedate_to_datetime(value)
-            except (TypeError, ValueError):
-                return None
-            if when.tzinfo is None:
-                return None
-            delay_s = when.timestamp() - time.time()
-        if math.isnan(delay_s):
-            return None
-        return round(min(max(0.0, delay_s * 1000), MAX_RETRY_AFTER_MS))
-
-    def _summary(self) -> str:
-        status = "" if self.status is None else f", status={self.status}"
-        retry = "" if self.retry_after is None else f", retry_after={self.retry_after}"
-        return f"{self.kind} (provider={self.provider}{status}{retry})"
-
-    def _fields(self) -> tuple[Any, ...]:
-        return tuple(getattr(self, name) for name in _FIELDS)
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, BackendError):
-            return NotImplemented
-        return self._fields() == other._fields()
-
-    def __hash__(self) -> int:
-        return hash(self._fields()[:-1])
-
-    def __repr__(self) -> str:
-        return (
-            f"BackendError(provider={self.provider!r}, kind={self.kind!r}, "
-            f"retryable={self.retryable}, status={self.status!r})"
-        )
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_rebuild, (type(self), self._fields(), self.diagnostics))
-
-    @classmethod
-    def http(
-        cls,
-        provider: str,
-        status: int,
-        body: Any,
-        headers: Any = None,
-        raw: Any = None,
-    ) -> BackendError:
-        """Build the error for a non-success HTTP response.
-
-        Args:
-            provider: the provider name (str).
-            status: the HTTP status code (int).
-            body: the response body: a dict, a JSON str/bytes (decoded when it holds an
-                object), any other str/bytes, or anything else.
-            headers: a dict, a list of `(name, value)` pairs or an `httpx.Headers`-like
-                mapping; names match case-insensitively; a value may be a str, bytes or a list
-                whose first str is used. Default none.
-            raw: the original term; default `{"body": body, "headers": headers}`.
-
-        Returns:
-            A `BackendError` with `kind` 429 → `"rate_limited"`, 401/403 →
-            `"authentication"`, 400/404/422 → `"invalid_request"`, >= 500 →
-            `"server_error"`, else `"http_error"`; `retryable` iff status is 408, 409, 425,
-            429 or >= 500; `retry_after` from the first `retry-after` header; `message` from
-            the body: `{"error": {"message": m}}`, `{"error": m}`, `{"message": m}`, or the
-            body itself if it is a str.
-
-        Raises:
-            TypeError: `provider` is not a str or `status` not an int.
-
-        Mirrors: `GenAgent.Backend.Error.http/5` (contract §7.4; docs: the backend guide).
-        """
-        if not isinstance(status, int) or isinstance(status, bool):
-            raise TypeError(f"status must be an int HTTP status, got {type(status).__name__}")
-        return cls(
-            provider,
-            _http_kind(status),
-            _http_retryable(status),
-            status,
-            _retry_after(headers),
-            _message_of(body),
-            {"body": body, "headers": headers} if raw is None else raw,
-        )
-
-    @classmethod
-    def new(
-        cls,
-        provider: str,
-        kind: str,
-        raw: Any = None,
-        *,
-        retryable: bool = False,
-        status: int | None = None,
-        retry_after: str | None = None,
-        message: str | None = None,
-    ) -> BackendError:
-        """Build an error of any `kind`; `message` defaults to one derived from `raw`.
-
-        Args:
-            provider: the provider name (str).
-            kind: the error kind (str).
-            raw: the original term (default None).
-            retryable: default False. status, retry_after: default None.
-            message: default: extracted from `raw` as `http` extracts it from a body.
-
-        Raises:
-            TypeError: a field has the wrong type.
-
-        Mirrors: `GenAgent.Backend.Error.new/4` (contract §7.4; docs: the backend guide).
-        """
-        if message is None:
-            message = _message_of(raw)
-        return cls(provider, kind, retryable, status, retry_after, message, raw)
-
-    @classmethod
-    def normalize(cls, provider: str, term: Any) -> BackendError:
-        """Turn any backend failure term into a `BackendError`.
-
-        Args:
-            provider: the provider name (str).
-            term: one of
-                - a `BackendError` → returned unchanged;
-                - `("http_error", status: int, body)` → `http(provider, status, body, None,
-                  term)`;
-                - an HTTP transport exception (`httpx.TransportError`, or a builtin
-                  `TimeoutError` / `ConnectionError`) → kind `"transport"`, retryable iff a
-                  timeout, a closed connection (`httpx.RemoteProtocolError`,
-                  `BrokenPipeError`, `ConnectionAbortedError`) or a reset
-                  (`ConnectionResetError`), message `str(exc)`;
-                - `(kind: str, value)` → kind that string, message derived from `value`, not
-                  retryable, raw the tuple;
-                - anything else → kind `"provider_error"`, not retryable, raw kept, message
-                  derived from it.
-
-        Returns:
-            A `BackendError`.
-
-        Mirrors: `GenAgent.Backend.Error.normalize/2` (contract §7.4; docs: the backend guide).
-        Core reasons
-        (`"timeout"`, `"no_terminal_event"`...) are never passed here.
-        """
-        if isinstance(term, BackendError):
-            return term
-        if isinstance(term, tuple):
-            return cls._normalize_tuple(provider, term)
-        if isinstance(term, BaseException):
-            retryable = _transport_retryable(term)
-            if retryable is not None:
-                return cls(provider, "transport", retryable, message=str(term), raw=term)
-        return cls.new(provider, "provider_error", term)
-
-    @classmethod
-    def _normalize_tuple(cls, provider: str, term: tuple[Any, ...]) -> BackendError:
-        if (
-            len(term) == 3
-            and term[0] == "http_error"
-            and isinstance(term[1], int)
-            and not isinstance(term[1], bool)
-        ):
-            return cls.http(provider, term[1], term[2], None, term)
-        if len(term) == 2 and isinstance(term[0], str):
-            return cls.new(provider, term[0], term, message=_message_of(term[1]))
-        return cls.new(provider, "provider_error", term)
-
-
-def _rebuild(cls: type[BackendError], fields: tuple[Any, ...], diagnostics: Any) -> BackendError:
-    return cls(*fields, diagnostics=diagnostics)
-
-
-def _check_fields(
-    provider: Any,
-    kind: Any,
-    retryable: Any,
-    status: Any,
-    retry_after: Any,
-    message: Any,
-) -> None:
-    checks = (
-        ("provider", provider, str, False),
-        ("kind", kind, str, False),
-        ("retryable", retryable, bool, False),
-        ("status", status, int, True),
-        ("retry_after", retry_after, str, True),
-        ("message", message, str, True),
-    )
-    for name, value, expected, nullable in checks:
-        if value is None and nullable:
-            continue
-        if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
-            suffix = " or None" if nullable else ""
-            raise TypeError(
-                f"BackendError {name} must be a {expected.__name__}{suffix}, "
-                f"got {type(value).__name__}"
-            )

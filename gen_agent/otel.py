@@ -55,7 +55,7 @@ from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
 from gen_agent import telemetry
 from gen_agent._context import set_trace_carrier_activation, set_trace_context_capture
-from gen_agent.telemetry import ToolCall
+from gen_agent.telemetry import ToolSpan
 
 __all__ = [
     "SEMCONV_GENAI_VERSION",
@@ -394,7 +394,7 @@ class _Instrumentation:
             turn.span.end()
 
     # -- children and content -------------------------------------------------------------
-    def _tool_spans(self, parent: Any, calls: tuple[ToolCall, ...], response: Any) -> None:
+    def _tool_spans(self, parent: Any, calls: tuple[ToolSpan, ...], response: Any) -> None:
         # Event timestamps are monotonic ms; spans take wall-clock ns.
         offset_ns = time.time_ns() - time.monotonic_ns()
         end_ns = time.time_ns()

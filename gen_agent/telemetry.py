@@ -1,5 +1,5 @@
-"""In-process telemetry: attach handlers to event names, execute events (contract §8; docs:
-Telemetry and logging).
+"""In-process telemetry: attach handlers to event names, execute events (docs/pages/contract.md#s8;
+docs: Telemetry and logging).
 
 A tiny synchronous pub/sub modelled on Erlang's `:telemetry`. Event names are tuples of str,
 e.g. `("gen_agent", "turn", "stop")`; the constants below name every event gen_agent emits.
@@ -28,6 +28,8 @@ from typing import Any, Final, NamedTuple, Self
 import msgspec
 from loguru import logger
 
+from gen_agent._deprecate import moved_names as _moved_names
+
 __all__ = [
     "EVENTS",
     "EVENT_RECEIVED",
@@ -42,17 +44,20 @@ __all__ = [
     "SUPERVISOR_RESTART",
     "TERMINATED",
     "TIMER_FAILED",
+    "TOOL_PERMISSION",
     "TURN_CANCELLED",
     "TURN_DISCARDED",
     "TURN_ERROR",
     "TURN_REJECTED",
     "TURN_START",
     "TURN_STOP",
+    "EventName",
     "Handler",
     "HandlerAlreadyAttached",
+    "HandlerFunction",
     "TelemetryRecord",
     "TelemetryRecorder",
-    "ToolCall",
+    "ToolSpan",
     "attach",
     "attach_many",
     "attached",
@@ -62,7 +67,9 @@ __all__ = [
 ]
 
 EventName = tuple[str, ...]
+"""An event name: a tuple of strings, `("gen_agent", "turn", "start")`."""
 HandlerFunction = Callable[[EventName, dict[str, Any], dict[str, Any], Any], Any]
+"""A handler: `handler(event, measurements, metadata, config)`; its result is ignored."""
 
 TURN_START: Final = ("gen_agent", "turn", "start")
 """Measurements `system_time, queue_wait_ms, queue_depth`; metadata `agent, ref, attempt,
@@ -139,12 +146,15 @@ EVENTS: Final = (
     SUPERVISOR_RESTART,
     TOOL_PERMISSION,
 )
-"""Every event name gen_agent emits (contract §8, plus `SUPERVISOR_RESTART`, `TOOL_PERMISSION`
-and `TURN_DISCARDED`; docs: Telemetry and logging)."""
+"""Every event name gen_agent emits (docs/pages/contract.md#s8, plus `SUPERVISOR_RESTART`,
+`TOOL_PERMISSION` and `TURN_DISCARDED`; docs: Telemetry and logging)."""
 
 
-class ToolCall(msgspec.Struct, frozen=True, kw_only=True):
+class ToolSpan(msgspec.Struct, frozen=True, kw_only=True):
     """One tool call seen in a turn's events, without its arguments or result.
+
+    Named a span so it cannot be taken for `gen_agent.tools.ToolCall`, the call a tool
+    receives (its old name here, `ToolCall`, warns until 0.3).
 
     The `tool_calls` metadata of `TURN_STOP` / `TURN_ERROR` holds a tuple of these, in the
     order the calls started (from the turn's retained events).
@@ -444,3 +454,6 @@ class TelemetryRecorder:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or not self._changed.wait(remaining):
                     raise TimeoutError(f"no matching telemetry event within {timeout} s")
+
+
+__getattr__ = _moved_names(__name__, {"ToolCall": ("gen_agent.telemetry", "ToolSpan")})

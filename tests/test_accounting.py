@@ -1,4 +1,4 @@
-"""Per-agent accounting (gen_agent.accounting) on the mock: running totals on each Response,
+"""Per-agent accounting (gen_agent._accounting) on the mock: running totals on each Response,
 the `max_cost_usd` / `max_total_tokens` caps refusing turns at dispatch with
 `("budget_exceeded", BudgetExceeded)`, surviving `reset_session`, and the `spend` seed."""
 
@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 import gen_agent
-from gen_agent.accounting import BudgetExceeded, Spend, add_turn, check_budget, total_tokens
+from gen_agent._accounting import BudgetExceeded, Spend, add_turn, check_budget, total_tokens
+from gen_agent._errors import TurnError
 from gen_agent.backends import mock
 from gen_agent.backends.mock import MockBackend
-from gen_agent.errors import TurnError
 
 T = 5.0  # seconds: the bound of every wait in this file
 
@@ -89,7 +89,7 @@ def test_the_token_cap_and_a_restored_spend() -> None:
     ({"max_cost_usd": float("nan")}, "max_cost_usd must be a finite number >= 0"),
     ({"max_cost_usd": float("inf")}, "max_cost_usd must be a finite number >= 0"),
     ({"max_total_tokens": 1.5}, "max_total_tokens must be an int >= 0"),
-    ({"spend": {"usage": {}}}, "spend must be a gen_agent.accounting.Spend"),
+    ({"spend": {"usage": {}}}, "spend must be a gen_agent.Spend"),
 ])
 def test_bad_caps_fail_the_start(options: dict[str, Any], message: str) -> None:
     with pytest.raises(gen_agent.AgentStartError) as failed:

@@ -7,13 +7,13 @@ import threading
 from typing import Any
 
 import pytest
-from runtime.server import WAIT_S, CallLog, Probe, start
+from _agents import WAIT_S, CallLog, Probe, start
 
 import gen_agent
 from gen_agent import aio
+from gen_agent._errors import AgentDown, AgentNotFound, CallTimeout, RequestError, TurnError
 from gen_agent.backends import mock
 from gen_agent.backends.mock import MockBackend
-from gen_agent.errors import AgentDown, AgentNotFound, CallTimeout, RequestError, TurnError
 
 
 def run(coro: Any) -> Any:

@@ -12,6 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gen_agent._errors import CheckpointError, GenAgentError
+from gen_agent._event import Event
 from gen_agent.backend import (
     OPTIONAL_HOOKS,
     REQUIRED_HOOKS,
@@ -25,8 +27,6 @@ from gen_agent.backend import (
     TurnContext,
     validate_backend,
 )
-from gen_agent.errors import CheckpointError, GenAgentError
-from gen_agent.event import Event
 
 # --- TurnContext ----------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""Smoke test of the benchmark harness (tests/benchmarks, `make bench`, issues 9 and 14).
+"""Smoke test of the benchmark harness (tests/benchmarks, `make bench`).
 
 Every measurement runs at a tiny size, so the harness cannot rot while the core changes. The
 figures are not compared with the targets here (timings on a shared test machine say
@@ -58,6 +58,8 @@ def test_every_measurement_module_is_discovered_and_has_a_headline() -> None:
 
 @pytest.mark.parametrize("module", runner.MEASUREMENTS, ids=lambda module: module.NAME)
 def test_each_measurement_runs_at_a_tiny_size(module: ModuleType) -> None:
+    if (reason := getattr(module, "missing", lambda: None)()) is not None:
+        pytest.skip(reason)  # a measurement of a real CLI, which this machine lacks
     params = runner.params_of(module, "smoke")
 
     results, error = runner.run_measurement(module, "smoke", 1, in_process=True)

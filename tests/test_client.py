@@ -1,12 +1,14 @@
-"""Tests for gen_agent.client: the bounded poll cache seen through the API (contract §4.16),
+"""Tests for gen_agent._client: the bounded poll cache seen through the API (contract §4.16),
 addressing rules and errors (§2.1), caller timeouts, completion recipients (§2.6), `AgentRef`,
 `send` / `send_after`, and `backend_session`."""
 
 from __future__ import annotations
 
+import functools
 import queue
 from typing import Any
 
+import _agents as agents
 import pykka
 import pytest
 
@@ -45,8 +47,7 @@ class Agent(GenAgent):
         return NoReply(state)
 
 
-def start(name: Any = "a", **opts: Any) -> gen_agent.AgentRef:
-    return gen_agent.start_agent(Agent, name=name, backend=MockBackend, **opts)
+start = functools.partial(agents.start, Agent)
 
 
 def tell_and_wait(ref: gen_agent.AgentRef, prompt: str) -> tuple[RequestRef, Any]:

@@ -1,4 +1,4 @@
-"""gen_agent.conversation: the neutral message form, its wire conversions, what they drop, the
+"""gen_agent._conversation: the neutral message form, its wire conversions, what they drop, the
 stream-made delta, and how `Response.messages` carries it (JSON and pickle round trips)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pickle
 
 import msgspec
 
-from gen_agent.conversation import (
+from gen_agent._conversation import (
     Dropped,
     Message,
     TextPart,
@@ -21,8 +21,8 @@ from gen_agent.conversation import (
     to_openai,
     user_message,
 )
-from gen_agent.event import Event
-from gen_agent.response import Response
+from gen_agent._event import Event
+from gen_agent._response import Response
 
 
 def _tool_conversation(provider: str) -> list[Message]:

@@ -7,16 +7,16 @@ from typing import Any
 import pytest
 
 import gen_agent
-from gen_agent.backend import BackendError, SessionStartError
-from gen_agent.backends.mock import MockBackend, text_turn
-from gen_agent.errors import (
+from gen_agent._errors import (
     AgentDown,
     AgentNotFound,
     AgentStartError,
     TurnError,
-    describe_reason,
 )
-from gen_agent.status import OverloadInfo
+from gen_agent._reasons import describe_reason
+from gen_agent._status import OverloadInfo
+from gen_agent.backend import BackendError, SessionStartError
+from gen_agent.backends.mock import MockBackend, text_turn
 
 
 def test_reasons_render_whole_and_readably() -> None:
@@ -116,8 +116,8 @@ def test_backend_start_failed_shows_the_accepted_options() -> None:
 
 
 def test_already_started_names_the_agent() -> None:
+    from gen_agent._errors import AlreadyStarted
     from gen_agent.backends.mock import MockBackend
-    from gen_agent.errors import AlreadyStarted
 
     class Agent(gen_agent.GenAgent):
         def init_agent(self, opts: dict) -> tuple[dict, None]:

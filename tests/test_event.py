@@ -1,11 +1,11 @@
-"""Tests for `gen_agent.event`: construction guards, timestamps, terminal kinds (contract §5)."""
+"""Tests for `gen_agent._event`: construction guards, timestamps, terminal kinds (contract §5)."""
 
 from __future__ import annotations
 
 import msgspec
 import pytest
 
-from gen_agent.event import KINDS, TERMINAL_KINDS, Event, monotonic_ms
+from gen_agent._event import KINDS, TERMINAL_KINDS, Event, monotonic_ms
 
 
 def test_new_stamps_monotonic_milliseconds() -> None:

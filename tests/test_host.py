@@ -18,11 +18,11 @@ import pytest
 
 import gen_agent
 from gen_agent import AgentHost, AgentSystem, GenAgent, NoReply, Proceed
-from gen_agent.accounting import BudgetExceeded
+from gen_agent._accounting import BudgetExceeded
+from gen_agent._errors import AgentNotFound, RequestError, TurnError
+from gen_agent._event import Event
+from gen_agent._status import Status
 from gen_agent.backends.mock import MockBackend, gate, text_turn
-from gen_agent.errors import AgentNotFound, RequestError, TurnError
-from gen_agent.event import Event
-from gen_agent.status import Status
 from gen_agent.store import MemoryStore, SessionRecord, SQLiteStore
 
 INCARNATIONS = itertools.count(1)
@@ -441,7 +441,7 @@ from typing import Any
 sys.path.insert(0, sys.argv[1])
 from gen_agent import AgentHost, AgentSystem, GenAgent, NoReply, Proceed
 from gen_agent.backends.mock import MockBackend, text_turn
-from gen_agent.errors import AgentStartError
+from gen_agent._errors import AgentStartError
 from gen_agent.store import SQLiteStore
 log = open(sys.argv[3], "a", buffering=1)
 inc = itertools.count(1)
@@ -528,8 +528,8 @@ def test_two_processes_racing_on_new_keys_never_share_one(tmp_path: Any) -> None
 
 def test_a_supervisor_wide_cap_covers_nested_children_and_pool_workers(
         system: AgentSystem) -> None:
-    from gen_agent.accounting import SharedBudget
-    from gen_agent.supervisor import child_spec, supervisor_spec
+    from gen_agent._accounting import SharedBudget
+    from gen_agent._supervisor import child_spec, supervisor_spec
 
     class Worker(GenAgent):
         def init_agent(self, opts: dict[str, Any]) -> tuple[dict[str, Any], Any]:
@@ -581,7 +581,7 @@ def test_a_supervisor_wide_cap_covers_nested_children_and_pool_workers(
 
 def test_a_host_runs_under_a_supervisor_and_restarts_with_its_records(
         system: AgentSystem) -> None:
-    from gen_agent.host import host_spec
+    from gen_agent._host import host_spec
 
     witness = Witness()
     store = MemoryStore()

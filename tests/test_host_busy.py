@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from gen_agent import AgentHost, AgentSystem, GenAgent, InterruptReceipt, NoReply, RequestOptions
+from gen_agent._errors import TurnError
+from gen_agent._event import Event
 from gen_agent.backends.mock import MockBackend, text_turn
-from gen_agent.errors import TurnError
-from gen_agent.event import Event
 
 WAIT_S = 5.0
 
@@ -89,7 +89,7 @@ def test_per_key_interrupt_calls_never_activate(system: AgentSystem) -> None:
     host, started, release = host_of(system)
     with host:
         try:
-            from gen_agent.ref import RequestRef
+            from gen_agent._request_ref import RequestRef
 
             assert host.interrupt_request("nobody", RequestRef.new()) == "not_found"
             assert host.cancel_request("nobody", RequestRef.new()) == "not_found"

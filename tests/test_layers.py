@@ -105,10 +105,10 @@ def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_the_walker_sees_real_edges() -> None:
     graph = _graph()
-    assert "gen_agent.agent_ref" in graph["gen_agent.system"]
-    assert "gen_agent.testing.script" in graph["gen_agent.testing.openai_protocol"]
+    assert "gen_agent._agent_ref" in graph["gen_agent._system"]
+    assert "gen_agent.testing._script" in graph["gen_agent.testing._openai_protocol"]
     # only under TYPE_CHECKING there: not an edge
-    assert "gen_agent.testing.model_server" not in graph["gen_agent.testing.openai_protocol"]
+    assert "gen_agent.testing._model_server" not in graph["gen_agent.testing._openai_protocol"]
 
 
 def test_a_cycle_is_found_when_there_is_one() -> None:
@@ -125,19 +125,20 @@ def test_no_import_cycle_inside_the_package() -> None:
 RECORDS = {
     # values, errors and the leaf services every layer may use
     "gen_agent._cancel", "gen_agent._context", "gen_agent._deprecate", "gen_agent._reap",
+    "gen_agent._reasons",
     "gen_agent._timers",
-    "gen_agent._tools", "gen_agent.accounting", "gen_agent.conversation", "gen_agent.debug",
-    "gen_agent.errors", "gen_agent.event", "gen_agent.limits", "gen_agent.messages",
-    "gen_agent.output", "gen_agent.permission", "gen_agent.portable", "gen_agent.ref",
-    "gen_agent.request", "gen_agent.response", "gen_agent.size", "gen_agent.status",
+    "gen_agent._tools", "gen_agent._accounting", "gen_agent._conversation", "gen_agent._debug",
+    "gen_agent._errors", "gen_agent._event", "gen_agent._limits", "gen_agent._delivered",
+    "gen_agent._output", "gen_agent._permission", "gen_agent._portable", "gen_agent._request_ref",
+    "gen_agent._request_options", "gen_agent._response", "gen_agent._size", "gen_agent._status",
     "gen_agent.telemetry",
 }
-CONTRACT = {"gen_agent.agent", "gen_agent.backend"}
+CONTRACT = {"gen_agent._agent", "gen_agent.backend"}
 API = {
     "gen_agent._agent_tool", "gen_agent._child_spec", "gen_agent._host_aio",
-    "gen_agent._pool_dispatch", "gen_agent.agent_ref", "gen_agent.aio", "gen_agent.client",
-    "gen_agent.host", "gen_agent.pool", "gen_agent.streaming", "gen_agent.supervisor",
-    "gen_agent.system",
+    "gen_agent._pool_dispatch", "gen_agent._agent_ref", "gen_agent.aio", "gen_agent._client",
+    "gen_agent._host", "gen_agent._pool", "gen_agent._streaming", "gen_agent._supervisor",
+    "gen_agent._system",
 }
 NAMESPACE_ROOTS = ("gen_agent.backends", "gen_agent.cli", "gen_agent.observer", "gen_agent.ray",
                    "gen_agent.server",
@@ -223,20 +224,20 @@ def test_outside_the_runtime_only_its_exported_names_are_imported() -> None:
 def test_the_layer_checks_catch_a_violation(tmp_path: Path) -> None:
     # A record that calls the client, a backend that uses the API, a namespace reaching into
     # a runtime submodule: each is reported (this is what the checks above would say).
-    graph = {"gen_agent.event": {"gen_agent.client"},
-             "gen_agent.backends.mock": {"gen_agent.client", "gen_agent.event"},
-             "gen_agent.client": {"gen_agent._runtime", "gen_agent.event"}}
+    graph = {"gen_agent._event": {"gen_agent._client"},
+             "gen_agent.backends.mock": {"gen_agent._client", "gen_agent._event"},
+             "gen_agent._client": {"gen_agent._runtime", "gen_agent._event"}}
     assert layer_violations(graph) == [
-        "gen_agent.backends.mock (a backend) imports gen_agent.client (the API)",
-        "gen_agent.event (records) imports gen_agent.client (api)",
+        "gen_agent._event (records) imports gen_agent._client (api)",
+        "gen_agent.backends.mock (a backend) imports gen_agent._client (the API)",
     ]
-    bad = tmp_path / "gen_agent" / "pool.py"
+    bad = tmp_path / "gen_agent" / "_pool.py"
     bad.parent.mkdir()
     bad.write_text("from gen_agent._runtime.turn import WORKERS\n"
                    "from gen_agent._runtime import WORKERS, not_exported\n")
-    assert sealing_violations({"gen_agent.pool": bad}) == [
-        "gen_agent.pool:1: gen_agent._runtime.turn:WORKERS",
-        "gen_agent.pool:2: gen_agent._runtime:not_exported",
+    assert sealing_violations({"gen_agent._pool": bad}) == [
+        "gen_agent._pool:1: gen_agent._runtime.turn:WORKERS",
+        "gen_agent._pool:2: gen_agent._runtime:not_exported",
     ]
 
 
@@ -244,8 +245,8 @@ def test_every_module_has_a_layer() -> None:
     for module in _modules():
         layer_of(module)  # raises for an unplaced module
     assert layer_of("gen_agent._runtime.agent_actor") == 2
-    assert layer_of("gen_agent.store.postgres") == 0  # a store: records and leaf services
-    assert layer_of("gen_agent.ray.host") == layer_of("gen_agent.ray._host_node") == 4
+    assert layer_of("gen_agent.store._postgres") == 0  # a store: records and leaf services
+    assert layer_of("gen_agent.ray._host") == layer_of("gen_agent.ray._host_node") == 4
     with pytest.raises(AssertionError, match="has no layer"):
         layer_of("gen_agent.brand_new")
 

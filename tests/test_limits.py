@@ -1,4 +1,4 @@
-"""Tests for `gen_agent.limits`: shared provider limits enforced at dispatch."""
+"""Tests for `gen_agent._limits`: shared provider limits enforced at dispatch."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
-from runtime.server import WAIT_S, CallLog, start
+from _agents import WAIT_S, CallLog, start
 
 import gen_agent
+from gen_agent._errors import AgentStartError, TurnError
+from gen_agent._limits import LimitStatus, ProviderLimit
 from gen_agent.backends import mock
-from gen_agent.errors import AgentStartError, TurnError
-from gen_agent.limits import LimitStatus, ProviderLimit
-from gen_agent.testing.model_server import Reply, ScriptedModelServer
+from gen_agent.testing._model_server import Reply, ScriptedModelServer
 
 anthropic = pytest.importorskip("anthropic")
 
@@ -32,7 +32,7 @@ def test_bounds_are_checked_and_shared_limits_are_one_object() -> None:
 def test_the_start_option_takes_only_a_provider_limit() -> None:
     with pytest.raises(AgentStartError) as info:
         start(provider_limit={"max_concurrent": 2})
-    assert "provider_limit must be a gen_agent.limits.ProviderLimit" in str(info.value)
+    assert "provider_limit must be a gen_agent.ProviderLimit" in str(info.value)
 
 
 def test_a_waiting_agent_stays_responsive_and_its_status_shows_the_limit() -> None:

@@ -11,10 +11,10 @@ import pytest
 
 import gen_agent
 from gen_agent import NoReply
+from gen_agent._delivered import Completion, Down, StreamEvent, down_reason
+from gen_agent._system import current_system
 from gen_agent.backends import mock
 from gen_agent.backends.mock import MockBackend
-from gen_agent.messages import Completion, Down, StreamEvent, down_reason
-from gen_agent.system import current_system
 
 T = 5.0  # seconds: the bound of every wait in this file
 

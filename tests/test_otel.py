@@ -5,6 +5,7 @@ instrumented."""
 
 from __future__ import annotations
 
+import functools
 import queue
 from collections.abc import Iterator
 from typing import Any
@@ -13,6 +14,7 @@ import pytest
 
 pytest.importorskip("opentelemetry.sdk", reason="needs the test extra: opentelemetry-sdk")
 
+import _agents as agents
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -22,10 +24,10 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 import gen_agent
 from gen_agent import GenAgent, NoReply, Prompt, TurnError, otel, telemetry
+from gen_agent._event import Event
 from gen_agent.backend import BackendError
 from gen_agent.backends import mock
 from gen_agent.backends.mock import MockBackend
-from gen_agent.event import Event
 from gen_agent.otel import _usage_attributes
 from gen_agent.telemetry import TURN_ERROR, TURN_START, TelemetryRecorder
 
@@ -98,8 +100,7 @@ def instrumented(sdk: Otel) -> Otel:
     return sdk
 
 
-def start(name: str = "a", **opts: Any) -> gen_agent.AgentRef:
-    return gen_agent.start_agent(Agent, name=name, backend=MockBackend, **opts)
+start = functools.partial(agents.start, Agent)
 
 
 def attrs(span: ReadableSpan) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Structured output (gen_agent.output) through the runtime on the mock: `ask(output=T)`,
+"""Structured output (gen_agent._output) through the runtime on the mock: `ask(output=T)`,
 `tell_with_completion(output=T)`, `Pool.map(output=T)`, the agent-wide `output` start option,
 the backend seeing the type in `context.options`, `("invalid_output", InvalidOutput)` with the
 validation message and the raw text, and `Response[T]` decoding."""
@@ -16,12 +16,12 @@ import pytest
 
 import gen_agent
 from gen_agent import RequestOptions
+from gen_agent._errors import TurnError
+from gen_agent._output import InvalidOutput, parse_output, schema_name, schema_of
+from gen_agent._pool import Pool
+from gen_agent._response import Response
 from gen_agent.backends import mock
 from gen_agent.backends.mock import MockBackend
-from gen_agent.errors import TurnError
-from gen_agent.output import InvalidOutput, parse_output, schema_name, schema_of
-from gen_agent.pool import Pool
-from gen_agent.response import Response
 
 T = 5.0  # seconds: the bound of every wait in this file
 
@@ -211,7 +211,7 @@ class Tree(msgspec.Struct):
 
 
 def test_strict_schema_of_pins_every_object_for_openai_strict_mode() -> None:
-    from gen_agent.output import schema_of, strict_schema_of
+    from gen_agent._output import schema_of, strict_schema_of
 
     plain = schema_of(Tree)
     strict = strict_schema_of(Tree)

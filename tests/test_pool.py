@@ -1,4 +1,4 @@
-"""Worker pools (gen_agent.pool): routing, results delivered once, overload per task,
+"""Worker pools (gen_agent._pool): routing, results delivered once, overload per task,
 quiescence, resize, and crashed workers replaced without losing undispatched work.
 
 Contract §10 ("Pool") and issue 7. Turns that must stay in flight block in a mock script on
@@ -26,10 +26,10 @@ from gen_agent import (
     RequestError,
     TurnError,
 )
+from gen_agent._pool import Pool, PoolRef
+from gen_agent._status import OverloadInfo
 from gen_agent.backends.mock import MockBackend, error_turn, text_turn
-from gen_agent.pool import Pool, PoolRef
-from gen_agent.status import OverloadInfo
-from gen_agent.testing.helpers import wait_for_state
+from gen_agent.testing._helpers import wait_for_state
 
 CRASH = ("callback_failed", "error", "ValueError")
 INTENSITY = ("shutdown", "reached_max_restart_intensity")

@@ -14,10 +14,10 @@ import pytest
 import gen_agent
 import gen_agent._pool_dispatch as pool_module  # the dispatcher schedules the retries
 from gen_agent import GenAgent, NoReply, TurnError
+from gen_agent._pool import Pool, RetryPolicy
 from gen_agent.backend import BackendError
 from gen_agent.backends import mock
 from gen_agent.backends.mock import MockBackend
-from gen_agent.pool import Pool, RetryPolicy
 
 T = 5.0  # seconds: the bound of every wait in this file
 
@@ -264,7 +264,7 @@ class ApiWorker(GenAgent):
 def test_pool_tasks_on_an_api_backend_each_send_one_message(scripted_model_server: Any) -> None:
     # Before: the k-th task on a worker carried 2k-1 messages (its whole conversation).
     from gen_agent.backends.anthropic import AnthropicAPI
-    from gen_agent.testing.model_server import Reply
+    from gen_agent.testing._model_server import Reply
 
     scripted_model_server.default = Reply.text("ok")
     opts = {"api_key": "k", "base_url": scripted_model_server.url, "model": "claude-test"}

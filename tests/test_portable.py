@@ -1,4 +1,4 @@
-"""gen_agent.portable: reasons in a form that pickles, encodes and rebuilds gen_agent's errors."""
+"""gen_agent._portable: reasons in a form that pickles, encodes and rebuilds gen_agent's errors."""
 
 from __future__ import annotations
 
@@ -13,9 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import gen_agent
-from gen_agent import portable
-from gen_agent.backend import BackendError, DispatchError
-from gen_agent.errors import (
+from gen_agent import _portable as portable
+from gen_agent._errors import (
     AgentDown,
     AgentNotFound,
     AlreadyStarted,
@@ -23,9 +22,10 @@ from gen_agent.errors import (
     GenAgentError,
     TurnError,
 )
-from gen_agent.portable import PortableError, PortableObject
-from gen_agent.response import Response
-from gen_agent.status import OverloadInfo
+from gen_agent._portable import PortableError, PortableObject
+from gen_agent._response import Response
+from gen_agent._status import OverloadInfo
+from gen_agent.backend import BackendError, DispatchError
 
 
 class SDKError(Exception):
@@ -144,7 +144,7 @@ def test_an_agent_ref_becomes_a_record_with_its_name(agent_system: Any) -> None:
         gen_agent.start_agent(Quiet, name=("w", 1), backend=MockBackend)
     record = portable.to_portable(info.value)
     agent = record.attrs["agent"]
-    assert agent == PortableObject("AgentRef", "gen_agent.agent_ref", {"name": ("w", 1)})
+    assert agent == PortableObject("AgentRef", "gen_agent._agent_ref", {"name": ("w", 1)})
     rebuilt = portable.from_portable(portable.decode(portable.encode(info.value)))
     assert type(rebuilt) is AlreadyStarted and rebuilt.name == ("w", 1)
     assert rebuilt.reason == ("already_started", agent)
@@ -257,8 +257,8 @@ def test_any_reason_round_trips_through_encode_and_pickle(term: Any) -> None:
 
 
 def test_a_portable_error_is_described_by_its_type_never_its_message() -> None:
-    from gen_agent.errors import describe_reason
-    from gen_agent.portable import to_portable
+    from gen_agent._portable import to_portable
+    from gen_agent._reasons import describe_reason
 
     reason = to_portable(("task_crashed", UnicodeEncodeError("utf-8", "secret text", 0, 1, "x")))
     assert describe_reason(reason) == "task_crashed: UnicodeEncodeError"

@@ -13,9 +13,9 @@ import pytest
 
 import gen_agent
 from gen_agent import NoReply, Proceed, Prompt, RequestOptions
+from gen_agent._errors import CallTimeout, TurnError
 from gen_agent.backends import mock
 from gen_agent.backends.mock import MockBackend
-from gen_agent.errors import CallTimeout, TurnError
 from gen_agent.telemetry import TURN_CANCELLED, TURN_STOP, TelemetryRecorder
 
 T = 5.0  # seconds: the bound of every wait in this file

@@ -1,4 +1,4 @@
-"""Tests for `gen_agent.response`: text assembly (§6.2), usage, terminal, coverage (§6.3) and
+"""Tests for `gen_agent._response`: text assembly (§6.2), usage, terminal, coverage (§6.3) and
 the Python extras of `Response` (python_api.md "Values")."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from typing import Any
 import msgspec
 import pytest
 
+from gen_agent._event import Event
+from gen_agent._response import EventCoverage, Omission, Response, TextAccumulator
 from gen_agent._runtime.capture import Capture
-from gen_agent.event import Event
-from gen_agent.response import EventCoverage, Omission, Response, TextAccumulator
-from gen_agent.size import term_size
+from gen_agent._size import term_size
 
 DEFAULT_MAX_EVENTS = 1000
 DEFAULT_MAX_BYTES = 1_048_576

@@ -1,11 +1,11 @@
-"""Tests for `gen_agent.size.term_size`: the byte measure behind every byte limit (§1.4, §12.6)."""
+"""Tests for `gen_agent.term_size`: the byte measure behind every byte limit (§1.4, §12.6)."""
 
 from __future__ import annotations
 
 import pytest
 
-from gen_agent.event import Event
-from gen_agent.size import term_size
+from gen_agent._event import Event
+from gen_agent._size import term_size
 
 
 class _Opaque:

@@ -8,14 +8,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from runtime.server import WAIT_S, CallLog, Hold, start, text_events
+from _agents import WAIT_S, CallLog, Hold, start, text_events
 
 import gen_agent
 from gen_agent import aio
+from gen_agent._errors import AgentDown, CallTimeout, TurnError
+from gen_agent._event import Event
 from gen_agent.backends import mock
 from gen_agent.backends.mock import MockBackend
-from gen_agent.errors import AgentDown, CallTimeout, TurnError
-from gen_agent.event import Event
 
 
 def run(coro: Any) -> Any:

@@ -1,4 +1,4 @@
-"""Supervision trees (gen_agent.supervisor): child specs, the three strategies, restart
+"""Supervision trees (gen_agent._supervisor): child specs, the three strategies, restart
 intensity, ordered start / reverse shutdown, nesting, and restarts that resume the session.
 
 Contract §2.2, §2.3, §2.19, §4.19, §9; OTP restart semantics. Every wait is bounded: restarts
@@ -19,10 +19,7 @@ import pytest
 
 import gen_agent
 from gen_agent import AgentDown, AgentStartError, GenAgent, InitAgentError, NoReply, RequestError
-from gen_agent.backend import BackendError, SessionStartError
-from gen_agent.backends import mock
-from gen_agent.backends.mock import MockBackend, text_turn
-from gen_agent.supervisor import (
+from gen_agent._supervisor import (
     ChildEvent,
     ChildSpec,
     Supervisor,
@@ -31,7 +28,10 @@ from gen_agent.supervisor import (
     should_restart,
     supervisor_spec,
 )
-from gen_agent.testing.helpers import wait_for_state
+from gen_agent.backend import BackendError, SessionStartError
+from gen_agent.backends import mock
+from gen_agent.backends.mock import MockBackend, text_turn
+from gen_agent.testing._helpers import wait_for_state
 
 INTENSITY = ("shutdown", "reached_max_restart_intensity")
 CRASH = ("callback_failed", "error", "ValueError")
@@ -617,7 +617,7 @@ def test_a_crashed_claude_cli_agent_resumes_its_conversation(events, tmp_path):
                     "@anthropic-ai/claude-code into .venv/npm when node and npm are present; or "
                     "set GEN_AGENT_CLAUDE_CLI to a `claude` executable)")
     from gen_agent.backends.claude import ClaudeCLI
-    from gen_agent.testing.model_server import Reply, ScriptedModelServer
+    from gen_agent.testing._model_server import Reply, ScriptedModelServer
 
     home, work = tmp_path / "home", tmp_path / "work"
     home.mkdir()

@@ -8,11 +8,11 @@ from typing import Any, Literal
 
 import msgspec
 import pytest
-from runtime.server import WAIT_S
+from _agents import WAIT_S
 
 import gen_agent
+from gen_agent._errors import AgentStartError
 from gen_agent.backends import mock
-from gen_agent.errors import AgentStartError
 from gen_agent.tools import Tool, ToolCall, ToolContext, ToolResult, run_calls, tool
 
 
@@ -274,7 +274,7 @@ class _Guarded(gen_agent.GenAgent):
         return {"scripts": opts["scripts"], "tools": [add, locate]}, []
 
     def handle_tool_permission(self, request: Any, state: Any) -> Any:
-        from gen_agent.permission import Allow, Deny
+        from gen_agent._permission import Allow, Deny
 
         if request.tool_name == "where":
             return Deny("no locating today")

@@ -14,16 +14,18 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from runtime.server import WAIT_S, ProbeWithInfo, start
+from _agents import WAIT_S, ProbeWithInfo, start
 
 import gen_agent
-from gen_agent import AgentRef, aio, client, streaming
+from gen_agent import AgentRef, aio
+from gen_agent import _client as client
+from gen_agent import _streaming as streaming
+from gen_agent._errors import AgentNotFound, CallTimeout
+from gen_agent._request_ref import RequestRef
+from gen_agent._status import PollResult
+from gen_agent._system import current_system
 from gen_agent.backends import mock
-from gen_agent.errors import AgentNotFound, CallTimeout
-from gen_agent.ref import RequestRef
-from gen_agent.status import PollResult
 from gen_agent.store import InterruptedTurn
-from gen_agent.system import current_system
 from gen_agent.testing import wait_until_idle
 
 # Functions of the threaded client that have no awaitable twin, and why.
@@ -34,7 +36,7 @@ NOT_AWAITABLE = {
     "whereis": "reads the registry, nothing to await",
     "send_after": "schedules a timer, nothing to await",
 }
-# Awaitable functions with no threaded twin in `gen_agent.client`: the pool's (`Pool.submit`,
+# Awaitable functions with no threaded twin in `gen_agent._client`: the pool's (`Pool.submit`,
 # `Pool.map`), and the stream, whose threaded twin is `gen_agent.stream`.
 AIO_ONLY = {"submit", "map", "stream", "AsyncTurnStream", "attach", "AsyncAttachedTurn"}
 

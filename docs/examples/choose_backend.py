@@ -57,7 +57,7 @@ def _user_text(request: Any) -> str:
 
 @contextlib.contextmanager
 def _scripted_server(fake_model: FakeModel, replies: int) -> Iterator[str]:
-    from gen_agent.testing.model_server import Reply, ScriptedModelServer
+    from gen_agent.testing._model_server import Reply, ScriptedModelServer
 
     def answer(request: Any) -> Reply:
         return Reply.text(fake_model(_user_text(request)))

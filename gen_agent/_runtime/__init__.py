@@ -9,15 +9,15 @@ it), so the runtime's insides can move without touching the rest of the package.
 - `agent_actor`: `AgentActor`, the pykka actor that owns an agent's state machine (see
   docs/pages/contract.md for the contract it follows).
 - `controls`: control calls (status, poll, halt/resume, drain, reset, checkpoints).
-- `request`: the agent's bookkeeping records: requests, the self-chain retry slot, the active turn.
+- `work`: the agent's bookkeeping records: requests, the self-chain retry slot, the active turn.
 - `turn`: turn tasks on pooled threads and the byte-bounded event channel back to the actor.
 - `capture`: per-turn event capture, compact retention and the lossless admission check.
 - `pending`: bounded FIFO queues with count and byte limits.
 - `handle`: the incarnation handle an `AgentRef` addresses.
 - `registry`: the names of an `AgentSystem`, as the runtime resolves and releases them.
-- `reply`: once-only deferred replies to blocked callers.
+- `reply`: `DeferredReply`, the once-only reply a blocked caller waits on.
 - `results`: the poll cache of finished requests.
-- `messages`: the actor's mailbox message records.
+- `mailbox`: the actor's mailbox message records.
 - `options`: parsing and validation of the reserved start options.
 - `replay`: the replay buffer of rejoinable turns and the deactivation check (`AgentHost`).
 
@@ -31,7 +31,7 @@ from gen_agent._runtime.actor import ActorBase
 from gen_agent._runtime.agent_actor import AgentActor
 from gen_agent._runtime.crash import log_exception
 from gen_agent._runtime.handle import AgentHandle
-from gen_agent._runtime.messages import (
+from gen_agent._runtime.mailbox import (
     AbandonAskMsg,
     AskMsg,
     CancelRequestMsg,
@@ -59,7 +59,7 @@ from gen_agent._runtime.options import (
 )
 from gen_agent._runtime.registry import Registry
 from gen_agent._runtime.replay import DeactivateMsg
-from gen_agent._runtime.reply import Reply, await_reply, call_in_loop, set_once
+from gen_agent._runtime.reply import DeferredReply, await_reply, call_in_loop, set_once
 from gen_agent._runtime.startup import RAISED_DURING_START
 from gen_agent._runtime.turn import WORKERS
 from gen_agent._runtime.watch import Watch
@@ -74,6 +74,7 @@ __all__ = [
     "AskMsg",
     "CancelRequestMsg",
     "DeactivateMsg",
+    "DeferredReply",
     "DrainMsg",
     "GetSessionMsg",
     "HaltMsg",
@@ -83,7 +84,6 @@ __all__ = [
     "NotifyMsg",
     "PollMsg",
     "Registry",
-    "Reply",
     "ResetSessionMsg",
     "ResumeMsg",
     "SnapshotMsg",

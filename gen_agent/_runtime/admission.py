@@ -10,11 +10,11 @@ import time
 from typing import Any
 
 from gen_agent import telemetry
-from gen_agent._runtime.messages import AskMsg, TellMsg
-from gen_agent._runtime.request import Request, Retry, caller_alive
-from gen_agent.event import monotonic_ms
-from gen_agent.ref import RequestRef
-from gen_agent.size import term_size
+from gen_agent._event import monotonic_ms
+from gen_agent._request_ref import RequestRef
+from gen_agent._runtime.mailbox import AskMsg, TellMsg
+from gen_agent._runtime.work import Request, Retry, caller_alive
+from gen_agent._size import term_size
 
 
 class AdmissionMixin:

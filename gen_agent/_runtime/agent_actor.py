@@ -23,10 +23,20 @@ from typing import Any
 from loguru import logger
 
 from gen_agent import telemetry
+from gen_agent._accounting import Spend
+from gen_agent._agent import GenAgent, Halt, NoReply, Prompt
 from gen_agent._context import (
     set_current,
     set_request,
 )
+from gen_agent._delivered import Completion, StreamEvent
+from gen_agent._errors import (
+    RequestError,
+)
+from gen_agent._event import monotonic_ms
+from gen_agent._reasons import redacted
+from gen_agent._request_options import DEFAULT_OPTIONS, RequestOptions
+from gen_agent._request_ref import RequestRef
 from gen_agent._runtime import record
 from gen_agent._runtime.actor import ActorBase
 from gen_agent._runtime.admission import AdmissionMixin
@@ -38,7 +48,7 @@ from gen_agent._runtime.durable import NO_DURABILITY, Durable, NoDurability
 from gen_agent._runtime.gates import Gates
 from gen_agent._runtime.handle import AgentHandle
 from gen_agent._runtime.inputs import InputsMixin
-from gen_agent._runtime.messages import (
+from gen_agent._runtime.mailbox import (
     AbandonAskMsg,
     AskMsg,
     CallMsg,
@@ -70,38 +80,30 @@ from gen_agent._runtime.messages import (
 from gen_agent._runtime.options import AgentOptions
 from gen_agent._runtime.pending import BoundedQueue
 from gen_agent._runtime.replay import AttachMsg, DeactivateMsg, ReplayBuffer, attach, deactivate
-from gen_agent._runtime.request import (
+from gen_agent._runtime.results import ResultCache
+from gen_agent._runtime.startup import StartupMixin
+from gen_agent._runtime.work import (
     Phase,
     Request,
     Retry,
     StopAgent,
     Turn,
     deliver_to,
-    redacted,
     type_name,
     valid_decision,
     valid_retry_delay,
 )
-from gen_agent._runtime.results import ResultCache
-from gen_agent._runtime.startup import StartupMixin
 from gen_agent._timers import TIMERS
-from gen_agent.accounting import Spend
-from gen_agent.agent import GenAgent, Halt, NoReply, Prompt
-from gen_agent.errors import (
-    RequestError,
-)
-from gen_agent.event import monotonic_ms
-from gen_agent.messages import Completion, StreamEvent
-from gen_agent.ref import RequestRef
-from gen_agent.request import DEFAULT_OPTIONS, RequestOptions
 from gen_agent.telemetry import attached
 
 _GRACEFUL = ("normal", "shutdown")
 
 
+
+
 class AgentActor(StartupMixin, AdmissionMixin, BusyMixin, DispatchMixin, InputsMixin,
                  ControlsMixin, ActorBase):
-    """The GenServer-like agent. Internal: users talk to it through `gen_agent.client`.
+    """The GenServer-like agent. Internal: users talk to it through `gen_agent._client`.
 
     Its loop, teardown and hibernation are `ActorBase`'s (`_runtime/actor.py`); this class is
     the agent's state machine on top: startup, the message `match`, admission, dispatch, the
@@ -146,7 +148,7 @@ class AgentActor(StartupMixin, AdmissionMixin, BusyMixin, DispatchMixin, InputsM
         self._send_info: Any = None
         self._replies: list[tuple[Any, Any]] = []
         self.log = logger.bind(gen_agent=self.name, gen_agent_module=module.__name__)
-        # The agent's running totals (gen_agent.accounting); reset_session keeps them.
+        # The agent's running totals (gen_agent._accounting); reset_session keeps them.
         self.spend = options.spend if options.spend is not None else Spend()
         if options.hibernate_after_ms is not None:
             self.enable_hibernation(options.hibernate_after_ms / 1000)
@@ -216,7 +218,7 @@ class AgentActor(StartupMixin, AdmissionMixin, BusyMixin, DispatchMixin, InputsM
 
     def _flush_replies(self) -> None:
         # Ask replies go out when the whole step is done, as gen_statem reply actions do
-        # (after buffered notifications and post_run; contract §12.11).
+        # (after buffered notifications and post_run; docs/pages/contract.md#s12-11).
         replies, self._replies = self._replies, []
         for reply, outcome in replies:
             reply.resolve(outcome)

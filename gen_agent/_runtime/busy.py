@@ -28,11 +28,12 @@ from __future__ import annotations
 from typing import Any
 
 from gen_agent import telemetry
-from gen_agent._runtime.request import Request, Retry, deliver_to, error_type
-from gen_agent.event import monotonic_ms
-from gen_agent.messages import Lifecycle
-from gen_agent.size import term_size
-from gen_agent.status import InterruptReceipt
+from gen_agent._delivered import Lifecycle
+from gen_agent._event import monotonic_ms
+from gen_agent._reasons import error_type
+from gen_agent._runtime.work import Request, Retry, deliver_to
+from gen_agent._size import term_size
+from gen_agent._status import InterruptReceipt
 from gen_agent.telemetry import attached
 
 ROLLBACK_UNSUPPORTED = "rollback_unsupported"

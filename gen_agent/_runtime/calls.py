@@ -4,7 +4,7 @@ is read.
 A call is a function of one incarnation's `AgentHandle` that checks its arguments (raising
 before anything is sent) and returns a `Call`: the message to send and what to make of the
 actor's answer. Two runners send it, `run` (blocking the calling thread) and `run_async`
-(awaiting on the caller's loop); `gen_agent.client`, `gen_agent.aio`, `AgentRef`, the streams
+(awaiting on the caller's loop); `gen_agent._client`, `gen_agent.aio`, `AgentRef`, the streams
 and the Ray node are adapters that resolve a name to a handle and pick a runner, so every twin
 has the same checks, the same message and the same outcomes (`tests/test_twins.py`).
 
@@ -23,8 +23,11 @@ from typing import Any
 import pykka
 
 from gen_agent._context import active_system
+from gen_agent._errors import AgentNotFound, CallTimeout, RequestError, TurnError
+from gen_agent._request_options import RequestOptions, check_options, traced
+from gen_agent._request_ref import RequestRef
 from gen_agent._runtime.handle import AgentHandle
-from gen_agent._runtime.messages import (
+from gen_agent._runtime.mailbox import (
     AbandonAskMsg,
     AskMsg,
     CancelRequestMsg,
@@ -42,10 +45,7 @@ from gen_agent._runtime.messages import (
 from gen_agent._runtime.replay import AttachMsg
 from gen_agent._runtime.reply import await_reply, call_in_loop, set_once
 from gen_agent._runtime.watch import Watch
-from gen_agent.errors import AgentNotFound, CallTimeout, RequestError, TurnError
-from gen_agent.ref import RequestRef
-from gen_agent.request import RequestOptions, check_options, traced
-from gen_agent.status import PollResult
+from gen_agent._status import PollResult
 
 _RAISE: Any = object()  # a call whose missing agent is `AgentNotFound`
 

@@ -1,5 +1,5 @@
 """Per-turn event capture: compact retention (`Capture`) and the lossless admission check
-(`LosslessBudget`), contract §4.6 and §6.3.
+(`LosslessBudget`), docs/pages/contract.md#s4-6 and #s6-3.
 
 Private. `Capture` runs on the agent actor thread, once per event of the turn, so `add` is
 kept to a few attribute operations; the caller (the turn task) computes each event's
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from gen_agent.conversation import omitted_data
-from gen_agent.event import Event
-from gen_agent.response import (
+from gen_agent._conversation import omitted_data
+from gen_agent._event import Event
+from gen_agent._response import (
     EventCoverage,
     Omission,
     Response,
@@ -20,14 +20,15 @@ from gen_agent.response import (
     _assemble,
     delta_stream,
 )
-from gen_agent.status import CaptureOverflow
-from gen_agent.telemetry import ToolCall
+from gen_agent._status import CaptureOverflow
+from gen_agent.telemetry import ToolSpan
 
 __all__ = ["Capture", "LosslessBudget", "tool_calls"]
 
 
 class Capture:
-    """One turn's event log, kept by the agent actor (compact retention, contract §4.6).
+    """One turn's event log, kept by the agent actor (compact retention,
+    docs/pages/contract.md#s4-6).
 
     Every event is observed (counted, fed to the text accumulator, its usage and terminal
     remembered); it is retained only while both bounds hold and nothing was omitted yet, so
@@ -103,7 +104,8 @@ class Capture:
         elif kind == "tool_use" or kind == "tool_result" or kind.endswith(".thinking"):
             # The stream-made delta has a byte budget of its own (max_event_bytes_per_turn):
             # past it a part keeps its ids and size only, so a turn of huge tool results
-            # stays within the retention bound (contract §6.3) instead of holding them all.
+            # stays within the retention bound (docs/pages/contract.md#s6-3) instead of holding them
+            # all.
             at = len(self._text._chunks)
             if size <= self._max_bytes - self._delta_bytes:
                 self._delta_bytes += size
@@ -152,7 +154,7 @@ class Capture:
             `final_message`, `usage` and `terminal` come from the full stream; `session_id`
             is the terminal's `data["session_id"]` when the terminal is a `"result"`.
 
-        Mirrors: the compact-retention Response build of contract §4.6.
+        Mirrors: the compact-retention Response build of docs/pages/contract.md#s4-6.
         """
         terminal = self.terminal
         session_id = None
@@ -173,7 +175,7 @@ class Capture:
 
 class LosslessBudget:
     """The lossless-retention admission check, run by the turn task BEFORE
-    `handle_stream_event` (contract §4.6).
+    `handle_stream_event` (docs/pages/contract.md#s4-6).
 
     Attributes (read-only for callers):
         retained_events: events admitted so far (count).
@@ -232,15 +234,15 @@ def _text(value: Any) -> str | None:
     return value if type(value) is str and value else None
 
 
-def tool_calls(events: list[Event]) -> tuple[ToolCall, ...]:
-    """The content-free `ToolCall` records of the tool calls among `events` (in order).
+def tool_calls(events: list[Event]) -> tuple[ToolSpan, ...]:
+    """The content-free `ToolSpan` records of the tool calls among `events` (in order).
 
     A `"tool_use"` event opens a call (its `name`, else `tool`, else `type`; its `id`); the
     `"tool_result"` event with the same id (`tool_use_id`, `id` or `call_id`) closes it,
     with `is_error` from the result's `is_error` or a `status` of `"failed"`/`"completed"`.
     Arguments and results are never copied. Runs only when a turn handler is attached.
     """
-    calls: list[ToolCall] = []
+    calls: list[ToolSpan] = []
     open_calls: dict[str, int] = {}
     for event in events:
         kind = event.kind
@@ -250,7 +252,7 @@ def tool_calls(events: list[Event]) -> tuple[ToolCall, ...]:
             name = _text(data.get("name")) or _text(data.get("tool")) or _text(data.get("type"))
             if call_id is not None:
                 open_calls[call_id] = len(calls)
-            calls.append(ToolCall(name=name, call_id=call_id, started_ms=event.timestamp))
+            calls.append(ToolSpan(name=name, call_id=call_id, started_ms=event.timestamp))
         elif kind == "tool_result":
             data = event.data
             call_id = (_text(data.get("tool_use_id")) or _text(data.get("id"))
@@ -263,7 +265,7 @@ def tool_calls(events: list[Event]) -> tuple[ToolCall, ...]:
             is_error = flag if type(flag) is bool else (
                 True if status == "failed" else False if status == "completed" else None)
             call = calls[index]
-            calls[index] = ToolCall(name=call.name, call_id=call.call_id,
+            calls[index] = ToolSpan(name=call.name, call_id=call.call_id,
                                     started_ms=call.started_ms, ended_ms=event.timestamp,
                                     is_error=is_error)
     return tuple(calls)

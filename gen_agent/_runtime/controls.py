@@ -12,15 +12,10 @@ import time
 from typing import Any
 
 from gen_agent import telemetry
+from gen_agent._agent import BASE_TOOL_PERMISSION
 from gen_agent._cancel import TurnMark
-from gen_agent._runtime import record
-from gen_agent._runtime.crash import log_exception
-from gen_agent._runtime.messages import CheckpointMsg, InfoMsg, PermissionMsg
-from gen_agent._runtime.request import Request, Retry, StopAgent, Turn, type_name, valid_session_id
-from gen_agent.agent import BASE_TOOL_PERMISSION
-from gen_agent.backend import BackendError, ResetError
-from gen_agent.errors import CallTimeout, CheckpointError, GenAgentError
-from gen_agent.permission import (
+from gen_agent._errors import CallTimeout, CheckpointError, GenAgentError
+from gen_agent._permission import (
     DENY_FAILED,
     DENY_INTERRUPTED,
     DENY_NOT_CURRENT,
@@ -28,7 +23,12 @@ from gen_agent.permission import (
     as_decision,
     decision_name,
 )
-from gen_agent.status import CurrentTurn, PollResult, RuntimeSnapshot, Status
+from gen_agent._runtime import record
+from gen_agent._runtime.crash import log_exception
+from gen_agent._runtime.mailbox import CheckpointMsg, InfoMsg, PermissionMsg
+from gen_agent._runtime.work import Request, Retry, StopAgent, Turn, type_name, valid_session_id
+from gen_agent._status import CurrentTurn, PollResult, RuntimeSnapshot, Status
+from gen_agent.backend import BackendError, ResetError
 
 
 class ControlsMixin:

@@ -1,11 +1,11 @@
-"""Logging an exception within the redaction promise (see `gen_agent.debug`)."""
+"""Logging an exception within the redaction promise (see `gen_agent._debug`)."""
 
 from __future__ import annotations
 
 import traceback
 from typing import Any
 
-from gen_agent.debug import debug_enabled
+from gen_agent._debug import debug_enabled
 
 
 def frames(exc: BaseException) -> list[tuple[str, int, str]]:

@@ -10,14 +10,18 @@ from typing import Any
 import msgspec
 
 from gen_agent import telemetry
+from gen_agent._agent import Halt, Proceed, Prompt, Skip
 from gen_agent._cancel import CancelSignal, TurnMark
 from gen_agent._context import set_request
+from gen_agent._request_options import DEFAULT_OPTIONS, RequestInfo, RequestOptions
+from gen_agent._request_ref import RequestRef
 from gen_agent._runtime import record
 from gen_agent._runtime.capture import Capture, LosslessBudget
 from gen_agent._runtime.crash import log_exception
-from gen_agent._runtime.messages import RetryGeneratedMsg
+from gen_agent._runtime.mailbox import RetryGeneratedMsg
 from gen_agent._runtime.pending import check_admission
-from gen_agent._runtime.request import (
+from gen_agent._runtime.turn import TurnChannel, TurnSpec, start_turn
+from gen_agent._runtime.work import (
     Phase,
     Request,
     Retry,
@@ -26,13 +30,9 @@ from gen_agent._runtime.request import (
     caller_alive,
     type_name,
 )
-from gen_agent._runtime.turn import TurnChannel, TurnSpec, start_turn
+from gen_agent._size import term_size
 from gen_agent._timers import TIMERS
-from gen_agent.agent import Halt, Proceed, Prompt, Skip
 from gen_agent.backend import ResetError, TurnContext
-from gen_agent.ref import RequestRef
-from gen_agent.request import DEFAULT_OPTIONS, RequestInfo, RequestOptions
-from gen_agent.size import term_size
 
 _RETRY_GENERATED_S = 0.010
 
@@ -147,7 +147,7 @@ class DispatchMixin:
         return outcome
 
     def _start_turn(self, request: Request, prompt: str, attempt: int) -> str:
-        # The spend caps first (gen_agent.accounting): a refused turn runs no callback.
+        # The spend caps first (gen_agent._accounting): a refused turn runs no callback.
         over = self.gates.over_budget(self.spend)
         if over is not None:
             if request.generated:

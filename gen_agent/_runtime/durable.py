@@ -18,11 +18,11 @@ from typing import Any
 import msgspec
 
 from gen_agent import telemetry
+from gen_agent._errors import AgentStartError
+from gen_agent._portable import to_portable
 from gen_agent._reap import owner_marker, reap_marked
 from gen_agent._runtime.journal import TurnJournal
 from gen_agent.backend import SessionStartError
-from gen_agent.errors import AgentStartError
-from gen_agent.portable import to_portable
 from gen_agent.store import (
     INTERRUPTED_NOTE,
     OUTCOME_UNKNOWN,
@@ -40,7 +40,7 @@ from gen_agent.store import (
     TurnOutcome,
     bind_owner,
 )
-from gen_agent.store.lease import _BOOT_ID, _HOST, taken_from
+from gen_agent.store._lease import _BOOT_ID, _HOST, taken_from
 
 _REAP_WAIT_S = 10.0  # how long a new owner waits for the dead owner's processes to end (s)
 

@@ -2,8 +2,8 @@
 and the watchdog.
 
 One object per agent, owned by its actor thread (no locking). The spend caps refuse a turn
-before any callback runs (`gen_agent.accounting`); the provider permit is one of a shared
-`ProviderLimit`'s, taken at dispatch and given back when the turn ends (`gen_agent.limits`);
+before any callback runs (`gen_agent._accounting`); the provider permit is one of a shared
+`ProviderLimit`'s, taken at dispatch and given back when the turn ends (`gen_agent._limits`);
 the watchdog is one timer per agent, not one per turn: it is left running when a turn ends,
 and when it fires the agent checks the turn running then against that turn's own deadline,
 arming it again if it is not due yet. So a busy agent schedules about one timer per
@@ -15,10 +15,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from gen_agent._runtime.messages import LimitWakeMsg, WatchdogMsg
+from gen_agent._accounting import BudgetExceeded, Spend, check_budget, spend_since
+from gen_agent._runtime.mailbox import LimitWakeMsg, WatchdogMsg
 from gen_agent._runtime.options import AgentOptions
 from gen_agent._timers import TIMERS
-from gen_agent.accounting import BudgetExceeded, Spend, check_budget, spend_since
 
 
 class Gates:
@@ -53,7 +53,7 @@ class Gates:
 
     def charge(self, spend: Spend) -> None:
         """A turn ended with the agent's totals at `spend`: charge the shared budgets
-        (`gen_agent.accounting.SharedBudget`) with what it added."""
+        (`gen_agent.SharedBudget`) with what it added."""
         before = self._charged
         if before is None or before is spend or not self._opts.budgets:
             return

@@ -14,14 +14,14 @@ from typing import Any
 import pykka
 from loguru import logger
 
-from gen_agent._runtime.messages import (
+from gen_agent._errors import AgentDown, RequestError
+from gen_agent._runtime.mailbox import (
     AbandonAskMsg,
     InterruptMsg,
     InterruptRequestMsg,
     StopMsg,
 )
-from gen_agent._runtime.reply import OnceEvent, Reply, fail_all
-from gen_agent.errors import AgentDown, RequestError
+from gen_agent._runtime.reply import DeferredReply, OnceEvent, fail_all
 
 
 class AgentHandle:
@@ -40,7 +40,7 @@ class AgentHandle:
         self.shutdown_ms = shutdown_ms
         self.actor_ref: pykka.ActorRef[Any] | None = None
         self.actor_thread: int | None = None
-        self.outstanding: set[Reply] = set()
+        self.outstanding: set[DeferredReply] = set()
         self.closed = False
         self.exited = OnceEvent()
         self.exit_reason: Any = None
@@ -75,9 +75,9 @@ class AgentHandle:
         """True until the agent stopped accepting messages."""
         return not self.closed
 
-    def reply(self) -> Reply:
+    def reply(self) -> DeferredReply:
         """A new reply tracked by this agent."""
-        return Reply(self.outstanding)
+        return DeferredReply(self.outstanding)
 
     def send(self, message: Any) -> bool:
         """Put `message` in the actor's mailbox; False if the agent no longer accepts.
@@ -92,7 +92,7 @@ class AgentHandle:
             if self.closed or ref is None or ref.actor_stopped.is_set():
                 return False
             mark = self._mark_for(message)
-            # Bare, without pykka's Envelope: the agent's loop takes both (issue 20).
+            # Bare, without pykka's Envelope: the agent's loop takes both.
             ref.actor_inbox.put(message)
         if mark is not None:
             mark.mark()
@@ -129,7 +129,7 @@ class AgentHandle:
         """
         return self.request(make).wait(timeout)
 
-    def request(self, make: Any) -> Reply:
+    def request(self, make: Any) -> DeferredReply:
         """Send `make(reply)` and return the reply without waiting (the async client awaits
         it). A reply the agent can no longer take is failed with `AgentDown` at once.
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 from typing import Any
 
 from gen_agent import telemetry
+from gen_agent._agent import Halt, NoReply, Prompt
 from gen_agent._runtime.crash import log_exception
-from gen_agent._runtime.messages import NotifyMsg
-from gen_agent._runtime.request import Request, valid_decision
-from gen_agent.agent import Halt, NoReply, Prompt
-from gen_agent.size import term_size
+from gen_agent._runtime.mailbox import NotifyMsg
+from gen_agent._runtime.work import Request, valid_decision
+from gen_agent._size import term_size
 
 
 class InputsMixin:

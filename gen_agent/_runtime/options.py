@@ -1,4 +1,4 @@
-"""Reserved start options: defaults, units and validation (contract §2.2).
+"""Reserved start options: defaults, units and validation (docs/pages/contract.md#s2-2).
 
 `None` for any option means "use the default", as an explicit `nil` does in the original.
 `watchdog_ms` accepts `"infinity"` or `math.inf` to disable the watchdog; `shutdown_ms` accepts
@@ -17,11 +17,11 @@ from typing import Any, Literal
 
 import msgspec
 
+from gen_agent._accounting import SharedBudget, Spend
+from gen_agent._limits import ProviderLimit
+from gen_agent._output import check_output_type
+from gen_agent._request_options import check_busy
 from gen_agent._timers import MAX_DURATION_MS
-from gen_agent.accounting import SharedBudget, Spend
-from gen_agent.limits import ProviderLimit
-from gen_agent.output import check_output_type
-from gen_agent.request import check_busy
 
 RESERVED = (
     "watchdog_ms", "shutdown_ms", "max_tell_results", "max_tell_result_bytes",
@@ -90,9 +90,9 @@ class AgentOptions(msgspec.Struct, frozen=True, kw_only=True):
     hibernate_after_ms: int | None = None
     store: Any = None
     session_key: str | None = None
-    provider_limit: Any = None  # a gen_agent.limits.ProviderLimit shared with other agents
-    output: Any = None  # the default structured-output type (gen_agent.output)
-    max_cost_usd: float | None = None  # US dollars (gen_agent.accounting)
+    provider_limit: Any = None  # a gen_agent.ProviderLimit shared with other agents
+    output: Any = None  # the default structured-output type (gen_agent._output)
+    max_cost_usd: float | None = None  # US dollars (gen_agent._accounting)
     max_total_tokens: int | None = None  # tokens
     spend: Spend | None = None  # the totals to start from
     budgets: tuple[Any, ...] = ()  # SharedBudgets above the agent (supervisor, pool, host)
@@ -104,7 +104,7 @@ _STORE_METHODS = ("acquire", "release", "load", "update")
 
 
 def _check_store(store: Any, key: Any) -> None:
-    # Both or neither: a durable session is named by its key (gen_agent.store, issue #22).
+    # Both or neither: a durable session is named by its key (gen_agent.store).
     if store is None and key is None:
         return
     if store is None:
@@ -228,7 +228,7 @@ def build_options(reserved: dict[str, Any], backend: Any = None) -> AgentOptions
     _check_store(values["store"], values["session_key"])
     limit = values["provider_limit"]
     if limit is not None and not isinstance(limit, ProviderLimit):
-        raise ValueError("provider_limit must be a gen_agent.limits.ProviderLimit or None, "
+        raise ValueError("provider_limit must be a gen_agent.ProviderLimit or None, "
                          f"got {type(limit).__name__}")
     if values["event_retention"] not in ("compact", "lossless"):
         raise ValueError(
@@ -263,9 +263,9 @@ def _check_accounting(values: dict[str, Any]) -> None:
         budgets = (budgets,)
     if not (isinstance(budgets, tuple | list)
             and all(isinstance(b, SharedBudget) for b in budgets)):
-        raise ValueError("budgets must be a tuple of gen_agent.accounting.SharedBudget, "
+        raise ValueError("budgets must be a tuple of gen_agent.SharedBudget, "
                          f"got {type(budgets).__name__}")
     values["budgets"] = tuple(budgets)
     spend = values["spend"]
     if spend is not None and type(spend) is not Spend:
-        raise ValueError(f"spend must be a gen_agent.accounting.Spend, got {spend!r}")
+        raise ValueError(f"spend must be a gen_agent.Spend, got {spend!r}")

@@ -1,4 +1,4 @@
-"""Bounded FIFO queues with count and byte limits (contract §4.17). Pure; no threads.
+"""Bounded FIFO queues with count and byte limits (docs/pages/contract.md#s4-17). Pure; no threads.
 
 Used for the prompt mailbox and the deferred-notification buffer. The agent actor owns each
 queue, so nothing here is locked.
@@ -10,7 +10,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, Literal, TypeVar
 
-from gen_agent.status import OverloadInfo
+from gen_agent._status import OverloadInfo
 
 T = TypeVar("T")
 
@@ -23,7 +23,7 @@ def check_admission(
 ) -> OverloadInfo | None:
     """Return why an item may not join a queue, or None if it fits.
 
-    Rule (contract §4.17): `count >= max_count` → limit "count"; else
+    Rule (docs/pages/contract.md#s4-17): `count >= max_count` → limit "count"; else
     `incoming_bytes > max_bytes - pending_bytes` → limit "bytes"; else accept.
     """
     if count >= max_count:
@@ -52,7 +52,7 @@ class BoundedQueue(Generic[T]):
         self.max_bytes = max_bytes
         self.bytes = 0
         # Made on the first offer: an empty deque holds a 64-slot block (~760 bytes), and most
-        # agents never queue anything (100,000 hibernated agents, issue 20).
+        # agents never queue anything (100,000 hibernated agents).
         self._items: deque[tuple[T, int]] = _NO_ITEMS
 
     def __len__(self) -> int:

@@ -16,12 +16,12 @@ from typing import Any
 import msgspec
 
 from gen_agent import telemetry
+from gen_agent._accounting import Spend, add_turn
+from gen_agent._event import monotonic_ms
+from gen_agent._output import InvalidOutput, parse_output
+from gen_agent._reasons import error_type, reason_kind
+from gen_agent._response import Response
 from gen_agent._runtime.capture import tool_calls
-from gen_agent._runtime.request import error_type, reason_kind
-from gen_agent.accounting import Spend, add_turn
-from gen_agent.event import monotonic_ms
-from gen_agent.output import InvalidOutput, parse_output
-from gen_agent.response import Response
 from gen_agent.telemetry import attached
 
 #: The trace carrier of a turn nobody instruments (never written).
@@ -33,7 +33,7 @@ def complete(spend: Spend, response: Response, output: Any) -> tuple[Spend, Resp
     or None).
 
     Returns `(spend, response, None)` with `session_usage`/`session_cost_usd` (and `parsed`)
-    filled, or `(spend, response, ("invalid_output", InvalidOutput))` (gen_agent.output).
+    filled, or `(spend, response, ("invalid_output", InvalidOutput))` (gen_agent._output).
     """
     if response.usage is not None or response.cost_usd is not None:
         spend = add_turn(spend, response.usage, response.cost_usd)

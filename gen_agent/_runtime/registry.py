@@ -1,7 +1,7 @@
 """`Registry`: the names of one `AgentSystem`, as the runtime sees them.
 
 The part of the registry the runtime uses: name lookup (with the reason a name is gone), the
-unregistration of an ended incarnation and the memory of recent exits. `gen_agent.system`'s
+unregistration of an ended incarnation and the memory of recent exits. `gen_agent._system`'s
 `AgentSystem` extends it with starting, stopping and supervising agents, so the runtime never
 calls up into the API to resolve or release a name.
 """
@@ -11,8 +11,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from gen_agent._errors import AgentNotFound
 from gen_agent._runtime.handle import AgentHandle
-from gen_agent.errors import AgentNotFound
 
 _ENDED_KEPT = 256  # ended incarnations remembered for AgentNotFound's last_exit (count)
 

@@ -25,9 +25,9 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from typing import Any
 
-from gen_agent._runtime.messages import Msg
-from gen_agent._runtime.request import StopAgent, deliver_to
-from gen_agent.messages import Completion
+from gen_agent._delivered import Completion
+from gen_agent._runtime.mailbox import Msg
+from gen_agent._runtime.work import StopAgent, deliver_to
 
 
 class AttachMsg(Msg, frozen=True):

@@ -1,6 +1,6 @@
 """Once-only replies from the agent actor to a waiting caller (deferred replies, §4.5).
 
-A `Reply` is the smallest possible future: a lock held from creation is the "not yet
+A `DeferredReply` is the smallest possible future: a lock held from creation is the "not yet
 answered" signal (the waiter blocks acquiring it; the answer releases it), and a second lock
 taken without blocking makes the answer once-only. The actor resolves it later, possibly from
 a later message than the one that carried it; a second resolution is ignored. Every reply
@@ -18,16 +18,16 @@ import contextlib
 import threading
 from typing import Any
 
+from gen_agent._errors import CallTimeout
 from gen_agent._timers import wait_s
-from gen_agent.errors import CallTimeout
 
 
-class Reply:
+class DeferredReply:
     """A once-only, thread-safe answer slot."""
 
     __slots__ = ("_answered", "_callback", "_error", "_once", "_outstanding", "_value")
 
-    def __init__(self, outstanding: set[Reply] | None = None) -> None:
+    def __init__(self, outstanding: set[DeferredReply] | None = None) -> None:
         self._answered = threading.Lock()
         self._answered.acquire()  # released by the answer
         self._once = threading.Lock()
@@ -73,7 +73,7 @@ class Reply:
         quick and must not raise (the async client hands the answer to its loop from here)."""
         once = threading.Lock()
 
-        def fire(reply: Reply) -> None:
+        def fire(reply: DeferredReply) -> None:
             if once.acquire(blocking=False):
                 callback(reply)
 
@@ -103,7 +103,7 @@ class Reply:
 class OnceEvent:
     """A `threading.Event` that is set once and never cleared, on one lock: a fraction of the
     memory of an Event (a Condition, its lock and a waiter deque), for the per-agent "exited"
-    and "stopped" flags that 100,000 hibernated agents each hold (issue 20).
+    and "stopped" flags that 100,000 hibernated agents each hold.
 
     Same interface as the Event methods used: `set()`, `is_set()`, `wait(timeout=None) ->
     bool` (`timeout` in seconds, None = forever).
@@ -136,7 +136,7 @@ class OnceEvent:
         return self._flag
 
 
-def fail_all(outstanding: set[Reply], exc: BaseException) -> None:
+def fail_all(outstanding: set[DeferredReply], exc: BaseException) -> None:
     """Fail every reply still outstanding (the agent is gone)."""
     for reply in list(outstanding):
         reply.fail(exc)
@@ -156,7 +156,7 @@ def set_once(future: asyncio.Future[Any], value: Any = None) -> None:
         future.set_result(value)
 
 
-def _settle(future: asyncio.Future[Any], reply: Reply) -> None:
+def _settle(future: asyncio.Future[Any], reply: DeferredReply) -> None:
     if future.done():  # cancelled meanwhile
         return
     try:
@@ -165,7 +165,7 @@ def _settle(future: asyncio.Future[Any], reply: Reply) -> None:
         future.set_exception(exc)
 
 
-async def await_reply(reply: Reply, timeout: float | None) -> Any:
+async def await_reply(reply: DeferredReply, timeout: float | None) -> Any:
     """Await `reply` on the running loop; `timeout` seconds (None = forever).
 
     Raises:

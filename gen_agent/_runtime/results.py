@@ -1,4 +1,4 @@
-"""The bounded poll-result cache (contract §4.16). Pure; no threads.
+"""The bounded poll-result cache (docs/pages/contract.md#s4-16). Pure; no threads.
 
 Stores `ref -> ("ok", response) | ("error", reason)` for tell requests. The size of an entry is
 `term_size((ref_key, result))`. After each insert the oldest entries are pruned while the count
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gen_agent.size import term_size
+from gen_agent._size import term_size
 
 
 class ResultCache:

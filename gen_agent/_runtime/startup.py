@@ -9,13 +9,14 @@ import functools
 import threading
 from typing import Any
 
+from gen_agent._agent import BASE_STREAM_EVENT, BASE_TOOL_PERMISSION, GenAgent
 from gen_agent._context import set_current
+from gen_agent._errors import AgentStartError, InitAgentError, PreRunError
+from gen_agent._reasons import describe_reason
 from gen_agent._runtime import record
 from gen_agent._runtime.crash import log_exception
-from gen_agent._runtime.request import Phase, type_name
-from gen_agent.agent import BASE_STREAM_EVENT, BASE_TOOL_PERMISSION, GenAgent
+from gen_agent._runtime.work import Phase, type_name
 from gen_agent.backend import SessionStartError
-from gen_agent.errors import AgentStartError, InitAgentError, PreRunError, describe_reason
 
 #: The detail of an `("init_failed", "error", T)` start error (the exception is chained).
 RAISED_DURING_START = "(raised during start; the original exception is __cause__)"

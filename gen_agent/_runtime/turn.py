@@ -1,4 +1,4 @@
-"""The turn task: one per dispatched prompt (contract §4.6, "Inside the task").
+"""The turn task: one per dispatched prompt (docs/pages/contract.md#s4-6, "Inside the task").
 
 It calls `backend.prompt`, pulls the event stream, runs `handle_stream_event`, and hands each
 event and then its outcome to the agent, tagged with its task id. It never touches agent data:
@@ -24,11 +24,11 @@ from loguru import logger
 
 from gen_agent._cancel import CancelSignal
 from gen_agent._context import set_current, trace_carrier_activation
+from gen_agent._event import TERMINAL_KINDS, Event, monotonic_ms
 from gen_agent._runtime.capture import LosslessBudget
-from gen_agent._runtime.messages import TurnDoneMsg, TurnWakeMsg
+from gen_agent._runtime.mailbox import TurnDoneMsg, TurnWakeMsg
+from gen_agent._size import term_size
 from gen_agent.backend import DispatchError, TurnContext
-from gen_agent.event import TERMINAL_KINDS, Event, monotonic_ms
-from gen_agent.size import term_size
 
 
 class TurnChannel:
@@ -136,7 +136,7 @@ class _Worker:
 
     def __init__(self) -> None:
         # The next spec is handed over through a C SimpleQueue: one put and one get, cheaper
-        # than a threading.Event's condition (issue 20).
+        # than a threading.Event's condition.
         self.inbox: queue.SimpleQueue[TurnSpec] = queue.SimpleQueue()
         self.thread: threading.Thread | None = None
 
@@ -203,7 +203,7 @@ class TurnWorkers:
             if outcome is not None:
                 # Pushed once parked: the agent, which may dispatch its next turn as soon as
                 # it has this outcome, then finds this worker idle instead of starting a
-                # new thread (issue 20).
+                # new thread.
                 try:
                     spec.channel.push(outcome)
                 except Exception as exc:  # noqa: BLE001 - a parked worker must survive

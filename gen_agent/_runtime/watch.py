@@ -6,9 +6,9 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from gen_agent._runtime.request import deliver_to
-from gen_agent.messages import Down
-from gen_agent.ref import RequestRef
+from gen_agent._delivered import Down
+from gen_agent._request_ref import RequestRef
+from gen_agent._runtime.work import deliver_to
 
 
 class Watch:

@@ -24,7 +24,8 @@ Normalization (raw stream events, as dicts, to `Event`s; `AnthropicStreamTransla
   are never summed);
 - `message_stop` → `usage` {input_tokens, output_tokens, cache_*} then the terminal `result`
   {text (the joined text blocks), session_id, stop_reason, model, message_id, provider};
-  a refusal is a `result` with `stop_reason: "refusal"` (contract §7.6; docs: the backend guide);
+  a refusal is a `result` with `stop_reason: "refusal"` (docs/pages/contract.md#s7-6; docs: the
+  backend guide);
 - an HTTP error, a mid-stream `error` event, a connection failure, or a stream that ends
   before `message_stop` → the terminal `error` whose reason is a `BackendError` with its
   `diagnostics` (partial text, message id, usage, HTTP status); `_error_from_sdk` is the one
@@ -41,16 +42,12 @@ from typing import Any, ClassVar, Final
 
 import msgspec
 
+from gen_agent._conversation import Dropped, Message, from_anthropic, to_anthropic
+from gen_agent._event import Event
+from gen_agent._output import schema_of
+from gen_agent._response import finish_reason
 from gen_agent.backend import Backend, BackendError, TurnContext
-from gen_agent.backends._option_checks import (
-    int_at_least,
-    is_str,
-    is_text,
-    keys_other_than,
-    number_between,
-    validate_options,
-)
-from gen_agent.backends._sdk import (
+from gen_agent.backends._http.sdk import (
     SDK,
     SDK_CHECKS,
     SDKOptions,
@@ -66,15 +63,20 @@ from gen_agent.backends._sdk import (
     stream_turn,
     with_prompt,
 )
-from gen_agent.backends._tool_loop import run_loop
-from gen_agent.conversation import Dropped, Message, from_anthropic, to_anthropic
-from gen_agent.event import Event
-from gen_agent.output import schema_of
-from gen_agent.response import finish_reason
+from gen_agent.backends._http.tool_loop import run_loop
+from gen_agent.backends._option_checks import (
+    int_at_least,
+    is_str,
+    is_text,
+    keys_other_than,
+    number_between,
+    validate_options,
+)
 
 __all__ = [
     "DEFAULT_MODEL",
     "OPTIONS",
+    "PROVIDER",
     "AnthropicAPI",
     "AnthropicOptions",
     "AnthropicSession",
@@ -441,8 +443,8 @@ class AnthropicAPI(Backend):
     Thread-safety: every hook may run in any thread; `cancel` may run while `prompt`'s stream
     is being read in another thread (it shuts the connection down).
 
-    Mirrors: `GenAgentAnthropic` (contract §7.6, third bullet; docs: the backend guide), on the
-    official SDK.
+    Mirrors: `GenAgentAnthropic` (docs/pages/contract.md#s7-6, third bullet; docs: the backend
+    guide), on the official SDK.
     """
 
     supports_rollback = True  # the session is the conversation (busy="rollback")
@@ -463,7 +465,7 @@ class AnthropicAPI(Backend):
                 `"missing_sdk"` (the message says `pip install 'gen-agent[anthropic]'`) or
                 `"missing_api_key"`.
 
-        Mirrors: `start_session/1` (contract §7.1, §7.6; docs: the backend guide).
+        Mirrors: `start_session/1` (docs/pages/contract.md#s7-1, #s7-6; docs: the backend guide).
         """
         options = validate_options(opts, AnthropicOptions, _CHECKS, backend=cls.__name__)
         tool_defs, python_tools = split_tools(options.tools)
@@ -498,7 +500,7 @@ class AnthropicAPI(Backend):
         Raises:
             TypeError: `prompt` is not a str.
 
-        Mirrors: `prompt/2` (contract §7.1, §7.6; docs: the backend guide).
+        Mirrors: `prompt/2` (docs/pages/contract.md#s7-1, #s7-6; docs: the backend guide).
         """
         if not isinstance(prompt, str):
             raise TypeError(f"prompt must be a str, got {type(prompt).__name__}")
@@ -536,7 +538,7 @@ class AnthropicAPI(Backend):
     ) -> AnthropicSession:
         """After a successful turn: append the reply (the last of the result's `messages`)
         to the history (bounded). An empty reply is kept but not resent (see
-        `gen_agent.conversation`)."""
+        `gen_agent._conversation`)."""
         messages = tuple(result_data.get("messages") or ())
         added = messages[1:] if messages and messages[0].role == "user" else messages
         if not any(m.role == "assistant" for m in added):
@@ -565,7 +567,7 @@ class AnthropicAPI(Backend):
     def reset_session(cls, session: AnthropicSession) -> AnthropicSession:
         """Forget the conversation (history and turn count); the client is kept.
 
-        Mirrors `reset_session/1` (contract §2.15; docs: the client API reference).
+        Mirrors `reset_session/1` (docs/pages/contract.md#s2-15; docs: the client API reference).
         """
         return msgspec.structs.replace(session, history=(), turns=0)
 
@@ -601,7 +603,7 @@ def _request(
     if tools:
         body["tools"] = tools
     if output is not None:
-        # Structured outputs: the schema as `output_config.format` (gen_agent.output).
+        # Structured outputs: the schema as `output_config.format` (gen_agent._output).
         config = dict(body.get("output_config") or {})
         config["format"] = {"type": "json_schema", "schema": schema_of(output)}
         body["output_config"] = config

@@ -2,8 +2,8 @@
 
 Each turn runs `claude -p --output-format stream-json --verbose [options] -- PROMPT` as a child
 in its own process group (the prompt is one argument, never seen by a shell), reads its stdout
-line by line and normalizes every line into `Event`s (contract §7.6, first bullet; docs: the
-backend guide). The first
+line by line and normalizes every line into `Event`s (docs/pages/contract.md#s7-6, first bullet;
+docs: the backend guide). The first
 line that carries a `session_id` is checkpointed (§7.3) and the next turn resumes that
 conversation with `--resume ID`.
 
@@ -13,7 +13,7 @@ Two layers:
   stream-json line in, `Event`s out, with the per-turn state that deduplicates tool calls and
   streamed text. Tested on recorded output of the real CLI, without a process.
 - `ClaudeCLI`: the backend hooks, written once for both CLI backends in
-  `gen_agent.backends._cli` (which spawns and reads the child through `_process`); this
+  `gen_agent.backends._subprocess.base` (which spawns and reads the child through `_process`); this
   module gives the options and the command line.
 
 Normalization (what each line becomes):
@@ -47,17 +47,10 @@ from typing import Any, Final
 
 import msgspec
 
+from gen_agent._event import Event
+from gen_agent._output import schema_of
+from gen_agent._permission import DEFAULT_PERMISSION_TIMEOUT_MS
 from gen_agent.backend import BackendError, SessionStartError, TurnContext
-from gen_agent.backends._claude_mcp import McpServer
-from gen_agent.backends._claude_stream import (
-    PROVIDER,
-    SESSION_NOT_FOUND,
-    ClaudeStreamTranslator,
-    decode_line,
-    translate_lines,
-)
-from gen_agent.backends._claude_warm import WarmSlot, warm_turn
-from gen_agent.backends._cli import CLI_CHECKS, CLIBackend, CLIOptions, CLISession
 from gen_agent.backends._option_checks import (
     duration_ms,
     int_at_least,
@@ -67,16 +60,23 @@ from gen_agent.backends._option_checks import (
     is_str,
     one_of,
 )
-from gen_agent.backends._process import ChildProcess
-from gen_agent.backends._warm_fleet import FleetSlot, Prewarmer, WarmFleet, wait_ready
+from gen_agent.backends._subprocess.base import CLI_CHECKS, CLIBackend, CLIOptions, CLISession
+from gen_agent.backends._subprocess.claude_mcp import McpServer
+from gen_agent.backends._subprocess.claude_stream import (
+    PROVIDER,
+    SESSION_NOT_FOUND,
+    ClaudeStreamTranslator,
+    decode_line,
+    translate_lines,
+)
+from gen_agent.backends._subprocess.claude_warm import WarmSlot, warm_turn
+from gen_agent.backends._subprocess.process import ChildProcess
+from gen_agent.backends._subprocess.warm_fleet import FleetSlot, Prewarmer, WarmFleet, wait_ready
 from gen_agent.backends.warm import (
     DEFAULT_IDLE_TIMEOUT_MS,
     DEFAULT_INTERRUPT_GRACE_MS,
     stop_grace_s,
 )
-from gen_agent.event import Event
-from gen_agent.output import schema_of
-from gen_agent.permission import DEFAULT_PERMISSION_TIMEOUT_MS
 
 __all__ = [
     "INSTALL_HINT",
@@ -228,7 +228,7 @@ class ClaudeSession(CLISession, frozen=True, kw_only=True):
         warm: the warm process and the session's totals (warm mode; shared by copies).
         json_schema: the JSON schema (encoded) a command line passes as `--json-schema`, or
             None. Set only on the copy `prompt` builds a turn's command from (the turn's
-            `RequestOptions.output`, gen_agent.output); the agent's session keeps None.
+            `RequestOptions.output`, gen_agent._output); the agent's session keeps None.
 
     Thread-safety: immutable; the runner and the warm slot inside are thread-safe.
     """
@@ -283,7 +283,7 @@ class ClaudeCLI(CLIBackend[ClaudeSession]):
     Thread-safety: every hook may run in any thread; `cancel` may run while `prompt`'s stream
     is being read in another thread.
 
-    Mirrors: `GenAgentClaude` (contract §7.6, first bullet; docs: the backend guide).
+    Mirrors: `GenAgentClaude` (docs/pages/contract.md#s7-6, first bullet; docs: the backend guide).
     """
 
     _PROVIDER = PROVIDER
@@ -429,7 +429,7 @@ class ClaudeCLI(CLIBackend[ClaudeSession]):
                 `"invalid_request"`: a NUL or lone surrogate, which warm mode sends
                 escaped).
 
-        Mirrors: `prompt/3` (contract §7.1, §7.6; docs: the backend guide).
+        Mirrors: `prompt/3` (docs/pages/contract.md#s7-1, #s7-6; docs: the backend guide).
         """
         o = session.options
         schema = _json_schema(context)
@@ -630,7 +630,7 @@ class ClaudeCLI(CLIBackend[ClaudeSession]):
 
 def _json_schema(context: TurnContext) -> str | None:
     """The turn's `--json-schema` value: `schema_of(output)` as compact JSON, or None when the
-    turn asks for no structured output (gen_agent.output)."""
+    turn asks for no structured output (gen_agent._output)."""
     output = context.options.output
     if output is None:
         return None

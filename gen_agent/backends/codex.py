@@ -3,16 +3,16 @@
 Each turn runs `codex exec --json [options] -- PROMPT` (or, once a thread exists,
 `codex exec --json [options] resume -- THREAD_ID PROMPT`) as a child in its own process group;
 the prompt is one argument and never seen by a shell. Its stdout is read line by line (bounded,
-see `gen_agent.backends._process`) and every line is normalized into `Event`s (contract §7.6,
-second bullet; docs: the backend guide). The thread id is checkpointed as soon as `thread.started`
-reports it (§7.3).
+see `gen_agent.backends._subprocess.process`) and every line is normalized into
+`Event`s (docs/pages/contract.md#s7-6, second bullet; docs: the backend guide). The thread id is
+checkpointed as soon as `thread.started` reports it (§7.3).
 
 Two layers:
 
 - `CodexStreamTranslator` (in `_codex_stream`, re-exported here): pure; one decoded JSONL
   line in, `Event`s out. Tested on recorded output of the real CLI, without a process.
 - `CodexCLI`: the backend hooks, written once for both CLI backends in
-  `gen_agent.backends._cli` (which spawns and reads the child through `_process`); this
+  `gen_agent.backends._subprocess.base` (which spawns and reads the child through `_process`); this
   module gives the options, the command line and the environment (`CODEX_HOME`).
 
 Normalization (what each line becomes):
@@ -60,16 +60,10 @@ from typing import Any, Final
 
 import msgspec
 
+from gen_agent._event import Event
+from gen_agent._output import strict_schema_of
+from gen_agent._permission import DEFAULT_PERMISSION_TIMEOUT_MS
 from gen_agent.backend import BackendError, DispatchError, TurnContext
-from gen_agent.backends._cli import CLI_CHECKS, CLIBackend, CLIOptions, CLISession
-from gen_agent.backends._codex_app import AppSlot, app_turn
-from gen_agent.backends._codex_stream import (
-    PROVIDER,
-    THREAD_NOT_FOUND,
-    CodexStreamTranslator,
-    translate_lines,
-)
-from gen_agent.backends._codex_stream import decode_line as decode_line
 from gen_agent.backends._option_checks import (
     duration_ms,
     is_arg,
@@ -78,18 +72,26 @@ from gen_agent.backends._option_checks import (
     is_dir,
     one_of,
 )
-from gen_agent.backends._process import ChildProcess
+from gen_agent.backends._subprocess.base import CLI_CHECKS, CLIBackend, CLIOptions, CLISession
+from gen_agent.backends._subprocess.codex_app import AppSlot, app_turn
+from gen_agent.backends._subprocess.codex_stream import (
+    PROVIDER,
+    THREAD_NOT_FOUND,
+    CodexStreamTranslator,
+    translate_lines,
+)
+from gen_agent.backends._subprocess.codex_stream import decode_line as decode_line
+from gen_agent.backends._subprocess.process import ChildProcess
 from gen_agent.backends.warm import (
     DEFAULT_IDLE_TIMEOUT_MS,
     DEFAULT_INTERRUPT_GRACE_MS,
     stop_grace_s,
 )
-from gen_agent.event import Event
-from gen_agent.output import strict_schema_of
-from gen_agent.permission import DEFAULT_PERMISSION_TIMEOUT_MS
 
 __all__ = [
+    "APPROVAL_POLICIES",
     "INSTALL_HINT",
+    "MODES",
     "OPTIONS",
     "SANDBOX_MODES",
     "CodexCLI",
@@ -285,7 +287,7 @@ class CodexCLI(CLIBackend[CodexSession]):
     Thread-safety: every hook may run in any thread; `cancel` may run while `prompt`'s stream
     is being read in another thread.
 
-    Mirrors: `GenAgentCodex` (contract §7.6, second bullet; docs: the backend guide).
+    Mirrors: `GenAgentCodex` (docs/pages/contract.md#s7-6, second bullet; docs: the backend guide).
     """
 
     _PROVIDER = PROVIDER
@@ -363,7 +365,7 @@ class CodexCLI(CLIBackend[CodexSession]):
         `codex app-server` process (`mode="app_server"`: started at the first turn, which
         starts or resumes the thread; kept across turns).
 
-        Structured output (`context.options.output`, see `gen_agent.output`): the type's
+        Structured output (`context.options.output`, see `gen_agent._output`): the type's
         `strict_schema_of` goes to the CLI, which sends it as the Responses API's
         `text.format` (strict): exec mode writes it to a temporary file passed as
         `--output-schema FILE` and removes the file when the turn's stream ends (completed,
@@ -376,7 +378,7 @@ class CodexCLI(CLIBackend[CodexSession]):
                 `"rpc_error"` (the server refused `thread/start`, `thread/resume` or
                 `turn/start`), `"rpc_timeout"`, `"cli_exited"`.
 
-        Mirrors: `prompt/3` (contract §7.1, §7.6; docs: the backend guide).
+        Mirrors: `prompt/3` (docs/pages/contract.md#s7-1, #s7-6; docs: the backend guide).
         """
         o = session.options
         output = context.options.output

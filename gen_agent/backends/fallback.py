@@ -53,11 +53,17 @@ from typing import Any
 
 import msgspec
 
+from gen_agent._event import Event
+from gen_agent._limits import ProviderLimit
 from gen_agent.backend import Backend, BackendError, SessionStartError, TurnContext
-from gen_agent.event import Event
-from gen_agent.limits import ProviderLimit
 
-__all__ = ["Fallback", "FallbackHop", "FallbackSession", "FallbackTrail"]
+__all__ = [
+    "OUTPUT_KINDS",
+    "Fallback",
+    "FallbackHop",
+    "FallbackSession",
+    "FallbackTrail",
+]
 
 OUTPUT_KINDS = frozenset({"text", "tool_use", "tool_result"})
 """Event kinds that count as output: once one streamed, the turn never falls back."""
@@ -132,7 +138,7 @@ class FallbackSession(msgspec.Struct, frozen=True, kw_only=True):
 def _with_prompt(session: Any, prompt: str) -> Any:
     """`session` with `prompt` as its conversation's new user message (an SDK session keeps
     its conversation in `history`), as its own `prompt` would have left it."""
-    from gen_agent.backends._sdk import with_prompt
+    from gen_agent.backends._http.sdk import with_prompt
 
     history = getattr(session, "history", None)
     if history is None:

@@ -1,5 +1,5 @@
-"""`MockBackend`: the public scripted backend, for users' tests and ours (contract §7.5; docs: the
-backend guide).
+"""`MockBackend`: the public scripted backend, for users' tests and ours
+(docs/pages/contract.md#s7-5; docs: the backend guide).
 
 An agent's `init_agent` returns the backend options, all optional:
 
@@ -55,9 +55,9 @@ from typing import Any, Final
 
 import msgspec
 
+from gen_agent._errors import RequestError
+from gen_agent._event import Event
 from gen_agent.backend import Backend, DispatchError, ResetError, SessionStartError, TurnContext
-from gen_agent.errors import RequestError
-from gen_agent.event import Event
 
 __all__ = [
     "OPTIONS",
@@ -68,6 +68,7 @@ __all__ = [
     "MockRaised",
     "MockSession",
     "RaisingScript",
+    "Script",
     "ToolRound",
     "error",
     "error_turn",
@@ -148,7 +149,7 @@ class ToolRound:
         self.then = then
 
     def _stream(self, session: MockSession, context: TurnContext | None) -> Iterator[Event]:
-        from gen_agent.backends._tool_loop import run_step
+        from gen_agent.backends._http.tool_loop import run_step
 
         for call in self.calls:
             yield Event.new("tool_use", {"id": call.id, "name": call.name, "input": call.input})
@@ -511,7 +512,7 @@ class MockBackend(Backend):
     All hooks are classmethods; all state lives in the `MockSession`. See the module docstring
     for the options and script forms.
 
-    Mirrors: `GenAgent.Backends.Mock` (contract §7.5; docs: the backend guide).
+    Mirrors: `GenAgent.Backends.Mock` (docs/pages/contract.md#s7-5; docs: the backend guide).
     """
 
     supports_rollback = True  # the session is the conversation (busy="rollback")
@@ -616,7 +617,7 @@ class MockBackend(Backend):
         """
         script = _session(session)._pop(prompt)
         match script:
-            case list() | tuple():  # the common script first (issue 20)
+            case list() | tuple():  # the common script first
                 return iter(list(script)), session
             case ErrorScript(reason=reason):
                 raise DispatchError(reason)
@@ -702,11 +703,11 @@ class MockBackend(Backend):
 
         Args:
             session_or_name: a `MockSession`, or an agent name whose backend session is read
-                with `gen_agent.client.backend_session(name)`.
+                with `gen_agent.backend_session(name)`.
 
         Raises:
-            gen_agent.errors.AgentNotFound: no agent has that name.
-            gen_agent.errors.RequestError: `"not_mock_backend"`, the agent uses another
+            gen_agent.AgentNotFound: no agent has that name.
+            gen_agent.RequestError: `"not_mock_backend"`, the agent uses another
                 backend.
 
         Mirrors: `GenAgent.Backends.Mock.history/1`.

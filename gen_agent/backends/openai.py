@@ -30,8 +30,8 @@ Normalization (stream events, as dicts, to `Event`s; `OpenAIStreamTranslator`):
   None without one), provider, messages}; or, when the reply was a refusal, the terminal
   `error` with a `BackendError` of kind `"refusal"`;
 - `response.failed` → `usage` then terminal `error`, kind `"response_failed"`;
-  `response.incomplete` → `usage` then kind `"response_incomplete"` (contract §7.6; docs: the
-  backend guide), whose
+  `response.incomplete` → `usage` then kind `"response_incomplete"` (docs/pages/contract.md#s7-6;
+  docs: the backend guide), whose
   `diagnostics` keep the partial text, the incomplete reason (`stop_reason`) and the usage;
   an `error` event → kind `"stream_error"`;
   a final response in another status → `"unexpected_response_status"`;
@@ -51,16 +51,18 @@ from typing import Any, ClassVar, Final
 
 import msgspec
 
-from gen_agent.backend import Backend, BackendError, TurnContext
-from gen_agent.backends._option_checks import (
-    int_at_least,
-    is_bool,
-    is_str,
-    is_text,
-    keys_other_than,
-    validate_options,
+from gen_agent._conversation import (
+    Dropped,
+    Message,
+    ToolResultPart,
+    arguments_input,
+    from_openai,
+    to_openai,
 )
-from gen_agent.backends._sdk import (
+from gen_agent._event import Event
+from gen_agent._output import schema_name, schema_of
+from gen_agent.backend import Backend, BackendError, TurnContext
+from gen_agent.backends._http.sdk import (
     SDK,
     SDK_CHECKS,
     SDKOptions,
@@ -76,21 +78,20 @@ from gen_agent.backends._sdk import (
     stream_turn,
     with_prompt,
 )
-from gen_agent.backends._tool_loop import run_loop
-from gen_agent.conversation import (
-    Dropped,
-    Message,
-    ToolResultPart,
-    arguments_input,
-    from_openai,
-    to_openai,
+from gen_agent.backends._http.tool_loop import run_loop
+from gen_agent.backends._option_checks import (
+    int_at_least,
+    is_bool,
+    is_str,
+    is_text,
+    keys_other_than,
+    validate_options,
 )
-from gen_agent.event import Event
-from gen_agent.output import schema_name, schema_of
 
 __all__ = [
     "DEFAULT_MODEL",
     "OPTIONS",
+    "PROVIDER",
     "OpenAIOptions",
     "OpenAIResponses",
     "OpenAISession",
@@ -556,8 +557,8 @@ class OpenAIResponses(Backend):
     Thread-safety: every hook may run in any thread; `cancel` may run while `prompt`'s stream
     is being read in another thread (it shuts the connection down).
 
-    Mirrors: `GenAgentOpenAI` (contract §7.6, fourth bullet; docs: the backend guide), on the
-    official SDK.
+    Mirrors: `GenAgentOpenAI` (docs/pages/contract.md#s7-6, fourth bullet; docs: the backend guide),
+    on the official SDK.
     """
 
     supports_rollback = True  # the session is the conversation (busy="rollback")
@@ -575,7 +576,7 @@ class OpenAIResponses(Backend):
                 `"missing_sdk"` (the message says `pip install 'gen-agent[openai]'`) or
                 `"missing_api_key"`.
 
-        Mirrors: `start_session/1` (contract §7.1, §7.6; docs: the backend guide).
+        Mirrors: `start_session/1` (docs/pages/contract.md#s7-1, #s7-6; docs: the backend guide).
         """
         options = validate_options(opts, OpenAIOptions, _CHECKS, backend=cls.__name__)
         tool_defs, python_tools = split_tools(options.tools)
@@ -612,7 +613,7 @@ class OpenAIResponses(Backend):
         Raises:
             TypeError: `prompt` is not a str.
 
-        Mirrors: `prompt/2` (contract §7.1, §7.6; docs: the backend guide).
+        Mirrors: `prompt/2` (docs/pages/contract.md#s7-1, #s7-6; docs: the backend guide).
         """
         if not isinstance(prompt, str):
             raise TypeError(f"prompt must be a str, got {type(prompt).__name__}")
@@ -699,7 +700,7 @@ class OpenAIResponses(Backend):
     def reset_session(cls, session: OpenAISession) -> OpenAISession:
         """Start a new conversation: forget the previous response id and the history.
 
-        Mirrors `reset_session/1` (contract §2.15; docs: the client API reference).
+        Mirrors `reset_session/1` (docs/pages/contract.md#s2-15; docs: the client API reference).
         """
         return msgspec.structs.replace(session, previous_response_id=None, history=(), turns=0)
 
@@ -781,7 +782,7 @@ def _request(
     if tools:
         request["tools"] = tools
     if output is not None:
-        # Structured outputs: the schema as `text.format` (gen_agent.output); not strict,
+        # Structured outputs: the schema as `text.format` (gen_agent._output); not strict,
         # since msgspec schemas may leave properties optional.
         fmt = {
             "type": "json_schema",

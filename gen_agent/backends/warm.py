@@ -39,7 +39,7 @@ from typing import Any, ClassVar, Final, Generic, Protocol, TypeVar
 import msgspec
 from loguru import logger
 
-from gen_agent.backends._process import ChildProcess, LineTooLong
+from gen_agent.backends._subprocess.process import ChildProcess, LineTooLong
 
 __all__ = [
     "DEFAULT_IDLE_TIMEOUT_MS",
@@ -50,13 +50,17 @@ __all__ = [
     "Slot",
     "SlotProcess",
     "TurnQueue",
+    "UnrequestedLines",
     "UnrequestedTurn",
     "WarmExited",
     "WarmOutput",
+    "drain_abandoned_turn",
+    "encode_json_line",
     "live_processes",
     "max_live_processes",
     "set_max_live_processes",
     "stop_grace_s",
+    "with_process",
 ]
 
 DEFAULT_IDLE_TIMEOUT_MS: Final = 15 * 60 * 1000
@@ -360,6 +364,7 @@ class UnrequestedLines:
             self.add_text(text)
 
     def add_text(self, text: str) -> None:
+        """Keep `text`, as much of it as the byte limit leaves room for (else `truncated`)."""
         room = self._limit - self._size_text
         if room <= 0:
             self.truncated = True
@@ -373,6 +378,7 @@ class UnrequestedLines:
 
     @property
     def text(self) -> str:
+        """The text kept so far (at most the byte limit)."""
         return "".join(self._parts)
 
     def record(self, backend: str, pid: int, *, final_text: Any = None, is_error: bool = False,

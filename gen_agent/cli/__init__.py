@@ -1,10 +1,10 @@
 """The `gen-agent` command line and its demo.
 
-- `gen_agent.cli.app`: the typer app (`run`, `chat`, `pool`, `demo`, `version`) and `main`, the
+- `gen_agent.cli._app`: the typer app (`run`, `chat`, `pool`, `demo`, `version`) and `main`, the
   console-script entry point (`gen-agent`, `python -m gen_agent`).
-- `gen_agent.cli.support`: backend resolution, argument checks and rendering helpers, kept apart
+- `gen_agent.cli._support`: backend resolution, argument checks and rendering helpers, kept apart
   from the typer app so they are testable without a terminal.
-- `gen_agent.cli.demo`, `demo_script`, `demo_view`: the embedded demo (`make demo`).
+- `gen_agent.cli._demo`, `demo_script`, `demo_view`: the embedded demo (`make demo`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ def main() -> None:
     Imports the typer app lazily so `import gen_agent.cli` stays cheap. Exits the process with
     the command's exit code (0 ok, 1 a failed turn, 2 bad input, 130 on Ctrl-C).
     """
-    from gen_agent.cli.app import main as _main
+    from gen_agent.cli._app import main as _main
 
     _main()
 

@@ -19,14 +19,19 @@ Built only from `runtime_snapshot`, `Supervisor.snapshot`, `Pool.status` and con
 telemetry; the rings of recent turns and events exist only while an observer runs.
 `gen-agent observe` runs one over the demo's agents. See `docs/pages/observer.md`.
 
-Modules: `collector` (the model, no web dependency), `publisher` (one thread feeding every
-stream), `actions`, `app` (the Starlette app), `server` (`serve`, `Observer`), `static/`
-(the page).
+Exit reasons are shown content-free by `brief_reason` (its old name here,
+`describe_reason`, warns until 0.3). Private modules: `_collector` (the model, no web
+dependency), `_publisher` (one thread feeding every stream), `_actions`, `_app` (the Starlette
+app), `_server` (`serve`, `Observer`), `static/` (the page).
 """
 
 from __future__ import annotations
 
-from gen_agent.observer.collector import Collector, describe_reason
-from gen_agent.observer.server import Observer, serve
+from gen_agent._deprecate import moved_names as _moved_names
+from gen_agent._reasons import brief_reason
+from gen_agent.observer._collector import Collector
+from gen_agent.observer._server import Observer, serve
 
-__all__ = ["Collector", "Observer", "describe_reason", "serve"]
+__all__ = ["Collector", "Observer", "brief_reason", "serve"]
+
+__getattr__ = _moved_names(__name__, {"describe_reason": ("gen_agent.observer", "brief_reason")})

@@ -16,19 +16,19 @@ over several nodes on one shared store (`PostgresStore`). See `docs/pages/scale-
 `ray.init(address=...)` as usual.
 """
 
-# Submodules load on first use (PEP 562), so that `gen_agent.ray.local` can set Ray's
+# Submodules load on first use (PEP 562), so that `gen_agent.ray._local` can set Ray's
 # environment before anything imports Ray.
 from typing import Any
 
 _LAZY = {
-    "DEFAULT_NAMESPACE": "client", "Node": "client", "ask": "client", "drain": "client",
-    "halt": "client", "interrupt": "client", "list_agents": "client", "notify": "client",
-    "poll": "client", "resume": "client", "start_agent": "client", "start_node": "client",
-    "status": "client", "stop": "client", "stop_node": "client", "stream": "client",
-    "tell": "client", "whereis": "client", "init_local": "local",
-    "prepare_loopback_env": "local", "shutdown_local": "local", "RemotePool": "pool",
-    "drop_directory": "client", "RayHost": "host", "ClusterLimit": "limits",
-    "ClusterBudget": "limits",
+    "DEFAULT_NAMESPACE": "_client", "Node": "_client", "ask": "_client", "drain": "_client",
+    "halt": "_client", "interrupt": "_client", "list_agents": "_client", "notify": "_client",
+    "poll": "_client", "resume": "_client", "start_agent": "_client", "start_node": "_client",
+    "status": "_client", "stop": "_client", "stop_node": "_client", "stream": "_client",
+    "tell": "_client", "whereis": "_client", "init_local": "_local",
+    "prepare_loopback_env": "_local", "shutdown_local": "_local", "RemotePool": "_pool",
+    "drop_directory": "_client", "RayHost": "_host", "ClusterLimit": "_limits",
+    "ClusterBudget": "_limits",
 }
 
 __all__ = [

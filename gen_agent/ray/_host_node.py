@@ -8,8 +8,8 @@ import pickle
 import threading
 from typing import Any, Final
 
-from gen_agent.host import AgentHost
-from gen_agent.portable import to_portable
+from gen_agent._host import AgentHost
+from gen_agent._portable import to_portable
 
 __all__ = ["NO_HOST", "host_call"]
 

@@ -18,8 +18,8 @@ Responses API protocol). A protocol is a module with `routes(server)`.
 
 from __future__ import annotations
 
-from gen_agent.server.app import create_app
-from gen_agent.server.auth import LOCAL, BearerTokens, Principal
-from gen_agent.server.core import Server, ServerLimits
+from gen_agent.server._app import create_app
+from gen_agent.server._auth import LOCAL, BearerTokens, Principal
+from gen_agent.server._core import Server, ServerLimits
 
 __all__ = ["LOCAL", "BearerTokens", "Principal", "Server", "ServerLimits", "create_app"]

@@ -26,9 +26,9 @@ from collections.abc import AsyncIterator
 from typing import Any, Literal
 
 from gen_agent import aio
-from gen_agent.errors import AgentDown, CallTimeout, GenAgentError, RequestError, TurnError
-from gen_agent.event import Event
-from gen_agent.ref import RequestRef
+from gen_agent._errors import AgentDown, CallTimeout, GenAgentError, RequestError, TurnError
+from gen_agent._event import Event
+from gen_agent._request_ref import RequestRef
 from gen_agent.server.approvals import APPROVALS, PendingApproval
 
 __all__ = ["MAX_TASKS", "ServedTask", "TaskBook", "book", "segment"]

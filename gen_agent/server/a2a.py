@@ -74,7 +74,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Route
 
-from gen_agent.errors import GenAgentError, TurnError
+from gen_agent._errors import GenAgentError, TurnError
 from gen_agent.server._served import ServedTask, book, segment
 from gen_agent.server.approvals import APPROVALS, PendingApproval, decision_from
 
@@ -241,7 +241,7 @@ def _answer(message: Message) -> Any:
 
 
 def _turn_error(exc: TurnError) -> Exception:
-    from gen_agent.server.core import turn_error_status
+    from gen_agent.server._core import turn_error_status
 
     _status_code, code, text, _headers = turn_error_status(exc.reason)
     if code in ("busy", "draining", "overloaded", "rate_limit_exceeded", "insufficient_quota"):

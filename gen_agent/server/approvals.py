@@ -35,7 +35,7 @@ from typing import Any
 import msgspec
 
 from gen_agent import current_name
-from gen_agent.permission import Allow, Deny, PermissionDecision, ToolPermissionRequest
+from gen_agent._permission import Allow, Deny, PermissionDecision, ToolPermissionRequest
 
 __all__ = ["APPROVALS", "Approvals", "PendingApproval", "ask_client"]
 

@@ -39,11 +39,11 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
-from gen_agent.errors import GenAgentError, TurnError
+from gen_agent._errors import GenAgentError, TurnError
 from gen_agent.server import agui
+from gen_agent.server._core import error_response, turn_error_status
 from gen_agent.server._served import book
 from gen_agent.server.approvals import APPROVALS, decision_from
-from gen_agent.server.core import error_response, turn_error_status
 
 __all__ = ["MAX_STREAM_S", "routes"]
 

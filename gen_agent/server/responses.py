@@ -48,12 +48,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
-from gen_agent.errors import AgentDown, AgentStartError, CallTimeout, RequestError, TurnError
-from gen_agent.event import Event
-from gen_agent.output import check_output_type
-from gen_agent.request import RequestOptions
-from gen_agent.server.auth import Principal
-from gen_agent.server.core import Server, error_response, turn_error_status
+from gen_agent._errors import AgentDown, AgentStartError, CallTimeout, RequestError, TurnError
+from gen_agent._event import Event
+from gen_agent._output import check_output_type
+from gen_agent._request_options import RequestOptions
+from gen_agent.server._auth import Principal
+from gen_agent.server._core import Server, error_response, turn_error_status
 
 __all__ = ["routes"]
 

@@ -27,10 +27,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
-from gen_agent.errors import GenAgentError, TurnError
+from gen_agent._errors import GenAgentError, TurnError
+from gen_agent.server._core import error_response, turn_error_status
 from gen_agent.server._served import ServedTask, book, segment
 from gen_agent.server.approvals import APPROVALS, decision_from
-from gen_agent.server.core import error_response, turn_error_status
 
 __all__ = ["HEADER", "parts", "routes"]
 

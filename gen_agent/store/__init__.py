@@ -4,7 +4,7 @@ An agent opts in with two reserved start options, `store=` (a `SessionStore`) an
 `session_key=` (a non-empty `str`). At start it takes the key's lease (one live owner per key,
 across processes), loads the stored record and resumes from it: the backend session through the
 backend's `restore_session` hook, the agent state through `GenAgent.decode_state` when the
-agent sets `persist_state = True`. Every turn then writes, in this order (issue #22):
+agent sets `persist_state = True`. Every turn then writes, in this order:
 
 1. at dispatch, the in-flight marker (which request, which attempt, since when, its prompt);
 2. for each tool call, the tool journal (`ToolJournal`): `started` before a Python tool runs
@@ -30,16 +30,16 @@ Implementations: `SQLiteStore` (stdlib `sqlite3`, one file, WAL; the embedded de
 share) and `MemoryStore` (one process; tests). Values are encoded with msgspec (MessagePack);
 the schema is versioned (`SCHEMA_VERSION`) and a newer schema on disk is refused with
 `StoreSchemaError`, never misread. Records hold data only: reasons are stored in their portable form
-(`gen_agent.portable`), never as exception objects.
+(`gen_agent._portable`), never as exception objects.
 
 Mirrors: nothing in the Elixir original (its agents are `:temporary` and persist nothing,
-contract Appendix B item 9); the design follows issue #22.
+docs/pages/contract.md#appendix-b item 9).
 """
 
-from gen_agent.store.lease import bind_owner
-from gen_agent.store.memory import MemoryStore
-from gen_agent.store.postgres import PostgresStore
-from gen_agent.store.records import (
+from gen_agent.store._lease import bind_owner
+from gen_agent.store._memory import MemoryStore
+from gen_agent.store._postgres import PostgresStore
+from gen_agent.store._records import (
     INTERRUPTED_NOTE,
     OUTCOME_UNKNOWN,
     SCHEMA_VERSION,
@@ -59,7 +59,7 @@ from gen_agent.store.records import (
     Totals,
     TurnOutcome,
 )
-from gen_agent.store.sqlite import SQLiteStore
+from gen_agent.store._sqlite import SQLiteStore
 
 __all__ = [
     "INTERRUPTED_NOTE",

@@ -13,7 +13,7 @@ Fixtures:
 - `mock_backend`: a `MockScripts` (build `MockBackend` scripts, read the prompt history).
 - `telemetry_recorder`: a `TelemetryRecorder` attached to every gen_agent event for the test.
 - `scripted_model_server`: a session-wide `ScriptedModelServer` on 127.0.0.1 (skipped where
-  `gen_agent.testing.model_server` is not available). Enqueue what your test needs.
+  `gen_agent.testing._model_server` is not available). Enqueue what your test needs.
 
 ini options: `gen_agent_leak_timeout` (seconds, default 10), `gen_agent_leak_check`
 (bool, default true).
@@ -30,10 +30,10 @@ from typing import Any
 
 import pytest
 
-from gen_agent.supervisor import _stop_all
-from gen_agent.system import AgentSystem
+from gen_agent._supervisor import _stop_all
+from gen_agent._system import AgentSystem
 from gen_agent.telemetry import TelemetryRecorder
-from gen_agent.testing.helpers import MockScripts, child_processes, find_leaks
+from gen_agent.testing._helpers import MockScripts, child_processes, find_leaks
 
 __all__ = [
     "agent_system",
@@ -109,9 +109,9 @@ def telemetry_recorder() -> Iterator[TelemetryRecorder]:
 
 @pytest.fixture(scope="session")
 def _scripted_model_server_session() -> Iterator[Any]:
-    if importlib.util.find_spec("gen_agent.testing.model_server") is None:
-        pytest.skip("gen_agent.testing.model_server is not available")
-    from gen_agent.testing.model_server import ScriptedModelServer
+    if importlib.util.find_spec("gen_agent.testing._model_server") is None:
+        pytest.skip("gen_agent.testing._model_server is not available")
+    from gen_agent.testing._model_server import ScriptedModelServer
 
     with ScriptedModelServer() as server:
         yield server

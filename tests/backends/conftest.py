@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 
 import gen_agent
+from gen_agent._event import Event
+from gen_agent._response import Response
 from gen_agent.backend import BackendError, TurnContext
-from gen_agent.backends import _process
-from gen_agent.event import Event
-from gen_agent.response import Response
-from gen_agent.testing.model_server import ScriptedModelServer
+from gen_agent.backends._subprocess import process as _process
+from gen_agent.testing._model_server import ScriptedModelServer
 
 FAKES = Path(__file__).resolve().parent.parent / "fakes"
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "claude-cli"

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 import gen_agent
+from gen_agent._errors import TurnError
 from gen_agent.backend import BackendError, SessionStartError
 from gen_agent.backends.anthropic import (
     DEFAULT_MODEL,
@@ -22,8 +23,7 @@ from gen_agent.backends.anthropic import (
     AnthropicStreamTranslator,
     _error_from_sdk,
 )
-from gen_agent.errors import TurnError
-from gen_agent.testing.model_server import Reply, ScriptedModelServer
+from gen_agent.testing._model_server import Reply, ScriptedModelServer
 
 from .conftest import Agent, TurnRecorder, read_in_thread, reason_of, run_turn
 

@@ -10,9 +10,9 @@ import pytest
 
 import gen_agent
 from gen_agent import RequestOptions, TurnError
+from gen_agent._errors import AgentStartError
 from gen_agent.backends.claude import ClaudeCLI
 from gen_agent.backends.codex import CodexCLI
-from gen_agent.errors import AgentStartError
 from gen_agent.telemetry import (
     REQUEST_QUEUED,
     TURN_DISCARDED,

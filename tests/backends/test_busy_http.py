@@ -15,7 +15,7 @@ import gen_agent
 from gen_agent import GenAgent, NoReply, RequestOptions, TurnError
 from gen_agent.store import InterruptedTurn, MemoryStore
 from gen_agent.telemetry import TURN_DISCARDED, TURN_ERROR, TURN_STOP, TelemetryRecorder
-from gen_agent.testing.model_server import Reply, ScriptedModelServer
+from gen_agent.testing._model_server import Reply, ScriptedModelServer
 from gen_agent.tools import tool
 
 pytest.importorskip("anthropic")

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from gen_agent.testing.model_server import Reply, ScriptedModelServer
+from gen_agent.testing._model_server import Reply, ScriptedModelServer
 
 from .test_claude_real_cli import MODEL, claude_cli, cli_options  # noqa: F401 - fixtures
 

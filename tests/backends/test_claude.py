@@ -15,10 +15,18 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import gen_agent
+from gen_agent._errors import AgentStartError, CheckpointError
+from gen_agent._event import Event
+from gen_agent._response import Response
 from gen_agent.backend import BackendError, DispatchError, SessionStartError
-from gen_agent.backends import _process
-from gen_agent.backends._jsonl import translate_line
-from gen_agent.backends._process import ChildProcess, LineBuffer, LineTooLong, spawn_error
+from gen_agent.backends._subprocess import process as _process
+from gen_agent.backends._subprocess.jsonl import translate_line
+from gen_agent.backends._subprocess.process import (
+    ChildProcess,
+    LineBuffer,
+    LineTooLong,
+    spawn_error,
+)
 from gen_agent.backends.claude import (
     INSTALL_HINT,
     OPTIONS,
@@ -27,9 +35,6 @@ from gen_agent.backends.claude import (
     ClaudeStreamTranslator,
     translate_lines,
 )
-from gen_agent.errors import AgentStartError, CheckpointError
-from gen_agent.event import Event
-from gen_agent.response import Response
 
 from .conftest import (
     FIXTURES,

@@ -1,5 +1,5 @@
 """The agent's Python tools as the in-process MCP server of a warm `claude` process
-(gen_agent/backends/_claude_mcp.py): a recorded session of the real CLI replayed byte for
+(gen_agent/backends/_subprocess/claude_mcp.py): a recorded session of the real CLI replayed byte for
 byte on the fake (tests/fakes/fake_claude_warm.py), the start-time checks, and the server's
 answers and calls on their own."""
 
@@ -14,11 +14,11 @@ import pytest
 
 import gen_agent
 from gen_agent import TurnError
+from gen_agent._errors import AgentStartError
+from gen_agent._permission import Allow, Deny
 from gen_agent.backend import TurnContext
-from gen_agent.backends._claude_mcp import McpServer, cli_tool_name
+from gen_agent.backends._subprocess.claude_mcp import McpServer, cli_tool_name
 from gen_agent.backends.claude import ClaudeCLI
-from gen_agent.errors import AgentStartError
-from gen_agent.permission import Allow, Deny
 from gen_agent.tools import ToolContext, tool
 
 from .test_claude_warm import (

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 import gen_agent
+from gen_agent._permission import Allow, Deny
 from gen_agent.backends.claude import ClaudeCLI
-from gen_agent.permission import Allow, Deny
-from gen_agent.testing.model_server import Reply, ScriptedModelServer
+from gen_agent.testing._model_server import Reply, ScriptedModelServer
 from gen_agent.tools import tool
 
 from .test_claude_real_cli import (  # noqa: F401 - fixtures

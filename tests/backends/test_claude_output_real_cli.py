@@ -1,4 +1,4 @@
-"""Structured output (gen_agent.output) through ClaudeCLI against the real Claude Code CLI and a
+"""Structured output (gen_agent._output) through ClaudeCLI against the real Claude Code CLI and a
 ScriptedModelServer on loopback, in warm and per-turn mode: the schema travels as
 `--json-schema` (the CLI offers the model a `StructuredOutput` tool whose input schema is ours),
 the result's `structured_output` is what is validated, and a warm process started with another
@@ -16,10 +16,10 @@ import pytest
 
 import gen_agent
 from gen_agent import TurnError
+from gen_agent._conversation import TextPart, ToolCallPart, ToolResultPart
+from gen_agent._output import schema_of
 from gen_agent.backends.claude import ClaudeCLI, ClaudeSession
-from gen_agent.conversation import TextPart, ToolCallPart, ToolResultPart
-from gen_agent.output import schema_of
-from gen_agent.testing.model_server import RecordedRequest, Reply, ScriptedModelServer
+from gen_agent.testing._model_server import RecordedRequest, Reply, ScriptedModelServer
 
 from .conftest import process_group_alive, wait_until
 from .test_claude_real_cli import (  # noqa: F401 - fixtures

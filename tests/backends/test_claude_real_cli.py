@@ -23,11 +23,11 @@ import pytest
 
 import gen_agent
 from gen_agent import TurnError
+from gen_agent._event import Event
+from gen_agent._response import Response
 from gen_agent.backend import BackendError
 from gen_agent.backends.claude import ClaudeCLI, ClaudeSession
-from gen_agent.event import Event
-from gen_agent.response import Response
-from gen_agent.testing.model_server import Reply, ScriptedModelServer
+from gen_agent.testing._model_server import Reply, ScriptedModelServer
 
 from .conftest import Agent as CliAgent
 from .conftest import TurnRecorder, kinds, process_group_alive, run_turn, wait_until

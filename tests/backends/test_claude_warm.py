@@ -15,11 +15,11 @@ import pytest
 
 import gen_agent
 from gen_agent import TurnError
+from gen_agent._permission import Allow, Deny, ToolPermissionRequest
 from gen_agent.backend import BackendError
 from gen_agent.backends import warm
 from gen_agent.backends.claude import ClaudeCLI, ClaudeSession
 from gen_agent.backends.warm import WarmExited, WarmOutput
-from gen_agent.permission import Allow, Deny, ToolPermissionRequest
 from gen_agent.telemetry import TOOL_PERMISSION
 
 from .conftest import FAKES, process_group_alive, wait_until

@@ -1,5 +1,5 @@
-"""Warm `ClaudeCLI` faults (gen_agent/backends/_claude_warm.py), on sessions of the real CLI
-(claude 2.1.197 against the loopback model server, recorded by
+"""Warm `ClaudeCLI` faults (gen_agent/backends/_subprocess/claude_warm.py), on sessions of the
+real CLI (claude 2.1.197 against the loopback model server, recorded by
 tests/fixtures/recorder/record.py) replayed by the fake (tests/fakes/fake_claude_warm.py),
 and on the fake's own scenarios where a timing must be forced.
 
@@ -21,9 +21,9 @@ import pytest
 import gen_agent
 import gen_agent.backends.claude
 from gen_agent import NoReply, Prompt, TurnError
+from gen_agent._permission import Allow
 from gen_agent.backend import BackendError
 from gen_agent.backends.warm import UnrequestedTurn, WarmOutput
-from gen_agent.permission import Allow
 from gen_agent.store import MemoryStore
 
 from .conftest import wait_until
@@ -111,7 +111,7 @@ def test_a_dead_resume_is_session_not_found_and_everyone_forgets_the_id(fake: Fa
 
 
 def test_a_supervisor_restart_after_a_dead_session_starts_afresh(fake: FakeWarm):
-    from gen_agent.supervisor import Supervisor, child_spec
+    from gen_agent._supervisor import Supervisor, child_spec
 
     spec = child_spec(Agent, name="w", backend=gen_agent.backends.claude.ClaudeCLI,
                       restart="permanent", resume_session=True,

@@ -14,7 +14,7 @@ import gen_agent
 from gen_agent.backends import warm
 from gen_agent.backends.claude import ClaudeCLI, WarmFleet
 from gen_agent.backends.warm import WarmExited
-from gen_agent.testing.model_server import Reply, ScriptedModelServer
+from gen_agent.testing._model_server import Reply, ScriptedModelServer
 
 from .test_claude_real_cli import TURN_TIMEOUT_S, claude_cli, cli_options  # noqa: F401
 from .test_claude_warm_real_cli import WarmAgent, ask, session_of, warm_options  # noqa: F401

@@ -21,10 +21,10 @@ import pytest
 
 import gen_agent
 from gen_agent import TurnError
+from gen_agent._permission import Allow, Deny
 from gen_agent.backends.claude import ClaudeCLI, ClaudeSession
 from gen_agent.backends.warm import WarmExited
-from gen_agent.permission import Allow, Deny
-from gen_agent.testing.model_server import Reply, ScriptedModelServer
+from gen_agent.testing._model_server import Reply, ScriptedModelServer
 
 from .conftest import process_group_alive, wait_until
 from .test_claude_real_cli import (  # noqa: F401 - fixtures

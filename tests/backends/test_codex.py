@@ -14,9 +14,14 @@ import msgspec
 import pytest
 
 import gen_agent
+from gen_agent._errors import CheckpointError, TurnError
+from gen_agent._event import Event
+from gen_agent._output import strict_schema_of
+from gen_agent._request_options import RequestOptions
+from gen_agent._response import Response, normalize_usage
 from gen_agent.backend import BackendError, DispatchError, SessionStartError, TurnContext
-from gen_agent.backends._cli import CLIBackend
-from gen_agent.backends._jsonl import translate_line
+from gen_agent.backends._subprocess.base import CLIBackend
+from gen_agent.backends._subprocess.jsonl import translate_line
 from gen_agent.backends.codex import (
     INSTALL_HINT,
     OPTIONS,
@@ -25,11 +30,6 @@ from gen_agent.backends.codex import (
     CodexStreamTranslator,
     translate_lines,
 )
-from gen_agent.errors import CheckpointError, TurnError
-from gen_agent.event import Event
-from gen_agent.output import strict_schema_of
-from gen_agent.request import RequestOptions
-from gen_agent.response import Response, normalize_usage
 
 from .conftest import (
     Agent,

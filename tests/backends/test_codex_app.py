@@ -18,10 +18,10 @@ import pytest
 
 import gen_agent
 from gen_agent import TurnError
+from gen_agent._output import strict_schema_of
 from gen_agent.backend import BackendError
 from gen_agent.backends.codex import CodexCLI
 from gen_agent.backends.warm import UnrequestedTurn
-from gen_agent.output import strict_schema_of
 
 from .conftest import FAKES, Agent
 
@@ -63,7 +63,7 @@ def test_the_recorded_two_turn_session_replays(tmp_path: Path) -> None:
     assert first.usage == second.usage == {
         "input_tokens": 20, "output_tokens": 6, "cached_input_tokens": 0,
         "cache_write_input_tokens": 0, "reasoning_output_tokens": 0,
-        # the normalized keys beside the raw ones (gen_agent.response.normalize_usage)
+        # the normalized keys beside the raw ones (gen_agent.backend.normalize_usage)
         "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0, "reasoning_tokens": 0}
 
 

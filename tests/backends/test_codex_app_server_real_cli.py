@@ -14,7 +14,7 @@ from typing import Any
 import gen_agent
 from gen_agent.backends.codex import CodexCLI
 from gen_agent.backends.warm import WarmExited
-from gen_agent.testing.model_server import Reply, ScriptedModelServer
+from gen_agent.testing._model_server import Reply, ScriptedModelServer
 
 from .conftest import process_group_alive, wait_until
 from .test_codex_real_cli import (
@@ -128,7 +128,7 @@ class Approving(AppAgent):
 
 
 def test_approvals_go_to_handle_tool_permission(server: ScriptedModelServer, tmp_path: Path):
-    from gen_agent.permission import Allow, Deny
+    from gen_agent._permission import Allow, Deny
 
     work = tmp_path / "work"
     server.enqueue(

@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 
 import gen_agent
+from gen_agent._errors import TurnError
 from gen_agent.backend import BackendError
 from gen_agent.backends.codex import CodexCLI
-from gen_agent.errors import TurnError
-from gen_agent.testing.model_server import Reply, ScriptedModelServer
-from gen_agent.testing.openai_protocol import ResponsesReply, codex_loopback_config
+from gen_agent.testing._model_server import Reply, ScriptedModelServer
+from gen_agent.testing._openai_protocol import ResponsesReply, codex_loopback_config
 
 from .conftest import Agent, process_group_alive, wait_until
 

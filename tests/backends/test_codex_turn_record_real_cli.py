@@ -16,13 +16,13 @@ import msgspec
 import pytest
 
 import gen_agent
+from gen_agent._conversation import Message, TextPart, ToolCallPart, ToolResultPart
+from gen_agent._errors import TurnError
+from gen_agent._output import InvalidOutput, strict_schema_of
+from gen_agent._request_options import RequestOptions
+from gen_agent._response import Response
 from gen_agent.backends.codex import CodexCLI
-from gen_agent.conversation import Message, TextPart, ToolCallPart, ToolResultPart
-from gen_agent.errors import TurnError
-from gen_agent.output import InvalidOutput, strict_schema_of
-from gen_agent.request import RequestOptions
-from gen_agent.response import Response
-from gen_agent.testing.model_server import Reply, ScriptedModelServer
+from gen_agent.testing._model_server import Reply, ScriptedModelServer
 
 from .conftest import Agent, wait_until
 from .test_codex_real_cli import REAL_CODEX, WAIT_S, loopback_options

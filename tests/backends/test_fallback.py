@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 
 import gen_agent
+from gen_agent._errors import AgentStartError, TurnError
+from gen_agent._limits import ProviderLimit
 from gen_agent.backend import BackendError, SessionStartError
 from gen_agent.backends.fallback import Fallback
-from gen_agent.errors import AgentStartError, TurnError
-from gen_agent.limits import ProviderLimit
-from gen_agent.testing.model_server import Reply, ScriptedModelServer
-from gen_agent.testing.openai_protocol import openai_base_url
+from gen_agent.testing._model_server import Reply, ScriptedModelServer
+from gen_agent.testing._openai_protocol import openai_base_url
 
 from .conftest import Agent
 

@@ -1,12 +1,13 @@
-"""The pure line helpers the CLI translators share (gen_agent/backends/_jsonl.py): escaped lone
-surrogates read as U+FFFD (recorded as an event), and the bounded tail of plain stdout."""
+"""The pure line helpers the CLI translators share (gen_agent/backends/_subprocess/jsonl.py):
+escaped lone surrogates read as U+FFFD (recorded as an event), and the bounded tail of plain
+stdout."""
 
 from __future__ import annotations
 
 import msgspec
 import pytest
 
-from gen_agent.backends._jsonl import (
+from gen_agent.backends._subprocess.jsonl import (
     OutputTail,
     decode_json,
     feed_lines,

@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 
 import gen_agent
+from gen_agent._errors import AgentNotFound, RequestError, TurnError
+from gen_agent._event import Event
 from gen_agent._runtime.turn import WORKERS
 from gen_agent.backend import (
     Backend,
@@ -21,8 +23,6 @@ from gen_agent.backend import (
 )
 from gen_agent.backends import mock
 from gen_agent.backends.mock import Gate, GateCancelled, MockBackend, MockRaised, MockSession
-from gen_agent.errors import AgentNotFound, RequestError, TurnError
-from gen_agent.event import Event
 
 JOIN_S = 5.0
 
@@ -603,7 +603,7 @@ def test_error_turn_shape() -> None:
 # -- issue #15: a fallback script ---------------------------------------------------------------
 def test_a_fallback_script_answers_every_turn_once_the_scripts_are_used() -> None:
     from gen_agent.backends import mock as mock_module
-    from gen_agent.testing.helpers import MockScripts
+    from gen_agent.testing._helpers import MockScripts
 
     echo = MockScripts().echo("you said: ")
     session = MockBackend.start_session(

@@ -18,16 +18,16 @@ import rich.pretty
 from typer.testing import CliRunner
 
 import gen_agent
+from gen_agent._errors import AgentStartError, TurnError
 from gen_agent.backends._option_checks import masked
 from gen_agent.backends.anthropic import AnthropicAPI, AnthropicOptions
 from gen_agent.backends.claude import ClaudeCLI
 from gen_agent.backends.codex import CodexCLI
 from gen_agent.backends.fallback import Fallback
 from gen_agent.backends.openai import OpenAIResponses
-from gen_agent.cli.app import app
-from gen_agent.errors import AgentStartError, TurnError
+from gen_agent.cli._app import app
 from gen_agent.store import SQLiteStore
-from gen_agent.testing.model_server import Reply, ScriptedModelServer
+from gen_agent.testing._model_server import Reply, ScriptedModelServer
 
 from .conftest import Agent, FakeClaude, FakeCodex
 

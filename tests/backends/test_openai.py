@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 import gen_agent
+from gen_agent._errors import TurnError
 from gen_agent.backend import BackendError, SessionStartError
 from gen_agent.backends.openai import (
     DEFAULT_MODEL,
@@ -19,9 +20,8 @@ from gen_agent.backends.openai import (
     OpenAIStreamTranslator,
     _error_from_sdk,
 )
-from gen_agent.errors import TurnError
-from gen_agent.testing.model_server import Reply, ScriptedModelServer, TextBlock
-from gen_agent.testing.openai_protocol import ResponsesReply, openai_base_url
+from gen_agent.testing._model_server import Reply, ScriptedModelServer, TextBlock
+from gen_agent.testing._openai_protocol import ResponsesReply, openai_base_url
 
 from .conftest import Agent, TurnRecorder, read_in_thread, reason_of, run_turn
 

@@ -23,7 +23,7 @@ from proctree import kill_marked, mark, marked, wait_gone
 import gen_agent
 from gen_agent import TurnError
 from gen_agent._runtime import turn as turn_module
-from gen_agent.backends import _process
+from gen_agent.backends._subprocess import process as _process
 from gen_agent.backends.claude import ClaudeCLI
 from gen_agent.backends.codex import CodexCLI
 

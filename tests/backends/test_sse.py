@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from gen_agent.backends._sse import SSEDecoder, SSEFrame, SSEProtocolError
+from gen_agent.backends._http.sse import SSEDecoder, SSEFrame, SSEProtocolError
 
 STREAM = (
     b": hello\n"

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 import gen_agent
+from gen_agent._errors import TurnError
 from gen_agent.backend import BackendError
 from gen_agent.backends.claude import ClaudeCLI
 from gen_agent.backends.codex import CodexCLI
-from gen_agent.errors import TurnError
 
 from .conftest import Agent, FakeClaude, FakeCodex, wait_until
 

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 import gen_agent
+from gen_agent._errors import TurnError
 from gen_agent.backend import BackendError
 from gen_agent.backends.anthropic import AnthropicAPI
 from gen_agent.backends.openai import OpenAIResponses
-from gen_agent.errors import TurnError
 
 from .conftest import Agent
 from .wire import (

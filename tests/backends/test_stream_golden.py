@@ -21,11 +21,11 @@ from typing import Any
 import msgspec
 import pytest
 
+from gen_agent._response import Response
 from gen_agent.backend import BackendError
-from gen_agent.backends._jsonl import LineTranslator, feed_lines, translate_line
+from gen_agent.backends._subprocess.jsonl import LineTranslator, feed_lines, translate_line
 from gen_agent.backends.claude import ClaudeStreamTranslator
 from gen_agent.backends.codex import CodexStreamTranslator
-from gen_agent.response import Response
 
 ROOT = Path(__file__).resolve().parents[1] / "fixtures"
 GOLDEN = ROOT / "golden"

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 import gen_agent
+from gen_agent._conversation import TextPart, ToolCallPart, ToolResultPart
+from gen_agent._errors import TurnError
+from gen_agent._permission import Allow, Deny
 from gen_agent.backend import BackendError
-from gen_agent.conversation import TextPart, ToolCallPart, ToolResultPart
-from gen_agent.errors import TurnError
-from gen_agent.permission import Allow, Deny
-from gen_agent.testing.model_server import Reply, ScriptedModelServer, ToolUseBlock
+from gen_agent.testing._model_server import Reply, ScriptedModelServer, ToolUseBlock
 from gen_agent.tools import ToolContext, tool
 
 anthropic = pytest.importorskip("anthropic")
@@ -180,7 +180,7 @@ openai = pytest.importorskip("openai")
 
 def _start_openai(server: ScriptedModelServer, tools: list[Any], **extra: Any) -> None:
     from gen_agent.backends.openai import OpenAIResponses
-    from gen_agent.testing.openai_protocol import openai_base_url
+    from gen_agent.testing._openai_protocol import openai_base_url
 
     gen_agent.start_agent(ToolAgent, name="o", backend=OpenAIResponses, backend_opts={
         "api_key": "k", "base_url": openai_base_url(server), "model": "gpt-test",

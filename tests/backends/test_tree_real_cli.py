@@ -28,7 +28,7 @@ import gen_agent
 from gen_agent import TurnError
 from gen_agent.backends.claude import ClaudeCLI
 from gen_agent.backends.codex import CodexCLI
-from gen_agent.testing.model_server import Reply, ScriptedModelServer
+from gen_agent.testing._model_server import Reply, ScriptedModelServer
 
 from .test_claude_real_cli import TURN_TIMEOUT_S, claude_cli, cli_options  # noqa: F401
 from .test_codex_real_cli import CODEX, loopback_options

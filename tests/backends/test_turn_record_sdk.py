@@ -12,12 +12,12 @@ import msgspec
 import pytest
 
 import gen_agent
+from gen_agent._errors import TurnError
+from gen_agent._output import schema_of
 from gen_agent.backends.anthropic import AnthropicAPI
 from gen_agent.backends.openai import OpenAIResponses
-from gen_agent.errors import TurnError
-from gen_agent.output import schema_of
-from gen_agent.testing.model_server import Reply, ScriptedModelServer
-from gen_agent.testing.openai_protocol import openai_base_url
+from gen_agent.testing._model_server import Reply, ScriptedModelServer
+from gen_agent.testing._openai_protocol import openai_base_url
 
 from .conftest import Agent
 

@@ -15,14 +15,14 @@ from typing import Any
 import pytest
 
 import gen_agent
+from gen_agent._errors import TurnError
 from gen_agent.backend import BackendError
 from gen_agent.backends.anthropic import AnthropicAPI
 from gen_agent.backends.mock import MockBackend, text_turn
 from gen_agent.backends.openai import OpenAIResponses
-from gen_agent.errors import TurnError
 from gen_agent.store import MemoryStore, SQLiteStore
-from gen_agent.testing.helpers import wait_until_idle
-from gen_agent.testing.model_server import Reply, ScriptedModelServer
+from gen_agent.testing._helpers import wait_until_idle
+from gen_agent.testing._model_server import Reply, ScriptedModelServer
 
 pytest.importorskip("anthropic")
 pytest.importorskip("openai")

@@ -78,7 +78,7 @@ def setup(params: dict[str, Any]) -> Iterator[dict[str, Any]]:
                     backend_opts={"scripts": [turn] * (rounds * params["calls"])}, **extra)
             http = _http_backend()
             if http is not None:
-                from gen_agent.testing.model_server import Reply, ScriptedModelServer
+                from gen_agent.testing._model_server import Reply, ScriptedModelServer
 
                 server = stack.enter_context(ScriptedModelServer(default=Reply.text("ok, noted")))
                 opts = {"api_key": "bench", "base_url": server.url, "model": "claude-bench",

@@ -81,7 +81,7 @@ class Bare:
 def setup(params: dict[str, Any]) -> Iterator[dict[str, Any]]:
     """Start Ray (unless running), a node with one agent, a bare actor, two pool nodes, the
     RemotePool and the local Pool; stop them all afterwards."""
-    from gen_agent.ray.local import init_local, prepare_loopback_env
+    from gen_agent.ray._local import init_local, prepare_loopback_env
 
     prepare_loopback_env()
     import ray
@@ -109,8 +109,8 @@ def setup(params: dict[str, Any]) -> Iterator[dict[str, Any]]:
                                         max_in_flight=params["max_in_flight"], turns=turns))
             empty = cluster.start_node("empty", namespace=NAMESPACE)
             nodes.append(empty)
-            from gen_agent.limits import ProviderLimit
-            from gen_agent.ray.limits import ClusterLimit
+            from gen_agent._limits import ProviderLimit
+            from gen_agent.ray._limits import ClusterLimit
 
             yield {"ray": ray, "cluster": cluster, "bare": bare, "remote_pool": pools[0],
                    "local_pool": pools[1], "empty_kib": empty.info()["rss_kib"],

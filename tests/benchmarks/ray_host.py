@@ -92,7 +92,7 @@ def setup(params: dict[str, Any]) -> Iterator[dict[str, Any]]:
     except ImportError:
         yield {"notes": {"cold_activation_pg": "psycopg not installed"}, "skip": True}
         return
-    from gen_agent.ray.local import init_local, prepare_loopback_env
+    from gen_agent.ray._local import init_local, prepare_loopback_env
 
     prepare_loopback_env()
     import ray

@@ -59,7 +59,7 @@ def setup(params: dict[str, Any]) -> Iterator[dict[str, Any]]:
 
     from gen_agent.backends.anthropic import AnthropicAPI
     from gen_agent.server import create_app
-    from gen_agent.server.run import ServerThread
+    from gen_agent.server._run import ServerThread
     from gen_agent.testing import Reply, ScriptedModelServer
 
     with gen_agent.AgentSystem() as system, \

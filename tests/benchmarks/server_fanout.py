@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import gen_agent
-from gen_agent.event import Event
+from gen_agent._event import Event
 
 from ._common import BenchAgent, Figure, PeakRss
 
@@ -67,7 +67,7 @@ def _library_burst(host: Any, clients: int) -> float:
 def run_once(params: dict[str, Any]) -> dict[str, Any]:
     from gen_agent.backends.mock import MockBackend
     from gen_agent.server import create_app
-    from gen_agent.server.run import ServerThread
+    from gen_agent.server._run import ServerThread
 
     clients = params["clients"]
     script = _script(params["events"], params["stream_s"])

@@ -1,6 +1,6 @@
 """12. SSE decoding: the HTTP backends' event-stream decoder on one huge event (issue 33).
 
-The SDK backends read every streamed reply through `gen_agent.backends._sse.SSEDecoder`
+The SDK backends read every streamed reply through `gen_agent.backends._http.sse.SSEDecoder`
 (private: this module is its benchmark). One event of `large_mb` MB (a `data:` line of that
 many bytes, then its blank line) is fed in `chunk_bytes` pieces, as a socket delivers it, and
 decoded to its one frame; the same for `small_mb` MB. Values: wall time of the decode (ms);
@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from gen_agent.backends._sse import SSEDecoder
+from gen_agent.backends._http.sse import SSEDecoder
 
 from ._harness import Ratio, Target, figure
 

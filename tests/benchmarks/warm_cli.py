@@ -29,7 +29,7 @@ from typing import Any
 
 import gen_agent
 from gen_agent.backends.claude import ClaudeCLI
-from gen_agent.testing.model_server import Reply, ScriptedModelServer
+from gen_agent.testing._model_server import Reply, ScriptedModelServer
 
 from ._common import BenchAgent
 from ._harness import Measured, Ratio, Target, figure, latency_us
@@ -54,6 +54,14 @@ RATIOS = [Ratio("per_turn_turn", "warm_turn", Target.parse(">= 20"),
 def _cli() -> str | None:
     return os.environ.get("GEN_AGENT_CLAUDE_CLI") or (
         str(_INSTALLED) if _INSTALLED.exists() else None)
+
+
+def missing() -> str | None:
+    """Why this measurement cannot run here (the runner's smoke test skips with it), or None."""
+    if _cli() is None:
+        return ("the claude CLI is not installed (`make test` installs it into .venv/npm; or "
+                "set GEN_AGENT_CLAUDE_CLI)")
+    return None
 
 
 @contextmanager

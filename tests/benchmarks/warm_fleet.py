@@ -39,7 +39,7 @@ from typing import Any
 
 import gen_agent
 from gen_agent.backends.claude import ClaudeCLI, WarmFleet
-from gen_agent.testing.model_server import Reply, ScriptedModelServer
+from gen_agent.testing._model_server import Reply, ScriptedModelServer
 
 from ._common import MIB, BenchAgent, percentile
 from ._harness import Measured, figure, latency_us

@@ -22,10 +22,10 @@ import pytest
 from typer.testing import CliRunner
 
 import gen_agent
-import gen_agent.cli.support as cli_support
+import gen_agent.cli._support as cli_support
 from gen_agent.backends import mock
-from gen_agent.cli.app import app
-from gen_agent.testing.model_server import RecordedRequest, Reply, ScriptedModelServer
+from gen_agent.cli._app import app
+from gen_agent.testing._model_server import RecordedRequest, Reply, ScriptedModelServer
 
 WAIT_S = 30.0
 runner = CliRunner()
@@ -380,14 +380,14 @@ def test_backend_names_are_case_insensitive():
     ("http://127.0.0.1:8080/custom/", "http://127.0.0.1:8080/custom"),
 ])
 def test_openai_base_url_accepts_a_bare_host(given: str, expected: str):
-    from gen_agent.cli.support import normalize_base_url
+    from gen_agent.cli._support import normalize_base_url
 
     assert normalize_base_url("openai", given) == expected
     assert normalize_base_url("anthropic", "127.0.0.1:8080") == "http://127.0.0.1:8080"
 
 
 def test_openai_against_a_bare_host_base_url_works(scripted_model_server: Any):
-    from gen_agent.testing.model_server import Reply
+    from gen_agent.testing._model_server import Reply
 
     scripted_model_server.enqueue(Reply.text("hello from the root"))
     result = invoke("run", "--backend", "openai", "--base-url",

@@ -1,7 +1,7 @@
 """`gen-agent demo` end to end (fast mode): a supervised pool on a real client against the
 scripted model on 127.0.0.1, with the summary table's figures asserted.
 
-The figures are the script's: tokens per turn come from `gen_agent.cli.demo_script.TASKS`, the
+The figures are the script's: tokens per turn come from `gen_agent.cli._demo_script.TASKS`, the
 overloaded task is retried once, the crashed worker is restarted once. Only latencies and
 session ids vary between runs.
 """
@@ -18,11 +18,11 @@ import msgspec
 import pytest
 from typer.testing import CliRunner
 
-import gen_agent.cli.demo as demo_module
-from gen_agent.cli.app import app
-from gen_agent.cli.demo import DemoOptions, DemoReport, run_demo
-from gen_agent.cli.demo_script import NOTES, TASKS, TOOL_ID, DemoModel, count_words
-from gen_agent.testing.model_server import RecordedRequest
+import gen_agent.cli._demo as demo_module
+from gen_agent.cli._app import app
+from gen_agent.cli._demo import DemoOptions, DemoReport, run_demo
+from gen_agent.cli._demo_script import NOTES, TASKS, TOOL_ID, DemoModel, count_words
+from gen_agent.testing._model_server import RecordedRequest
 
 ROOT = Path(__file__).resolve().parents[2]
 INSTALLED_CLAUDE = ROOT / ".venv" / "npm" / "node_modules" / ".bin" / "claude"

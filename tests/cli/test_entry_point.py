@@ -31,8 +31,8 @@ import pytest
 import typer
 
 import gen_agent.cli
-from gen_agent.cli.app import app
-from gen_agent.testing.model_server import Reply, ScriptedModelServer
+from gen_agent.cli._app import app
+from gen_agent.testing._model_server import Reply, ScriptedModelServer
 
 WAIT_S = 60.0
 OSC52 = "\x1b]52;c;cm0gLXJmIH4=\x07"  # writes "rm -rf ~" to the operator's clipboard

@@ -9,8 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 import gen_agent
-from gen_agent.cli.app import app
-from gen_agent.cli.demo import DemoOptions, run_demo
+from gen_agent.cli._app import app
+from gen_agent.cli._demo import DemoOptions, run_demo
 
 pytest.importorskip("starlette", reason="the observer extra is not installed: "
                                         "pip install 'gen-agent[observer]'")
@@ -52,7 +52,7 @@ def test_observe_without_the_web_stack_is_one_error_line(monkeypatch: pytest.Mon
         raise ImportError("gen_agent.observer needs Starlette and uvicorn: "
                           "pip install 'gen-agent[observer]'")
 
-    monkeypatch.setattr("gen_agent.observer.server._require_web_stack", missing)
+    monkeypatch.setattr("gen_agent.observer._server._require_web_stack", missing)
     result = runner.invoke(app, ["observe", "--fast", "--rounds", "1", "--port", "0"])
     assert result.exit_code == 2, result.output
     assert result.output.strip().splitlines() == [

@@ -11,9 +11,9 @@ import msgspec
 import pytest
 from typer.testing import CliRunner
 
+from gen_agent._portable import to_portable
 from gen_agent.backend import BackendError
-from gen_agent.cli.app import app
-from gen_agent.portable import to_portable
+from gen_agent.cli._app import app
 from gen_agent.store import SCHEMA_VERSION, InFlightTurn, SQLiteStore, Totals, TurnOutcome
 
 runner = CliRunner()

@@ -1,4 +1,4 @@
-"""`gen_agent.cli.terminal`: escape sequences and controls removed from text for a terminal."""
+"""`gen_agent.cli._terminal`: escape sequences and controls removed from text for a terminal."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gen_agent.cli.terminal import MAX_HELD_CHARS, TerminalText, strip_controls
+from gen_agent.cli._terminal import MAX_HELD_CHARS, TerminalText, strip_controls
 
 OSC52 = "\x1b]52;c;cm0gLXJmIH4=\x07"  # writes "rm -rf ~" to the clipboard
 TITLE = "\x1b]0;pwned\x1b\\"  # retitles the window (ended by ST)

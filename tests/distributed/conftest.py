@@ -24,7 +24,7 @@ if importlib.util.find_spec("ray") is None:
     pytest.skip("Ray is not installed (pip install 'gen-agent[ray]'; make test installs it)",
                 allow_module_level=True)
 
-from gen_agent.ray.local import prepare_loopback_env
+from gen_agent.ray._local import prepare_loopback_env
 
 prepare_loopback_env()  # before the first import of ray in this process
 
@@ -34,8 +34,8 @@ with warnings.catch_warnings():
     import ray.cloudpickle
 
     import gen_agent.ray as gray
-    from gen_agent.errors import AgentDown, CallTimeout
-    from gen_agent.ray import client as gray_client
+    from gen_agent._errors import AgentDown, CallTimeout
+    from gen_agent.ray import _client as gray_client
 
 from . import agents  # noqa: E402 - after the environment is set
 

@@ -12,8 +12,8 @@ from backends.loop_server import LoopServer
 
 import gen_agent
 import gen_agent.ray as gray
+from gen_agent._errors import TurnError
 from gen_agent.backends.anthropic import AnthropicAPI
-from gen_agent.errors import TurnError
 
 from . import agents
 

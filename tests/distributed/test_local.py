@@ -12,14 +12,14 @@ import time
 
 import pytest
 
-from gen_agent.ray import local
+from gen_agent.ray import _local as local
 
 # In a child process (the session's Ray runs in this one): a local Ray stopped the way a
 # user stops it, `ray.shutdown()`; the exit hook `init_local` registered (`shutdown_local`)
 # removes its session folder when the interpreter exits.
 _SCRIPT = """
 import os
-from gen_agent.ray.local import init_local
+from gen_agent.ray._local import init_local
 context = init_local(num_cpus=0)  # no worker process is needed
 import ray
 folder = os.path.dirname(context.address_info["session_dir"])
@@ -82,7 +82,7 @@ def _processes_marked(marker: bytes) -> list[tuple[int, str]]:
 
 _OWNER = """
 import sys
-from gen_agent.ray import local
+from gen_agent.ray import _local as local
 local.init_local(num_cpus=1)
 import ray
 ray.get(ray.remote(lambda: 1).remote())  # a worker process too

@@ -28,7 +28,7 @@ import gen_agent
 import gen_agent.ray as gray
 from gen_agent.backends.claude import ClaudeCLI
 from gen_agent.backends.codex import CodexCLI
-from gen_agent.testing.model_server import Reply, ScriptedModelServer
+from gen_agent.testing._model_server import Reply, ScriptedModelServer
 
 from . import agents
 

@@ -11,8 +11,8 @@ import time
 import pytest
 
 import gen_agent
-from gen_agent.errors import AgentDown, AgentNotFound, AlreadyStarted, CallTimeout, TurnError
-from gen_agent.ray.directory import DIRECTORY_NAME, INTENSITY_REASON
+from gen_agent._errors import AgentDown, AgentNotFound, AlreadyStarted, CallTimeout, TurnError
+from gen_agent.ray._directory import DIRECTORY_NAME, INTENSITY_REASON
 
 from . import agents
 from .conftest import gray, gray_client, pid_gone, ray
@@ -58,7 +58,7 @@ def test_names_resolve_across_nodes_and_from_other_processes(cluster) -> None:
     kind, holder = taken.value.reason  # as locally: the holder's AgentRef, portable here
     assert kind == "already_started" and taken.value.name == "on-a"
     assert (holder.type_name, holder.module, holder.attrs) == (
-        "AgentRef", "gen_agent.agent_ref", {"name": "on-a", "node": "a"})
+        "AgentRef", "gen_agent._agent_ref", {"name": "on-a", "node": "a"})
     assert sorted(gray.list_agents(namespace=ns)) == ["on-a", "on-b"]
     assert gray.ask("on-a", "1", timeout=10, namespace=ns).text == "A:1"
     assert gray.ask("on-b", "2", timeout=10, namespace=ns).text == "B:2"

@@ -6,13 +6,13 @@ from __future__ import annotations
 import msgspec
 
 import gen_agent
+from gen_agent._portable import PortableError
 from gen_agent.backends.mock import MockBackend
-from gen_agent.portable import PortableError
 
 from . import agents
 from .conftest import ray  # noqa: F401 - Ray's environment is set first
 
-from gen_agent.ray.node import pack, pack_outcomes, unpack, unpack_outcomes, unpack_reply  # isort: skip
+from gen_agent.ray._node import pack, pack_outcomes, unpack, unpack_outcomes, unpack_reply  # isort: skip
 
 
 class _Point(msgspec.Struct):

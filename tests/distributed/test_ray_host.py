@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from gen_agent.errors import AgentDown, AgentStartError
+from gen_agent._errors import AgentDown, AgentStartError
 from gen_agent.store import PostgresStore
 
 from . import host_agents

@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from gen_agent.errors import RequestError, TurnError
+from gen_agent._errors import RequestError, TurnError
 
 from . import agents
 from .conftest import gray, pid_gone

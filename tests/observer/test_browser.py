@@ -18,10 +18,10 @@ import pytest
 
 import gen_agent
 from gen_agent import GenAgent, NoReply
+from gen_agent._event import Event
+from gen_agent._supervisor import Supervisor, child_spec
 from gen_agent.backends import mock
 from gen_agent.backends.mock import MockBackend
-from gen_agent.event import Event
-from gen_agent.supervisor import Supervisor, child_spec
 from gen_agent.telemetry import TURN_ERROR, TelemetryRecorder
 
 pytest.importorskip("starlette", reason="the observer extra is not installed: "

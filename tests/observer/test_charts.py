@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import gen_agent
+from gen_agent._event import Event
 from gen_agent.backends.mock import MockBackend
-from gen_agent.event import Event
 from gen_agent.observer import charts
-from gen_agent.observer.collector import Collector
-from gen_agent.testing.helpers import ScriptedAgent
+from gen_agent.observer._collector import Collector
+from gen_agent.testing._helpers import ScriptedAgent
 
 
 def _turn(agent: str, ended: float, duration_ms: int, tokens: int = 0, cost: float = 0.0,

@@ -8,12 +8,13 @@ import pytest
 
 import gen_agent
 from gen_agent import GenAgent, NoReply, telemetry
+from gen_agent._event import Event
+from gen_agent._reasons import brief_reason
+from gen_agent._supervisor import Supervisor, child_spec, supervisor_spec
 from gen_agent.backends import mock
 from gen_agent.backends.mock import MockBackend
-from gen_agent.event import Event
-from gen_agent.observer.collector import Collector, describe_reason
-from gen_agent.supervisor import Supervisor, child_spec, supervisor_spec
-from gen_agent.testing.helpers import ScriptedAgent
+from gen_agent.observer._collector import Collector
+from gen_agent.testing._helpers import ScriptedAgent
 
 
 class Crashy(GenAgent):
@@ -41,7 +42,7 @@ def _observer_handlers() -> list[Any]:
     (None, ""),
 ])
 def test_describe_reason_keeps_identifiers_only(reason: Any, shown: str) -> None:
-    assert describe_reason(reason) == shown
+    assert brief_reason(reason) == shown
 
 
 def test_nothing_is_attached_or_kept_outside_open_and_close(

@@ -13,10 +13,10 @@ import pytest
 
 import gen_agent
 from gen_agent import GenAgent, NoReply
+from gen_agent._supervisor import Supervisor, child_spec
 from gen_agent.backends import mock
 from gen_agent.backends.mock import MockBackend
-from gen_agent.supervisor import Supervisor, child_spec
-from gen_agent.testing.helpers import wait_for_state
+from gen_agent.testing._helpers import wait_for_state
 
 pytest.importorskip("starlette", reason="the observer extra is not installed: "
                                         "pip install 'gen-agent[observer]'")
@@ -249,9 +249,9 @@ def test_a_lone_surrogate_in_a_name_or_prompt_is_escaped_and_never_freezes_the_v
 
 
 def test_the_publisher_escapes_what_the_collector_left() -> None:
-    from gen_agent.observer.collector import Collector
-    from gen_agent.observer.publisher import Publisher
-    from gen_agent.system import current_system
+    from gen_agent._system import current_system
+    from gen_agent.observer._collector import Collector
+    from gen_agent.observer._publisher import Publisher
 
     class Odd(Collector):
         def snapshot(self) -> dict[str, Any]:

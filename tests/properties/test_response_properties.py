@@ -7,10 +7,10 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gen_agent._event import Event
+from gen_agent._response import Response
 from gen_agent._runtime.capture import Capture
-from gen_agent.event import Event
-from gen_agent.response import Response
-from gen_agent.size import term_size
+from gen_agent._size import term_size
 
 texts = st.text(alphabet="ab\n ", max_size=4)
 

@@ -40,10 +40,10 @@ def test_a_waiter_on_the_event_is_woken_by_set() -> None:
 
 def test_a_mark_answers_the_waits_it_watches_once_and_later_ones_at_once() -> None:
     from gen_agent._cancel import TurnMark
-    from gen_agent._runtime.reply import Reply
+    from gen_agent._runtime.reply import DeferredReply
 
     mark = TurnMark("ref-1")
-    first, second, gone = Reply(), Reply(), Reply()
+    first, second, gone = DeferredReply(), DeferredReply(), DeferredReply()
     mark.watch(first, "deny")
     mark.watch(gone, "deny")
     mark.unwatch(gone)  # its wait ended: not answered by the mark
@@ -61,7 +61,7 @@ def test_a_mark_answers_the_waits_it_watches_once_and_later_ones_at_once() -> No
 def test_a_handle_marks_the_running_turn_for_interrupts_and_stops_only() -> None:
     from gen_agent._cancel import TurnMark
     from gen_agent._runtime.handle import AgentHandle
-    from gen_agent._runtime.messages import (
+    from gen_agent._runtime.mailbox import (
         AbandonAskMsg,
         InterruptMsg,
         InterruptRequestMsg,

@@ -7,12 +7,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import gen_agent
+from gen_agent._event import Event
+from gen_agent._response import EventCoverage, Omission
 from gen_agent._runtime.capture import Capture, LosslessBudget
+from gen_agent._size import term_size
+from gen_agent._status import CaptureOverflow
 from gen_agent.backends.mock import MockBackend
-from gen_agent.event import Event
-from gen_agent.response import EventCoverage, Omission
-from gen_agent.size import term_size
-from gen_agent.status import CaptureOverflow
 
 
 def _text(t: str) -> Event:

@@ -11,14 +11,14 @@ import pytest
 
 import gen_agent
 from gen_agent import telemetry
+from gen_agent._errors import AgentStartError
+from gen_agent._limits import ProviderLimit
+from gen_agent._pool import RetryPolicy
 from gen_agent._runtime.options import build_options
 from gen_agent._timers import MAX_DURATION_MS, TIMERS, TimerService, wait_s
 from gen_agent.backend import MAX_RETRY_AFTER_MS, BackendError
 from gen_agent.backends.claude import ClaudeCLI
 from gen_agent.backends.mock import MockBackend
-from gen_agent.errors import AgentStartError
-from gen_agent.limits import ProviderLimit
-from gen_agent.pool import RetryPolicy
 from gen_agent.telemetry import TelemetryRecorder
 
 WAIT_S = 5.0

@@ -6,8 +6,8 @@ import threading
 from typing import Any
 
 import gen_agent
-from gen_agent.event import Event
-from gen_agent.size import term_size
+from gen_agent._event import Event
+from gen_agent._size import term_size
 
 WAIT_S = 10.0
 

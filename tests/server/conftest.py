@@ -12,7 +12,7 @@ import pytest
 from gen_agent import AgentHost, AgentSystem, GenAgent, NoReply, Proceed
 from gen_agent.backends.mock import MockBackend, text_turn
 from gen_agent.server import BearerTokens, Principal, ServerLimits, create_app
-from gen_agent.server.run import ServerThread
+from gen_agent.server._run import ServerThread
 
 openai = pytest.importorskip("openai")
 

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from gen_agent import AgentHost, AgentSystem
 from gen_agent.backends.mock import MockBackend
 from gen_agent.server import ServerLimits, create_app
-from gen_agent.server.run import ServerThread, load
+from gen_agent.server._run import ServerThread, load
 from gen_agent.store import SQLiteStore
 from tests.server.conftest import TOKEN_A, TOKENS, Chat, Model, openai
 
@@ -102,7 +102,7 @@ def test_past_the_bound_a_running_turn_is_interrupted() -> None:
 
 def test_serve_loads_module_attr_and_refuses_a_public_bind_without_auth(
         tmp_path: Path, monkeypatch: Any) -> None:
-    from gen_agent.cli.app import app as cli
+    from gen_agent.cli._app import app as cli
 
     (tmp_path / "served_mod.py").write_text(
         "from gen_agent import AgentHost\n"

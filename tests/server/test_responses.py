@@ -133,7 +133,7 @@ def test_agent_run_tools_are_items_with_their_own_output() -> None:
     from gen_agent import AgentHost, AgentSystem, GenAgent, NoReply
     from gen_agent.backends.mock import MockBackend, text_turn, tool_round
     from gen_agent.server import create_app
-    from gen_agent.server.run import ServerThread
+    from gen_agent.server._run import ServerThread
     from gen_agent.tools import tool
 
     @tool

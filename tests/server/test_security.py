@@ -14,7 +14,7 @@ import pytest
 from loguru import logger
 
 from gen_agent.server import ServerLimits
-from gen_agent.server.run import check_bind
+from gen_agent.server._run import check_bind
 from tests.server.conftest import TOKEN_A, TOKEN_B, Served, openai, serving
 
 T = 15

@@ -75,8 +75,8 @@ def serving(app: Any) -> Iterator[Serving]:
 
 def make_app(hosts: dict[str, Any], protocols: list[Any], **options: Any) -> Any:
     """The app under test: `gen_agent.server.create_app` with bearer tokens of two tenants."""
-    from gen_agent.server.app import create_app
-    from gen_agent.server.auth import BearerTokens, Principal
+    from gen_agent.server._app import create_app
+    from gen_agent.server._auth import BearerTokens, Principal
 
     table = BearerTokens({token: Principal(tenant=t, subject=s)
                           for token, (t, s) in TOKENS.items()})

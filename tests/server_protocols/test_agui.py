@@ -17,9 +17,9 @@ from ag_ui.core import EventType
 from pydantic import TypeAdapter
 
 import gen_agent
+from gen_agent._event import Event
 from gen_agent.backends import mock
 from gen_agent.backends.mock import MockBackend
-from gen_agent.event import Event
 from gen_agent.server import agui
 from gen_agent.tools import tool
 from tests.server_protocols.support import Chat, make_app, serving

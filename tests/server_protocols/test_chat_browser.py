@@ -22,11 +22,11 @@ from selenium.webdriver.common.keys import Keys  # noqa: E402
 from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
 
 import gen_agent  # noqa: E402
+from gen_agent._event import Event  # noqa: E402
 from gen_agent.backends import mock  # noqa: E402
 from gen_agent.backends.mock import MockBackend  # noqa: E402
-from gen_agent.event import Event  # noqa: E402
 from gen_agent.server import chat  # noqa: E402
-from gen_agent.server.app import create_app  # noqa: E402
+from gen_agent.server._app import create_app  # noqa: E402
 from gen_agent.tools import tool  # noqa: E402
 from tests.server_protocols.support import Chat, serving  # noqa: E402
 

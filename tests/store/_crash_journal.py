@@ -184,8 +184,8 @@ class Model:
         self.calls = Counter[str]()  # tool calls the model asked for, per order
 
     def __call__(self, request: Any) -> Any:
-        from gen_agent.testing.model_server import Reply
-        from gen_agent.testing.script import ToolUseBlock
+        from gen_agent.testing._model_server import Reply
+        from gen_agent.testing._script import ToolUseBlock
 
         messages = request.body["messages"]
         start = max(i for i, m in enumerate(messages) if m["role"] == "user"
@@ -300,7 +300,7 @@ def _child_pid(zygote: int) -> int:
 def run_trials(workdir: Path, trials: int, keys: int = 2, seed: int = 0) -> dict[str, Any]:
     """Run `trials` kills (the phases balanced, in a random order), then finish every key;
     check the invariants. Returns the counts (phases hit, per the logs) and findings."""
-    from gen_agent.testing.model_server import ScriptedModelServer
+    from gen_agent.testing._model_server import ScriptedModelServer
 
     events: queue.Queue[dict[str, Any]] = queue.Queue()
     model = Model(events)

@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from gen_agent.testing.helpers import child_processes
-from gen_agent.testing.model_server import Reply, ScriptedModelServer
+from gen_agent.testing._helpers import child_processes
+from gen_agent.testing._model_server import Reply, ScriptedModelServer
 
 from .test_crash import ANSWERS, PROMPTS, Child
 

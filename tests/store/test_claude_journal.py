@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gen_agent.store import SQLiteStore
-from gen_agent.testing.model_server import Reply, ScriptedModelServer
+from gen_agent.testing._model_server import Reply, ScriptedModelServer
 
 from .test_claude_crash import _cli, _kill_with_cli, _options
 from .test_crash import Child

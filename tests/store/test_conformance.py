@@ -38,7 +38,7 @@ from gen_agent.store import (
     Totals,
     TurnOutcome,
 )
-from gen_agent.store.lease import taken_from
+from gen_agent.store._lease import taken_from
 
 
 class Raw:
@@ -139,7 +139,7 @@ def test_values_msgspec_cannot_encode_are_refused(store: SessionStore) -> None:
 
 
 def test_a_lone_surrogate_is_stored_as_a_replacement_character(store: SessionStore) -> None:
-    from gen_agent.portable import to_portable
+    from gen_agent._portable import to_portable
 
     lease = store.acquire("k")
     reason = to_portable(("task_crashed", UnicodeEncodeError("utf-8", "a\ud800", 1, 2, "x")))

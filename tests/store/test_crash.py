@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from gen_agent.store import INTERRUPTED_NOTE, SQLiteStore
-from gen_agent.testing.model_server import Reply, ScriptedModelServer
-from gen_agent.testing.openai_protocol import openai_base_url
+from gen_agent.testing._model_server import Reply, ScriptedModelServer
+from gen_agent.testing._openai_protocol import openai_base_url
 
 CHILD = Path(__file__).with_name("_child.py")
 PROMPTS = ["first question", "second question", "third question", "fourth question"]

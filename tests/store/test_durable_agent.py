@@ -13,8 +13,8 @@ import pytest
 
 import gen_agent
 from gen_agent import AgentStartError, GenAgent, NoReply, Pool, Supervisor, TurnError, child_spec
+from gen_agent._client import backend_session
 from gen_agent.backends.mock import MockBackend, raising, text_turn
-from gen_agent.client import backend_session
 from gen_agent.store import (
     STORE_ERROR,
     InFlightTurn,
@@ -24,7 +24,7 @@ from gen_agent.store import (
     StoreError,
 )
 from gen_agent.telemetry import attach, detach
-from gen_agent.testing.helpers import wait_for_state
+from gen_agent.testing._helpers import wait_for_state
 
 pytestmark = pytest.mark.usefixtures("agent_system")
 

@@ -28,7 +28,7 @@ from gen_agent.store import (
     StoreSchemaError,
     ToolCallEntry,
 )
-from gen_agent.testing.model_server import Reply, ScriptedModelServer
+from gen_agent.testing._model_server import Reply, ScriptedModelServer
 from gen_agent.tools import ToolContext, tool
 
 pytestmark = pytest.mark.usefixtures("agent_system")
@@ -353,7 +353,7 @@ def _tool_results(request: Any) -> dict[str, tuple[str, bool]]:
 
 
 def test_sessions_show_hides_turn_payloads_without_the_flag() -> None:
-    from gen_agent.cli.sessions import describe_record
+    from gen_agent.cli._sessions import describe_record
     from gen_agent.store import SessionRecord
 
     entry = ToolCallEntry(ref="r", call_id="c", tool="pay", input={"card": "SECRET"},
@@ -457,7 +457,7 @@ def test_a_backends_own_tools_are_journalled_from_their_events() -> None:
 def test_openai_with_server_state_gets_the_cut_turn_as_input_items(server: Any) -> None:
     pytest.importorskip("openai", reason="the openai extra is not installed")
     from gen_agent.backends.openai import OpenAIResponses
-    from gen_agent.testing.openai_protocol import openai_base_url
+    from gen_agent.testing._openai_protocol import openai_base_url
 
     store = MemoryStore()
     opts = {"api_key": "test-key", "base_url": openai_base_url(server), "model": "gpt-test",

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gen_agent.response import Response
+from gen_agent._response import Response
 from gen_agent.store import (
     SCHEMA_VERSION,
     MemoryStore,

@@ -1,4 +1,4 @@
-"""Test helpers (gen_agent.testing.helpers): state waits, mock script shortcuts, leak finding."""
+"""Test helpers (gen_agent.testing._helpers): state waits, mock script shortcuts, leak finding."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import pytest
 
 import gen_agent
 from gen_agent import AgentNotFound, GenAgent, Halt, NoReply, Prompt
+from gen_agent._status import RuntimeSnapshot
 from gen_agent.backends import mock
 from gen_agent.backends.mock import MockBackend
-from gen_agent.status import RuntimeSnapshot
 from gen_agent.testing import (
     LeakReport,
     MockScripts,

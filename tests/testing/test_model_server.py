@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from gen_agent.testing.model_server import (
+from gen_agent.testing._model_server import (
     RecordedRequest,
     Reply,
     ScriptedModelServer,
@@ -393,7 +393,7 @@ def test_lifecycle_errors():
 
 # -- issue #15: many simultaneous connections, no delayed-ACK stalls, a settable default ----
 def test_the_listen_backlog_takes_128_simultaneous_connections() -> None:
-    from gen_agent.testing.model_server import _HTTPServer
+    from gen_agent.testing._model_server import _HTTPServer
 
     httpd = _HTTPServer(ScriptedModelServer(), 5.0)  # bound and listening, not accepting
     sockets = []

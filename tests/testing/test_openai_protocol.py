@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from gen_agent.testing.model_server import Reply, ScriptedModelServer, TextBlock
-from gen_agent.testing.openai_protocol import (
+from gen_agent.testing._model_server import Reply, ScriptedModelServer, TextBlock
+from gen_agent.testing._openai_protocol import (
     DEFAULT_MODEL,
     ResponsesReply,
     codex_loopback_config,

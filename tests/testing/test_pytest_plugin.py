@@ -61,7 +61,7 @@ def test_fixtures_give_an_isolated_system_mock_scripts_and_telemetry(pytester, p
         from gen_agent.testing import ScriptedAgent
 
         def test_ask(agent_system, mock_backend, telemetry_recorder):
-            assert gen_agent.system.current_system() is agent_system
+            assert gen_agent.current_system() is agent_system
             ref = gen_agent.start_agent(ScriptedAgent, name="a", backend=mock_backend.backend,
                                         **mock_backend.options(mock_backend.text("hi")))
             assert ref.ask("question", timeout=5).text == "hi"
@@ -78,7 +78,7 @@ def test_agent_system_stops_agents_and_supervisors_left_running(pytester, probe)
     pytester.makepyfile("""
         import gen_agent
         import gen_agent_plugin_probe as probe
-        from gen_agent.supervisor import Supervisor, child_spec
+        from gen_agent._supervisor import Supervisor, child_spec
         from gen_agent.testing import ScriptedAgent
 
         def test_leaves_them_running(agent_system, mock_backend):
@@ -182,7 +182,7 @@ def test_scripted_model_server_is_one_loopback_server_per_session(pytester, prob
 
 def test_scripted_model_server_is_clean_for_every_test(pytester, probe):
     pytester.makepyfile("""
-        from gen_agent.testing.model_server import Reply
+        from gen_agent.testing._model_server import Reply
 
         def test_leaves_things_behind(scripted_model_server):
             scripted_model_server.enqueue(Reply.text("left over"))

@@ -21,7 +21,7 @@ import gen_agent
 from gen_agent import GenAgent, NoReply
 from gen_agent.backends import mock
 from gen_agent.backends.mock import MockBackend
-from gen_agent.ray.local import init_local, shutdown_local
+from gen_agent.ray._local import init_local, shutdown_local
 
 
 # --8<-- [start:worker]

@@ -11,8 +11,8 @@ from typing import TextIO
 
 import gen_agent
 from gen_agent import GenAgent, NoReply
+from gen_agent._event import Event
 from gen_agent.backends.mock import MockBackend
-from gen_agent.event import Event
 
 
 class Assistant(GenAgent):

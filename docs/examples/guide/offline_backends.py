@@ -11,7 +11,7 @@ from gen_agent import GenAgent, NoReply
 from gen_agent.backends.anthropic import AnthropicAPI
 from gen_agent.backends.openai import OpenAIResponses
 from gen_agent.testing import Reply, ScriptedModelServer
-from gen_agent.testing.openai_protocol import openai_base_url
+from gen_agent.testing._openai_protocol import openai_base_url
 
 
 class Helper(GenAgent):

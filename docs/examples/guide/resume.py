@@ -16,7 +16,7 @@ from typing import Any
 import gen_agent
 from gen_agent import GenAgent, NoReply
 from gen_agent.store import InterruptedTurn, SQLiteStore
-from gen_agent.testing.model_server import Reply, ScriptedModelServer
+from gen_agent.testing._model_server import Reply, ScriptedModelServer
 from gen_agent.tools import ToolContext, tool
 
 

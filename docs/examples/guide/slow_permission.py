@@ -28,9 +28,9 @@ import msgspec
 
 import gen_agent
 from gen_agent import GenAgent, NoReply, Prompt
+from gen_agent._permission import Allow, Deny, ToolPermissionRequest
 from gen_agent.backends.claude import ClaudeCLI
-from gen_agent.permission import Allow, Deny, ToolPermissionRequest
-from gen_agent.testing.model_server import Reply, ScriptedModelServer
+from gen_agent.testing._model_server import Reply, ScriptedModelServer
 
 
 # --8<-- [start:agent]

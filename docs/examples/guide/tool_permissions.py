@@ -23,9 +23,9 @@ from typing import Any
 
 import gen_agent
 from gen_agent import GenAgent, NoReply
+from gen_agent._permission import Allow, Deny, ToolPermissionRequest
 from gen_agent.backends.claude import ClaudeCLI
-from gen_agent.permission import Allow, Deny, ToolPermissionRequest
-from gen_agent.testing.model_server import Reply, ScriptedModelServer
+from gen_agent.testing._model_server import Reply, ScriptedModelServer
 
 PROMPTS = ("Take notes.", "Clean the build folder.")
 CREATING = frozenset({"touch", "mkdir"})

@@ -12,9 +12,9 @@ from typing import Any
 
 import gen_agent
 from gen_agent import GenAgent, NoReply
+from gen_agent._permission import Allow, Deny
 from gen_agent.backends import mock
 from gen_agent.backends.mock import MockBackend
-from gen_agent.permission import Allow, Deny
 from gen_agent.tools import agent_tool, tool
 
 WORKSPACE = Path(tempfile.mkdtemp(prefix="gen-agent-tools-"))

@@ -18,12 +18,12 @@ from typing import Any
 
 import gen_agent
 from gen_agent import GenAgent, NoReply
+from gen_agent._permission import Allow, Deny
 from gen_agent.backends.anthropic import AnthropicAPI
 from gen_agent.backends.fallback import Fallback
 from gen_agent.backends.openai import OpenAIResponses
-from gen_agent.permission import Allow, Deny
-from gen_agent.testing.model_server import Reply, ScriptedModelServer, ToolUseBlock
-from gen_agent.testing.openai_protocol import openai_base_url
+from gen_agent.testing._model_server import Reply, ScriptedModelServer, ToolUseBlock
+from gen_agent.testing._openai_protocol import openai_base_url
 from gen_agent.tools import tool
 
 WORKSPACE = Path(tempfile.mkdtemp(prefix="gen-agent-recipe-"))

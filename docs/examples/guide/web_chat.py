@@ -41,9 +41,9 @@ from starlette.routing import Route
 
 import gen_agent
 from gen_agent import GenAgent, NoReply, Supervisor, aio, child_spec
+from gen_agent._errors import AgentDown, AgentNotFound, RequestError, TurnError
 from gen_agent.backends import mock
 from gen_agent.backends.mock import MockBackend
-from gen_agent.errors import AgentDown, AgentNotFound, RequestError, TurnError
 
 
 def fake_model(prompt: str) -> str:

@@ -15,11 +15,11 @@ import pytest
 
 import gen_agent
 from gen_agent import InterruptReceipt, Prompt, RequestOptions, TurnError
+from gen_agent._delivered import Lifecycle
+from gen_agent._errors import AgentNotFound, AgentStartError
+from gen_agent._event import Event
 from gen_agent.backends import mock
 from gen_agent.backends.mock import MockBackend
-from gen_agent.errors import AgentNotFound, AgentStartError
-from gen_agent.event import Event
-from gen_agent.messages import Lifecycle
 from gen_agent.telemetry import (
     INPUT_REJECTED,
     MAILBOX_QUEUED,
@@ -32,8 +32,7 @@ from gen_agent.telemetry import (
     TelemetryRecorder,
 )
 from gen_agent.testing import wait_until_idle
-
-from . import WAIT_S, CallLog, Probe, in_thread, start
+from tests._agents import WAIT_S, CallLog, Probe, in_thread, start
 
 EVENTS = [TURN_START, TURN_STOP, TURN_ERROR, TURN_REJECTED, INPUT_REJECTED, MAILBOX_QUEUED,
           REQUEST_QUEUED, TURN_DISCARDED]

@@ -10,6 +10,7 @@ import queue
 from typing import Any
 
 import pytest
+from _agents import WAIT_S, CallLog, ProbeWithInfo, failure, in_thread, start
 
 import gen_agent
 from gen_agent import (
@@ -34,8 +35,6 @@ from gen_agent.telemetry import (
     TURN_START,
     TelemetryRecorder,
 )
-
-from . import WAIT_S, CallLog, ProbeWithInfo, failure, in_thread, start
 
 
 def _raise(*_: Any) -> Any:

@@ -16,9 +16,9 @@ import pytest
 
 import gen_agent
 from gen_agent import NoReply
+from gen_agent._errors import CallTimeout
 from gen_agent.backends import mock
 from gen_agent.backends.mock import MockBackend
-from gen_agent.errors import CallTimeout
 from gen_agent.telemetry import (
     MAILBOX_QUEUED,
     TURN_CANCELLED,

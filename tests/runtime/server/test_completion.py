@@ -8,10 +8,12 @@ relayed for requests that never dispatch.
 
 from __future__ import annotations
 
+import functools
 import queue
 import threading
 from typing import Any
 
+import _agents as agents
 import pytest
 
 import gen_agent
@@ -50,9 +52,7 @@ class Completer(gen_agent.GenAgent):
         return state
 
 
-def start(scripts: list[Any], **opts: Any) -> Any:
-    return gen_agent.start_agent(Completer, name=NAME, backend=MockBackend, scripts=scripts,
-                                 **opts)
+start = functools.partial(agents.start, Completer, NAME)
 
 
 def completion(ref: Any, outcome: Any) -> tuple[Any, ...]:

@@ -7,11 +7,13 @@ including ask refs and idempotent cancellation.
 
 from __future__ import annotations
 
+import functools
 import queue
 import threading
 import time
 from typing import Any
 
+import _agents as agents
 import pytest
 
 import gen_agent
@@ -25,9 +27,9 @@ from gen_agent import (
     telemetry,
     term_size,
 )
+from gen_agent._errors import AgentNotFound
 from gen_agent.backends import mock
 from gen_agent.backends.mock import MockBackend
-from gen_agent.errors import AgentNotFound
 from gen_agent.telemetry import EVENT_RECEIVED, TURN_CANCELLED, TURN_START, TelemetryRecorder
 
 T = 5.0  # seconds: the bound of every wait in this file
@@ -65,9 +67,7 @@ class Controlled(gen_agent.GenAgent):
         return NoReply(state)
 
 
-def start(scripts: list[Any], **opts: Any) -> Any:
-    return gen_agent.start_agent(Controlled, name=NAME, backend=MockBackend, scripts=scripts,
-                                 **opts)
+start = functools.partial(agents.start, Controlled, NAME)
 
 
 def busy(*later: Any, **opts: Any) -> tuple[Any, RequestRef]:

@@ -13,9 +13,9 @@ from loguru import logger
 
 import gen_agent
 from gen_agent import NoReply
+from gen_agent._errors import AgentDown, AgentStartError, TurnError
 from gen_agent.backends import mock
 from gen_agent.backends.mock import MockBackend
-from gen_agent.errors import AgentDown, AgentStartError, TurnError
 
 T = 5.0  # seconds: the bound of every wait in this file
 SECRET = "SECRET-9d1e"

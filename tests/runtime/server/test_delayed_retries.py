@@ -15,10 +15,10 @@ import pytest
 import gen_agent
 import gen_agent._runtime.agent_actor as server_module
 from gen_agent import NoReply, Prompt
+from gen_agent._errors import AgentDown, TurnError
 from gen_agent.backend import BackendError
 from gen_agent.backends import mock
 from gen_agent.backends.mock import MockBackend
-from gen_agent.errors import AgentDown, TurnError
 
 T = 5.0  # seconds: the bound of every wait in this file
 

@@ -3,11 +3,13 @@ reset_session (§2.15) and runtime_snapshot (§2.17)."""
 
 from __future__ import annotations
 
+import functools
 import queue
 import threading
 from concurrent.futures import Future
 from typing import Any
 
+import _agents as agents
 import msgspec
 import pytest
 
@@ -20,9 +22,9 @@ from gen_agent import (
     RuntimeSnapshot,
     TurnError,
 )
+from gen_agent._errors import AgentNotFound, CallTimeout
 from gen_agent.backends import mock
 from gen_agent.backends.mock import MockBackend
-from gen_agent.errors import AgentNotFound, CallTimeout
 from gen_agent.telemetry import (
     HALTED,
     INPUT_REJECTED,
@@ -90,8 +92,7 @@ class Halting(gen_agent.GenAgent):
         self.log.append(("terminate_agent", reason))
 
 
-def start(scripts: list[Any], backend: Any = MockBackend, **opts: Any) -> Any:
-    return gen_agent.start_agent(Halting, name=NAME, backend=backend, scripts=scripts, **opts)
+start = functools.partial(agents.start, Halting, NAME)
 
 
 def busy(*later: Any, **opts: Any) -> Any:

@@ -11,13 +11,12 @@ import time
 from typing import Any
 
 import pytest
+from _agents import WAIT_S, Hold, start, text_events
 
 import gen_agent
 from gen_agent import GenAgent, NoReply
 from gen_agent._runtime.options import HIBERNATE_ENV, build_options
 from gen_agent.backends import mock
-
-from . import WAIT_S, Hold, start, text_events
 
 
 class Counter(GenAgent):

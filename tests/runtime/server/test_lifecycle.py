@@ -9,6 +9,7 @@ import threading
 from typing import Any
 
 import pytest
+from _agents import WAIT_S, CallLog, Probe, failure, in_thread, start
 
 import gen_agent
 from gen_agent import (
@@ -27,8 +28,6 @@ from gen_agent import (
 from gen_agent.backends import mock
 from gen_agent.backends.mock import MockBackend, MockSession
 from gen_agent.telemetry import TERMINATED, TelemetryRecorder
-
-from . import WAIT_S, CallLog, Probe, failure, in_thread, start
 
 RESERVED = {
     "watchdog_ms": 1_000, "shutdown_ms": 1_000, "max_tell_results": 3,

@@ -5,9 +5,11 @@ queue; admission is serialized by the agent.
 
 from __future__ import annotations
 
+import functools
 import threading
 from typing import Any
 
+import _agents as agents
 import pytest
 
 import gen_agent
@@ -57,9 +59,7 @@ class Bounded(gen_agent.GenAgent):
         return NoReply(state + 1)
 
 
-def start(scripts: list[Any], **opts: Any) -> Any:
-    return gen_agent.start_agent(Bounded, name=NAME, backend=MockBackend, scripts=scripts,
-                                 **opts)
+start = functools.partial(agents.start, Bounded, NAME)
 
 
 def busy(*later: Any, **opts: Any) -> Any:

@@ -5,10 +5,12 @@ passed to `handle_stream_event` nor relayed; compact mode, by contrast, relays e
 
 from __future__ import annotations
 
+import functools
 import queue
 import threading
 from typing import Any
 
+import _agents as agents
 import pytest
 
 import gen_agent
@@ -41,9 +43,7 @@ class Streamer(gen_agent.GenAgent):
         return NoReply(state)
 
 
-def start(scripts: list[Any], **opts: Any) -> Any:
-    return gen_agent.start_agent(Streamer, name=NAME, backend=MockBackend, scripts=scripts,
-                                 event_retention="lossless", **opts)
+start = functools.partial(agents.start, Streamer, NAME, event_retention="lossless")
 
 
 def text(value: str) -> Event:

@@ -9,6 +9,7 @@ import queue
 from typing import Any
 
 import pytest
+from _agents import WAIT_S, CallLog, Probe, ProbeWithInfo, failure, in_thread, log_telemetry, start
 
 import gen_agent
 from gen_agent import Halt, NoReply, OverloadInfo, Prompt, TurnError
@@ -21,8 +22,6 @@ from gen_agent.telemetry import (
     TURN_START,
     TelemetryRecorder,
 )
-
-from . import WAIT_S, CallLog, Probe, ProbeWithInfo, failure, in_thread, log_telemetry, start
 
 
 def _append(event: Any, state: list[Any]) -> Any:

@@ -1,7 +1,7 @@
 """An interrupt, `interrupt_request`, `stop`, the watchdog and an ask abandoned with
 `cancel_on_timeout` win over a pending `handle_tool_permission` decision: the turn's request
 is answered `DENY_INTERRUPTED` at once, while the callback still blocks the agent thread (the
-TurnMark the caller's message marks, gen_agent/_runtime/cancel.py); the callback's late answer
+TurnMark the caller's message marks, gen_agent/_cancel.py); the callback's late answer
 is dropped (logged by type); the caller gets its outcome once the agent thread is free, after
 `handle_error` and `post_turn` (contract §2.6, §4.13).
 """
@@ -18,9 +18,9 @@ from loguru import logger
 
 import gen_agent
 from gen_agent import Event, NoReply, TurnError
+from gen_agent._errors import AgentDown, CallTimeout
+from gen_agent._permission import DENY_INTERRUPTED, Allow, Deny, ToolPermissionRequest
 from gen_agent.backend import BackendError
-from gen_agent.errors import AgentDown, CallTimeout
-from gen_agent.permission import DENY_INTERRUPTED, Allow, Deny, ToolPermissionRequest
 
 T = 10.0  # seconds: the bound of every wait in this file
 

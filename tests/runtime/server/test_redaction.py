@@ -16,9 +16,9 @@ from loguru import logger
 
 import gen_agent
 from gen_agent import NoReply, Proceed, Prompt, TurnError
+from gen_agent._errors import AgentDown, AgentStartError
 from gen_agent.backends import mock
 from gen_agent.backends.mock import MockBackend
-from gen_agent.errors import AgentDown, AgentStartError
 from gen_agent.telemetry import HALTED, TURN_STOP, TelemetryRecorder
 
 T = 5.0  # seconds: the bound of every wait in this file

@@ -14,13 +14,13 @@ from collections.abc import Iterator
 from concurrent.futures import Future
 from typing import Any
 
+from _agents import WAIT_S, in_thread, text_events
+
 import gen_agent
 from gen_agent import DispatchError, Event, GenAgent, NoReply, Proceed, Prompt, TurnError
 from gen_agent.backends import mock
 from gen_agent.backends.mock import MockBackend
 from gen_agent.telemetry import TURN_ERROR, TURN_START, TURN_STOP, TelemetryRecorder
-
-from . import WAIT_S, in_thread, text_events
 
 SEED = 20_261_130
 AGENTS = 8

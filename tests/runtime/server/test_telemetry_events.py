@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from _agents import WAIT_S, CallLog, in_thread, start, text_events
 
 import gen_agent
 from gen_agent import Halt, NoReply, OverloadInfo, Proceed, Prompt, TurnError
@@ -33,8 +34,6 @@ from gen_agent.telemetry import (
     TelemetryRecord,
     TelemetryRecorder,
 )
-
-from . import WAIT_S, CallLog, in_thread, start, text_events
 
 TURN_META = {"agent", "ref", "attempt", "origin"}
 START_META = TURN_META | {"backend", "request_model", "session_id", "trace_context",

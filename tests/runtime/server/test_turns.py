@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from _agents import WAIT_S, CallLog, Hold, failure, in_thread, log_telemetry, start, text_events
 
 import gen_agent
 from gen_agent import DispatchError, Event, NoReply, Proceed, Prompt, RequestRef, TurnError
@@ -23,8 +24,6 @@ from gen_agent.telemetry import (
     TURN_START,
     TelemetryRecorder,
 )
-
-from . import WAIT_S, CallLog, Hold, failure, in_thread, log_telemetry, start, text_events
 
 # --- ask / tell / poll (§2.4, §2.5, §2.7) ----------------------------------------------------
 
