@@ -363,8 +363,8 @@ def interrupt_receipt(name: Any, timeout: float | None = None, *,
     Raises:
         AgentNotFound: no such agent. CallTimeout: `timeout` seconds passed first.
 
-    Mirrors: `GenAgent.interrupt/1` (docs/pages/contract.md#s2-10), answered like `interrupt_request/3`
-    (§2.11); a Python addition (docs: Busy policies).
+    Mirrors: `GenAgent.interrupt/1` (docs/pages/contract.md#s2-10), answered like
+    `interrupt_request/3` (§2.11); a Python addition (docs: Busy policies).
     """
     return calls.run_by_name(  # type: ignore[no-any-return]
         agent_system, name, calls.INTERRUPT_RECEIPT, timeout)

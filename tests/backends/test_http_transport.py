@@ -15,7 +15,7 @@ import pytest
 
 import gen_agent
 from gen_agent.backend import BackendError, SessionStartError
-from gen_agent.backends import _transport
+from gen_agent.backends._http import transport as _transport
 from gen_agent.backends.anthropic import AnthropicAPI
 from gen_agent.backends.openai import OpenAIResponses
 

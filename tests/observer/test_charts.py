@@ -7,7 +7,7 @@ from typing import Any
 import gen_agent
 from gen_agent._event import Event
 from gen_agent.backends.mock import MockBackend
-from gen_agent.observer import charts
+from gen_agent.observer import _charts as charts
 from gen_agent.observer._collector import Collector
 from gen_agent.testing._helpers import ScriptedAgent
 

@@ -53,8 +53,9 @@ def test_nothing_is_attached_or_kept_outside_open_and_close(
                           scripts=[mock.text_turn("x"), mock.text_turn("y")])
     gen_agent.ask("a", "before", timeout=5)
     with collector:
-        # no rich prompt events, no SUPERVISOR_RESTART
-        assert len(_observer_handlers()) == len(telemetry.EVENTS) - 4
+        # no rich prompt events, no SUPERVISOR_RESTART, no TURN_DISCARDED (the rolled-back
+        # turn's TURN_ERROR follows it)
+        assert len(_observer_handlers()) == len(telemetry.EVENTS) - 5
         assert collector.turns() == []
         gen_agent.ask("a", "during", timeout=5)
         assert [t["outcome"] for t in collector.turns()] == ["ok"]
