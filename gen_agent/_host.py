@@ -57,6 +57,7 @@ import threading
 import time
 import weakref
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -65,6 +66,7 @@ from gen_agent._accounting import SharedBudget
 from gen_agent._agent import GenAgent, NoReply
 from gen_agent._errors import AgentDown, AgentNotFound, CallTimeout, TurnError
 from gen_agent._host_aio import AsyncHost
+from gen_agent._limits import JoinedLimit
 from gen_agent._request_options import RequestOptions, check_busy, check_options
 from gen_agent._request_ref import RequestRef
 from gen_agent._response import Response
@@ -167,6 +169,11 @@ class AgentHost:
             the default, `"reject"`, `"interrupt"`, `"rollback"`, `"steer"`; see the
             `busy` start option); a request overrides it with `RequestOptions(busy=...)`.
         agent_system: the `AgentSystem` the agents run in (default: the current one).
+        key_limit: a callable `key -> ProviderLimit | None`, asked once per activation: a
+            further limit for that key's agent, next to the `provider_limit` option (a turn
+            then needs a permit of both; e.g. a tenant's own limit, `gen_agent.server`).
+            Settable later as the attribute `key_limit` (it applies from the next
+            activation). Default None.
         **options: every other `start_agent` option, for each agent (not `name`, `store`,
             `session_key`); the ones that are not reserved go to `init_agent` with `key`.
 
@@ -178,7 +185,8 @@ class AgentHost:
                  deactivate_after_ms: int | None = None, max_live: int | None = None,
                  max_cost_usd: float | None = None, max_total_tokens: int | None = None,
                  replay_turns: int = 1, agent_system: AgentSystem | None = None,
-                 busy: str = "enqueue", **options: Any) -> None:
+                 busy: str = "enqueue", key_limit: Callable[[str], Any] | None = None,
+                 **options: Any) -> None:
         clash = [key for key in _NOT_HOST_OPTIONS if key in options]
         if clash:
             raise ValueError(f"AgentHost sets {', '.join(clash)} itself: drop it")
@@ -200,6 +208,7 @@ class AgentHost:
         self.busy = busy
         self._options = {**options, "replay_turns": replay_turns, "budgets": budgets,
                          "busy": busy}
+        self.key_limit = key_limit
         self.system = agent_system if agent_system is not None else current_system()
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
@@ -316,9 +325,15 @@ class AgentHost:
             raise
 
     def _start(self, key: str) -> _Slot:
+        options = self._options
+        extra = None if self.key_limit is None else self.key_limit(key)
+        if extra is not None:
+            own = options.get("provider_limit")
+            options = {**options, "provider_limit": extra if own is None
+                       else JoinedLimit(extra, own)}  # the key's own limit first: narrower
         ref = self.system.start_agent(self.module, name=self._agent_name(key),
                                       backend=self.backend, store=self.store, session_key=key,
-                                      key=key, **self._options)
+                                      key=key, **options)
         handle = ref._handle
         slot = _Slot(key, handle)
         slot.busy = 1

@@ -34,7 +34,7 @@ import msgspec
 
 from gen_agent._timers import TIMERS
 
-__all__ = ["LimitStatus", "ProviderLimit"]
+__all__ = ["JoinedLimit", "LimitStatus", "ProviderLimit"]
 
 _WINDOW_S = 60.0
 _registry: dict[str, ProviderLimit] = {}
@@ -244,3 +244,89 @@ class ProviderLimit:
             waiters, self._waiters = list(self._waiters.values()), {}
         for wake in waiters:
             wake()
+
+
+class JoinedLimit(ProviderLimit):
+    """Several `ProviderLimit`s at once: a turn needs a permit of each (e.g. a tenant's own
+    limit next to its host's provider key). Share one object between the agents it covers.
+
+    Permits are taken in the order given; an agent that got the first ones and waits for a
+    later one keeps those it holds (so put the narrower limit, e.g. a tenant's, first: an
+    agent waiting for the provider key then holds only its own tenant's permit). `release`
+    gives each back; `hold` holds each; `status()` is the first limit's.
+
+    Args:
+        limits: the `ProviderLimit`s (at least one; nested `JoinedLimit`s are flattened).
+
+    Raises:
+        ValueError: no limits, or one that is not a `ProviderLimit`.
+    """
+
+    def __init__(self, *limits: ProviderLimit) -> None:
+        flat: list[ProviderLimit] = []
+        for limit in limits:
+            if not isinstance(limit, ProviderLimit):
+                raise ValueError(f"JoinedLimit takes ProviderLimits, got {type(limit).__name__}")
+            flat.extend(limit.parts() if isinstance(limit, JoinedLimit) else (limit,))
+        if not flat:
+            raise ValueError("JoinedLimit needs at least one ProviderLimit")
+        first = flat[0]
+        super().__init__("+".join(limit.name for limit in flat),
+                         max_concurrent=first.max_concurrent,
+                         requests_per_minute=first.requests_per_minute,
+                         tokens_per_minute=first.tokens_per_minute)
+        self.limits: tuple[ProviderLimit, ...] = tuple(flat)
+        self._held: dict[Any, int] = {}  # waiter -> how many of `limits` it holds (a prefix)
+
+    def parts(self) -> tuple[ProviderLimit, ...]:
+        """The joined limits, in order."""
+        return self.limits
+
+    def try_acquire(self, waiter: Any, wake: Callable[[], None]) -> bool:
+        with self._lock:
+            held = self._held.pop(waiter, 0)
+        for limit in self.limits[held:]:
+            if not limit.try_acquire(waiter, wake):
+                with self._lock:
+                    self._held[waiter] = held
+                return False
+            held += 1
+        return True
+
+    def try_take(self) -> float | None:
+        for index, limit in enumerate(self.limits):
+            wait = limit.try_take()
+            if wait is not None:
+                for taken in self.limits[:index]:
+                    taken.release()
+                return wait
+        return None
+
+    def held_for(self) -> float:
+        return max(limit.held_for() for limit in self.limits)
+
+    def release(self, tokens: int = 0) -> None:
+        for limit in self.limits:
+            limit.release(tokens)
+
+    def forget(self, waiter: Any) -> None:
+        with self._lock:
+            held = self._held.pop(waiter, 0)
+        for index, limit in enumerate(self.limits):
+            if index < held:
+                limit.release()  # a permit taken for a turn that waited on a later limit
+            else:
+                limit.forget(waiter)
+
+    def hold(self, ms: float) -> None:
+        for limit in self.limits:
+            limit.hold(ms)
+
+    def status(self) -> LimitStatus:
+        return self.limits[0].status()
+
+    def __repr__(self) -> str:
+        return f"<JoinedLimit {self.name!r}>"
+
+    def __reduce__(self) -> Any:
+        return (JoinedLimit, self.limits)

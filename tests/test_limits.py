@@ -12,7 +12,7 @@ from _agents import WAIT_S, CallLog, start
 
 import gen_agent
 from gen_agent._errors import AgentStartError, TurnError
-from gen_agent._limits import LimitStatus, ProviderLimit
+from gen_agent._limits import JoinedLimit, LimitStatus, ProviderLimit
 from gen_agent.backends import mock
 from gen_agent.testing._model_server import Reply, ScriptedModelServer
 
@@ -147,3 +147,33 @@ def test_a_429_with_retry_after_holds_back_every_agent_on_the_key() -> None:
         first, second = server.model_requests()
     # b's request reached the server only once the key's hold was over
     assert second.received_ms - first.received_ms >= 350
+
+
+def test_a_joined_limit_needs_a_permit_of_each_and_gives_back_what_it_held() -> None:
+    tenant = ProviderLimit("tenant", max_concurrent=2)
+    key = ProviderLimit("key", max_concurrent=1)
+    joined = JoinedLimit(tenant, JoinedLimit(key))  # nested ones are flattened
+    assert joined.parts() == (tenant, key) and joined.name == "tenant+key"
+    woken: list[str] = []
+    assert joined.try_acquire("w1", lambda: woken.append("w1"))
+    assert not joined.try_acquire("w2", lambda: woken.append("w2"))  # the key's one is taken
+    assert tenant.status().in_flight == 2 and key.status().waiting == 1  # w2 holds tenant's
+    joined.release(7)  # w1's turn ended: both given back, its tokens counted on both
+    assert woken == ["w2"] and tenant.status().tokens_last_minute == 7
+    assert joined.try_acquire("w2", lambda: None)  # only the key's permit was missing
+    assert (tenant.status().in_flight, key.status().in_flight) == (1, 1)
+    joined.release()
+    assert joined.try_acquire("w3", lambda: None)
+    joined.release()
+    assert joined.try_take() is None and joined.try_take() == 0.0
+    assert (tenant.status().in_flight, key.status().in_flight) == (1, 1)  # no permit leaked
+    joined.release()
+    held = JoinedLimit(tenant, key)
+    assert key.try_take() is None
+    assert not held.try_acquire("w4", lambda: None)
+    held.forget("w4")  # it stopped waiting: the tenant permit it held goes back
+    assert tenant.status().in_flight == 0 and key.status().waiting == 0
+    with pytest.raises(ValueError):
+        JoinedLimit()
+    with pytest.raises(ValueError):
+        JoinedLimit(tenant, "key")  # type: ignore[arg-type]

@@ -29,7 +29,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 import msgspec
 from loguru import logger
@@ -40,6 +40,7 @@ from gen_agent import aio
 from gen_agent._accounting import BudgetExceeded, SharedBudget
 from gen_agent._errors import TurnError
 from gen_agent._host import AgentHost
+from gen_agent._limits import JoinedLimit, ProviderLimit
 from gen_agent._request_options import RequestOptions
 from gen_agent._request_ref import RequestRef
 from gen_agent._response import Response
@@ -74,6 +75,13 @@ class ServerLimits(msgspec.Struct, frozen=True, kw_only=True):
         retry_after_s: the `Retry-After` of a `503` while draining (seconds; default 5).
         max_responses: finished responses kept per server for `GET` and continuation
             (count; default 10,000; the oldest go first).
+        tenant_provider_limit: a provider limit per tenant over every host (default None):
+            a dict of `ProviderLimit` bounds (`{"max_concurrent": 2}`: each tenant gets its
+            own limit with them), or a callable `tenant -> ProviderLimit | None` (asked once
+            per tenant). A tenant's agents need a permit of it next to their host's own
+            `provider_limit`; past it their requests wait first in their agent's queue
+            (as for any provider limit; not a refusal). It applies to agents activated
+            after `create_app`.
     """
 
     max_body_bytes: int = 1 << 20
@@ -87,8 +95,15 @@ class ServerLimits(msgspec.Struct, frozen=True, kw_only=True):
     drain_timeout_s: float = 30.0
     retry_after_s: int = 5
     max_responses: int = 10_000
+    tenant_provider_limit: Any = None
 
     def __post_init__(self) -> None:
+        per_tenant = self.tenant_provider_limit
+        if per_tenant is not None and not callable(per_tenant):
+            if not isinstance(per_tenant, Mapping):
+                raise ValueError("ServerLimits.tenant_provider_limit must be a dict of "
+                                 "ProviderLimit bounds, a callable or None")
+            ProviderLimit("check", **per_tenant)  # bad bounds raise here, not per tenant
         for name in ("max_body_bytes", "max_prompt_chars", "retry_after_s", "max_responses"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -251,6 +266,10 @@ class Server:
         self._drained = False
         self._drain_lock: asyncio.Lock | None = None
         self.on_drain: list[Callable[[], Any]] = []  # protocol hooks run when a drain begins
+        self._tenant_limits: dict[str, ProviderLimit | None] = {}
+        if limits.tenant_provider_limit is not None:
+            for agent_host in self.hosts.values():
+                _add_key_limit(agent_host, self._key_limit)
 
     # ------------------------------------------------------------------ lookups
     def host(self, name: str) -> AgentHost:
@@ -296,6 +315,30 @@ class Server:
                 budget = self._budgets[principal.tenant] = SharedBudget(
                     limits.tenant_max_cost_usd, limits.tenant_max_total_tokens)
             return budget
+
+    def tenant_limit(self, tenant: str) -> ProviderLimit | None:
+        """The tenant's `ProviderLimit` (None when the limits set none), made on first use.
+
+        Raises:
+            ValueError: the `tenant_provider_limit` callable returned no `ProviderLimit`.
+        """
+        make = self.limits.tenant_provider_limit
+        if make is None:
+            return None
+        with self._lock:
+            if tenant in self._tenant_limits:
+                return self._tenant_limits[tenant]
+            limit = (make(tenant) if callable(make)
+                     else ProviderLimit(f"tenant:{quote(tenant, safe='')}", **make))
+            if limit is not None and not isinstance(limit, ProviderLimit):
+                raise ValueError("tenant_provider_limit must return a ProviderLimit or None")
+            self._tenant_limits[tenant] = limit
+            return limit
+
+    def _key_limit(self, key: str) -> ProviderLimit | None:
+        # A served key is `<tenant, %-escaped>/<key>` (tenant_key); other keys have none.
+        tenant, sep, _ = key.partition("/")
+        return self.tenant_limit(unquote(tenant)) if sep else None
 
     def tenant_turns(self, principal: Principal) -> int:
         """Tracked turns (running or queued) of `principal`'s tenant (count)."""
@@ -399,6 +442,22 @@ class Server:
         except (TimeoutError, Exception):  # noqa: BLE001 - any failure is "not ready"
             return False
         return True
+
+
+def _add_key_limit(host: Any, key_limit: Callable[[str], Any]) -> None:
+    """Give `host`'s agents `key_limit` too, next to a `key_limit` the host already has."""
+    if not hasattr(host, "key_limit"):
+        raise TypeError(f"tenant_provider_limit needs AgentHosts, got {type(host).__name__}")
+    own = host.key_limit
+    if own is None:
+        host.key_limit = key_limit
+        return
+
+    def both(key: str) -> Any:
+        limits = [limit for limit in (key_limit(key), own(key)) if limit is not None]
+        return JoinedLimit(*limits) if len(limits) > 1 else (limits[0] if limits else None)
+
+    host.key_limit = both
 
 
 class _Guard:

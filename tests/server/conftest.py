@@ -24,21 +24,43 @@ TOKENS = BearerTokens({TOKEN_A: Principal(tenant="a", subject="alice"),
 
 class Model:
     """The fake model: answers `<key>#<turn>: <prompt>` (a prompt `json:X`: just `X`) and
-    records every prompt it saw; a prompt in `gates` waits for its event first."""
+    records every prompt it saw; a prompt in `gates` waits for its event first. `in_flight`
+    and `peak` count the calls running per tenant (the host key's part before its `/`)."""
 
     def __init__(self) -> None:
         self.prompts: list[str] = []
         self.gates: dict[str, threading.Event] = {}
         self.entered: dict[str, threading.Event] = {}
         self.lock = threading.Lock()
+        self.changed = threading.Condition(self.lock)
+        self.in_flight: dict[str, int] = {}
+        self.peak: dict[str, int] = {}
+
+    def wait_in_flight(self, tenant: str, count: int, timeout: float) -> bool:
+        """True once `count` calls of `tenant` run at once (False after `timeout` s)."""
+        with self.changed:
+            return self.changed.wait_for(lambda: self.in_flight.get(tenant, 0) >= count,
+                                         timeout)
 
     def gate(self, word: str) -> tuple[threading.Event, threading.Event]:
         self.gates[word], self.entered[word] = threading.Event(), threading.Event()
         return self.gates[word], self.entered[word]
 
     def __call__(self, prompt: str) -> Any:
-        with self.lock:
+        tenant = prompt.split("/", 1)[0]
+        with self.changed:
             self.prompts.append(prompt)
+            now = self.in_flight[tenant] = self.in_flight.get(tenant, 0) + 1
+            self.peak[tenant] = max(self.peak.get(tenant, 0), now)
+            self.changed.notify_all()
+        try:
+            return self._answer(prompt)
+        finally:
+            with self.changed:
+                self.in_flight[tenant] -= 1
+                self.changed.notify_all()
+
+    def _answer(self, prompt: str) -> Any:
         text = prompt.split("|", 1)[1]
         for word, gate in self.gates.items():
             if word in text:

@@ -13,6 +13,7 @@ import httpx
 import pytest
 from loguru import logger
 
+from gen_agent import ProviderLimit
 from gen_agent.server import ServerLimits
 from gen_agent.server._run import check_bind
 from tests.server.conftest import TOKEN_A, TOKEN_B, Served, openai, serving
@@ -219,3 +220,47 @@ def test_a_tenants_turns_in_flight_are_bounded() -> None:
                 break
             time.sleep(0.01)
         assert a.responses.create(model="chat", input="third").status == "completed"
+
+
+def test_a_tenants_provider_limit_holds_its_turns_only() -> None:
+    limits = ServerLimits(tenant_provider_limit=lambda tenant: ProviderLimit(
+        tenant, max_concurrent=1) if tenant == "a" else None)
+    with serving(limits=limits) as s:
+        gate, _ = s.model.gate("hold")
+        a, b = s.client(TOKEN_A), s.client(TOKEN_B)
+        first = a.responses.create(model="chat", input="hold a1", conversation="a1",
+                                   background=True)
+        assert s.model.wait_in_flight("a", 1, T)
+        second = a.responses.create(model="chat", input="hold a2", conversation="a2",
+                                    background=True)  # another agent: waits for the permit
+        theirs = [b.responses.create(model="chat", input=f"hold b{n}", conversation=f"b{n}",
+                                     background=True) for n in (1, 2)]
+        assert s.model.wait_in_flight("b", 2, T)  # b is not held back by a's limit
+        assert s.model.in_flight["a"] == 1 and not any("a2" in p for p in s.model.prompts)
+        gate.set()
+        for response, client in [(first, a), (second, a), (theirs[0], b), (theirs[1], b)]:
+            for _ in range(int(T / 0.01)):
+                if client.responses.retrieve(response.id).status == "completed":
+                    break
+                time.sleep(0.01)
+            assert client.responses.retrieve(response.id).status == "completed"
+        assert s.model.peak == {"a": 1, "b": 2}
+        assert s.server.tenant_limit("a").status().in_flight == 0
+
+
+def test_a_tenant_provider_limit_is_checked_and_joins_the_hosts_own() -> None:
+    with pytest.raises(ValueError):
+        ServerLimits(tenant_provider_limit={"max_concurrent": 0})
+    with pytest.raises(ValueError):
+        ServerLimits(tenant_provider_limit=3)
+    host_limit = ProviderLimit("host", max_concurrent=5)
+    limits = ServerLimits(tenant_provider_limit={"max_concurrent": 2})
+    with serving(limits=limits, host_options={"provider_limit": host_limit}) as s:
+        for token in (TOKEN_A, TOKEN_B):
+            assert s.client(token).responses.create(
+                model="chat", input="x", conversation="c").status == "completed"
+        status = s.host.status("a/conv_c")
+        assert status.provider_limit.name == "tenant:a"  # each tenant its own, with the bounds
+        assert status.provider_limit.max_concurrent == 2
+        assert s.server.tenant_limit("b").status().requests_last_minute == 1
+        assert host_limit.status().requests_last_minute == 2  # the host's limit was asked too
