@@ -687,24 +687,35 @@ def serve(
     head_timeout: Annotated[float, typer.Option(
         "--head-timeout", min=0.1, help="Seconds a connection may take to send a request "
                                         "head.")] = 10.0,
+    protocol: Annotated[list[str] | None, typer.Option(
+        "--protocol", help="A protocol to serve, repeatable: responses (/v1/responses), a2a "
+                           "(/a2a/<host>), agui (/agui/<host>), chat (the page at /), vercel "
+                           "(/vercel-ai/<host>). Default: responses.")] = None,
     version: VersionOpt = False,
 ) -> None:
-    """Serve agent hosts over HTTP: the OpenAI Responses API at /v1/responses."""
+    """Serve agent hosts over HTTP: the OpenAI Responses API at /v1/responses (and, with
+    --protocol, A2A, AG-UI, the chat page, the Vercel AI stream)."""
     import sys
 
     try:
-        from gen_agent.server._run import check_bind, load, run
+        from gen_agent.server._run import PROTOCOLS, check_bind, load, run
     except ImportError as exc:
         raise CliError(f"{exc}; install it with: pip install 'gen-agent[server]'") from None
     if "" not in sys.path:
         sys.path.insert(0, "")  # module:attr is looked up from the working directory
     try:
-        served = load(target)
+        served = load(target, protocol)
         check_bind(served, host)
+    except ModuleNotFoundError as exc:
+        if exc.name and exc.name.split(".")[0] in ("a2a", "ag_ui"):
+            raise CliError(f"{exc}; install it with: pip install 'gen-agent[server]'") from None
+        raise CliError(str(exc)) from None
     except (ValueError, ImportError, AttributeError) as exc:
         raise CliError(str(exc)) from None
-    _err().print(f"gen-agent serve: http://{host}:{port}/v1/responses "
-                 f"(models: {', '.join(sorted(served.state.gen_agent_server.hosts))}); "
+    where = ", ".join(f"{name} at http://{host}:{port}{PROTOCOLS[name]}"
+                      for name in dict.fromkeys(protocol or ["responses"]))
+    _err().print(f"gen-agent serve: {where} "
+                 f"(hosts: {', '.join(sorted(served.state.gen_agent_server.hosts))}); "
                  "Ctrl-C drains and stops.", markup=False, soft_wrap=True)
     try:
         run(served, host, port, head_timeout_s=head_timeout)

@@ -40,17 +40,46 @@ def _uvicorn() -> Any:
     return uvicorn
 
 
-def load(spec: str) -> Any:
+PROTOCOLS = {"responses": "/v1/responses", "a2a": "/a2a/<host>", "agui": "/agui/<host>",
+             "chat": "/", "vercel": "/vercel-ai/<host>"}
+"""The protocols `gen-agent serve --protocol` takes (modules of `gen_agent.server`), each
+with where it is served."""
+
+
+def protocol_modules(names: Any) -> list[Any]:
+    """The `gen_agent.server` protocol modules named by `names` (in order, once each).
+
+    Raises:
+        ValueError: a name that is not one of `PROTOCOLS`, or no names.
+        ImportError: a protocol's package is missing (e.g. `a2a-sdk`).
+    """
+    chosen = list(dict.fromkeys(names))
+    unknown = [name for name in chosen if name not in PROTOCOLS]
+    if unknown or not chosen:
+        raise ValueError(f"unknown protocol {', '.join(map(repr, unknown)) or '(none)'}; "
+                         f"choose from {', '.join(PROTOCOLS)}")
+    return [importlib.import_module(f"gen_agent.server.{name}") for name in chosen]
+
+
+def load(spec: str, protocols: Any = None) -> Any:
     """The app named by `spec`, `"package.module:attr"`: `attr` is a Starlette app made by
     `create_app`, or hosts (`AgentHost`, a list, a dict) that `create_app` is called on, or
     a callable returning either.
 
+    Args:
+        spec: `module:attr`.
+        protocols: protocol names (`PROTOCOLS`) for hosts (default: `["responses"]`); an
+            app made by `create_app` has chosen its own, so giving them is an error.
+
     Raises:
-        ValueError: `spec` is not `module:attr`, or `attr` is none of those.
-        ImportError, AttributeError: the module or the attribute is missing.
+        ValueError: `spec` is not `module:attr`, `attr` is none of those, a bad protocol
+            name, or `protocols` for an app.
+        ImportError, AttributeError: the module or the attribute is missing (or a
+            protocol's package).
     """
     from gen_agent.server._app import create_app
 
+    modules = protocol_modules(protocols or ["responses"])  # before any host is built
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise ValueError(f"expected module:attr (e.g. myapp:hosts), got {spec!r}")
@@ -60,9 +89,12 @@ def load(spec: str) -> Any:
     if callable(target) and not hasattr(target, "state") and not hasattr(target, "aio"):
         target = target()
     if getattr(getattr(target, "state", None), "gen_agent_server", None) is not None:
+        if protocols:
+            raise ValueError(f"{spec} is an app from create_app, which chose its protocols: "
+                             "drop --protocol (or name hosts instead)")
         return target
     try:
-        return create_app(target, close_hosts=True)
+        return create_app(target, close_hosts=True, protocols=modules)
     except TypeError as exc:
         raise ValueError(f"{spec} is neither an app from create_app nor hosts: {exc}") from None
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from typer.testing import CliRunner
 
 from gen_agent import AgentHost, AgentSystem
@@ -126,6 +127,41 @@ def test_serve_loads_module_attr_and_refuses_a_public_bind_without_auth(
         served_mod.hosts["chat"].close()
 
 
+def test_serve_chooses_its_protocols(tmp_path: Path, monkeypatch: Any) -> None:
+    from gen_agent.cli._app import app as cli
+
+    (tmp_path / "proto_mod.py").write_text(
+        "from gen_agent import AgentHost\n"
+        "from gen_agent.backends.mock import MockBackend\n"
+        "from tests.server.conftest import Chat, Model\n"
+        "def hosts():\n"
+        "    return {'chat': AgentHost(Chat, backend=MockBackend, model=Model())}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    bad = CliRunner().invoke(cli, ["serve", "proto_mod:hosts", "--protocol", "grpc"])
+    assert bad.exit_code == 2 and "unknown protocol 'grpc'" in bad.output
+    assert "agui" in bad.output  # the choices are named
+    chosen, default = load("proto_mod:hosts", ["a2a", "chat", "agui", "a2a"]), None
+    try:
+        paths = {getattr(route, "path", None) for route in chosen.routes}
+        assert {"/", "/agui/{host}", "/a2a/chat/.well-known/agent-card.json"} <= paths
+        assert "/v1/responses" not in paths  # only what was asked for
+        default = load("proto_mod:hosts")
+        assert "/v1/responses" in {getattr(route, "path", None) for route in default.routes}
+    finally:
+        for app in (chosen, default):
+            if app is not None:
+                app.state.gen_agent_server.hosts["chat"].close()
+    built = create_app(AgentHost(Chat, backend=MockBackend, model=Model(), name="chat"),
+                       close_hosts=True)
+    monkeypatch.setattr("proto_mod.app", built, raising=False)
+    try:
+        with pytest.raises(ValueError, match="drop --protocol"):
+            load("proto_mod:app", ["a2a"])
+        assert load("proto_mod:app") is built
+    finally:
+        built.state.gen_agent_server.hosts["chat"].close()
+
+
 def test_the_readme_client_example_runs_against_the_server(capsys: Any) -> None:
     import re
 
@@ -144,3 +180,35 @@ def test_the_readme_client_example_runs_against_the_server(capsys: Any) -> None:
     assert out[0].startswith("acme/resp_") and out[0].endswith("#1: Hello")
     assert out[1] == "acme/conv_ada#1: Stream it"
     assert any(p.endswith("#2|And again") for p in s.model.prompts)
+
+
+def test_the_readme_protocol_examples_answer() -> None:
+    import json
+    import re
+
+    pytest.importorskip("a2a")
+    pytest.importorskip("ag_ui")
+    from gen_agent.server import BearerTokens, Principal, a2a, agui, chat, responses
+    from tests.server.conftest import serving
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text("utf-8")
+    section = readme.split("## Serving agents over HTTP", 1)[1].split("\n## ", 1)[0]
+    assert re.search(r"gen-agent serve myapp:hosts( --protocol \w+)+", section)
+    token = re.search(r"serve.*?#token=([\w-]+)", section, re.S).group(1)  # type: ignore[union-attr]
+    card = re.search(r"curl -s (http\S+agent-card\.json)", section).group(1)  # type: ignore[union-attr]
+    run = re.search(r"curl -sN (http\S+) .*?-d '(\{.*?\})'", section).groups()  # type: ignore[union-attr]
+    tokens = BearerTokens({token: Principal(tenant="acme", subject="acme")})
+    with serving(tokens=tokens, protocols=[responses, a2a, agui, chat]) as s:
+        auth = {"Authorization": f"Bearer {token}"}
+        local = "http://127.0.0.1:8000"
+        got = httpx.get(card.replace(local, s.url), headers=auth, timeout=T)
+        assert got.status_code == 200 and got.json()["name"] == "chat"
+        events = httpx.post(run[0].replace(local, s.url), content=run[1], timeout=T,
+                            headers={**auth, "Content-Type": "application/json"})
+        assert events.status_code == 200
+        parsed = [json.loads(line[5:]) for line in events.text.splitlines()
+                  if line.startswith("data:")]
+        assert parsed[-1]["type"] == "RUN_FINISHED"
+        assert "".join(e["delta"] for e in parsed if e["type"] == "TEXT_MESSAGE_CONTENT") == (
+            "acme/t1#1: Hello")  # the reply: the key is the threadId inside the tenant
+        assert httpx.get(s.url + "/", timeout=T).status_code == 200  # the chat page
