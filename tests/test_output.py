@@ -11,6 +11,7 @@ import pickle
 import queue
 from typing import Any, TypedDict
 
+import _agents as agents
 import msgspec
 import pytest
 
@@ -62,7 +63,7 @@ class Agent(gen_agent.GenAgent):
 
 def start(scripts: list[Any], name: str = "typed", **opts: Any) -> Any:
     Seeing.seen = []
-    return gen_agent.start_agent(Agent, name=name, backend=Seeing, scripts=scripts, **opts)
+    return agents.start(Agent, name, scripts, backend=Seeing, **opts)
 
 
 def test_ask_with_output_gives_a_validated_value_and_the_raw_text() -> None:

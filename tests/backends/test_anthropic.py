@@ -10,6 +10,7 @@ import sys
 import threading
 from typing import Any
 
+import _agents as agents
 import pytest
 
 import gen_agent
@@ -40,9 +41,7 @@ def options(server: ScriptedModelServer, **extra: Any) -> dict[str, Any]:
 
 
 def start(server: ScriptedModelServer, name: str = "claude-api", **extra: Any):
-    return gen_agent.start_agent(
-        Agent, name=name, backend=AnthropicAPI, backend_opts=options(server, **extra)
-    )
+    return agents.start(Agent, name, backend=AnthropicAPI, backend_opts=options(server, **extra))
 
 
 def messages_of(server: ScriptedModelServer, index: int) -> list[dict[str, Any]]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+import _agents as agents
 import pytest
 
 import gen_agent
@@ -36,9 +37,8 @@ def options(server: ScriptedModelServer, **extra: Any) -> dict[str, Any]:
 
 
 def start(server: ScriptedModelServer, name: str = "gpt", **extra: Any):
-    return gen_agent.start_agent(
-        Agent, name=name, backend=OpenAIResponses, backend_opts=options(server, **extra)
-    )
+    return agents.start(Agent, name, backend=OpenAIResponses,
+                        backend_opts=options(server, **extra))
 
 
 def body_of(server: ScriptedModelServer, index: int) -> dict[str, Any]:

@@ -11,6 +11,7 @@ import zlib
 from collections.abc import Iterator
 from typing import Any
 
+import _agents as agents
 import pytest
 
 import gen_agent
@@ -53,8 +54,8 @@ class Provider:
         agent_opts = {k: opts.pop(k) for k in ("watchdog_ms",) if k in opts}
         backend_opts = {"api_key": "test-key", "base_url": server.url + self.base,
                         "model": "test-model", **opts}
-        return gen_agent.start_agent(Agent, name=f"faults-{self.name}", backend=self.backend,
-                                     backend_opts=backend_opts, **agent_opts)
+        return agents.start(Agent, f"faults-{self.name}", backend=self.backend,
+                            backend_opts=backend_opts, **agent_opts)
 
     def reply(self, *parts: str) -> list[Any]:
         """A whole clean reply: head, one chunk per frame, the last chunk."""
