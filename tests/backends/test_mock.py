@@ -8,6 +8,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 import pytest
+from _agents import Scripted
 
 import gen_agent
 from gen_agent._errors import AgentNotFound, RequestError, TurnError
@@ -521,14 +522,6 @@ def agents() -> Iterator[list[Any]]:
 def start_agent(agents: list[Any], name: str, backend: Any, scripts: list[Any]) -> None:
     gen_agent.start_agent(Scripted, name=name, backend=backend, scripts=scripts)
     agents.append(name)
-
-
-class Scripted(gen_agent.GenAgent):
-    def init_agent(self, opts: dict[str, Any]) -> tuple[dict[str, Any], Any]:
-        return {"scripts": opts["scripts"]}, None
-
-    def handle_response(self, ref: Any, response: Any, state: Any) -> Any:
-        return gen_agent.NoReply(state)
 
 
 def test_history_by_agent_name(agents: list[Any]) -> None:
