@@ -105,9 +105,8 @@ class _Counting:
 def _start_api(server: ScriptedModelServer, name: str, limit: ProviderLimit) -> None:
     from gen_agent.backends.anthropic import AnthropicAPI
 
-    gen_agent.start_agent(PassThrough, name=name, backend=AnthropicAPI, provider_limit=limit,
-                          backend_opts={"api_key": "k", "base_url": server.url,
-                                        "model": "claude-test"})
+    start(PassThrough, name, backend=AnthropicAPI, provider_limit=limit,
+          backend_opts={"api_key": "k", "base_url": server.url, "model": "claude-test"})
 
 
 def test_two_concurrent_turns_per_key_across_six_agents() -> None:

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 import pytest
-from _agents import Scripted
+from _agents import Scripted, start
 
 import gen_agent
 from gen_agent._errors import AgentNotFound, RequestError, TurnError
@@ -520,7 +520,7 @@ def agents() -> Iterator[list[Any]]:
 
 
 def start_agent(agents: list[Any], name: str, backend: Any, scripts: list[Any]) -> None:
-    gen_agent.start_agent(Scripted, name=name, backend=backend, scripts=scripts)
+    start(Scripted, name, scripts, backend=backend)
     agents.append(name)
 
 

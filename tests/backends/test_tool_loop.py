@@ -8,7 +8,7 @@ import threading
 from typing import Any
 
 import pytest
-from _agents import PassThrough
+from _agents import PassThrough, start
 
 import gen_agent
 from gen_agent._conversation import TextPart, ToolCallPart, ToolResultPart
@@ -50,7 +50,7 @@ def _start(server: ScriptedModelServer, tools: list[Any], module: type = PassThr
            **extra: Any) -> None:
     from gen_agent.backends.anthropic import AnthropicAPI
 
-    gen_agent.start_agent(module, name="t", backend=AnthropicAPI, backend_opts={
+    start(module, "t", backend=AnthropicAPI, backend_opts={
         "api_key": "k", "base_url": server.url, "model": "claude-test", "tools": tools,
         **extra})
 
@@ -175,7 +175,7 @@ def _start_openai(server: ScriptedModelServer, tools: list[Any], **extra: Any) -
     from gen_agent.backends.openai import OpenAIResponses
     from gen_agent.testing._openai_protocol import openai_base_url
 
-    gen_agent.start_agent(PassThrough, name="o", backend=OpenAIResponses, backend_opts={
+    start(PassThrough, "o", backend=OpenAIResponses, backend_opts={
         "api_key": "k", "base_url": openai_base_url(server), "model": "gpt-test",
         "tools": tools, **extra})
 
