@@ -6,6 +6,8 @@ Helpers:
     Probe: a `GenAgent` that logs every callback into a `CallLog` and lets a test override
         any callback with a plain function passed in the start options (`hooks=`).
     ProbeWithInfo: `Probe` plus `handle_info` (whose mere presence changes buffering, §3.9).
+    Scripted: the plainest agent on `MockBackend`: its `scripts` option goes to the backend.
+    PassThrough: the plainest agent on any backend: its `backend_opts` option goes to it.
     start(): start an agent on `MockBackend` with scripts.
     in_thread(): run a blocking call (an ask) in a thread; returns a `Future`.
     failure(): the exception such a `Future` ended with (bounded wait).
@@ -147,6 +149,26 @@ class ProbeWithInfo(Probe):
         return self._hook("handle_info", NoReply(state), message, state)
 
 
+class Scripted(GenAgent):
+    """Gives the backend its `scripts` start option (`[]` when absent) and answers nobody."""
+
+    def init_agent(self, opts: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+        return {"scripts": list(opts.get("scripts", []))}, None
+
+    def handle_response(self, ref: Any, response: Any, state: Any) -> Any:
+        return NoReply(state)
+
+
+class PassThrough(GenAgent):
+    """Gives the backend its `backend_opts` start option as is and answers nobody."""
+
+    def init_agent(self, opts: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+        return opts["backend_opts"], None
+
+    def handle_response(self, ref: Any, response: Any, state: Any) -> Any:
+        return NoReply(state)
+
+
 def start(module: type = Probe, name: Any = "a", scripts: Iterable[Any] = (), *,
           backend: Any = MockBackend, **opts: Any) -> gen_agent.AgentRef:
     """Start `module` as `name` on `backend` (`MockBackend`) with `scripts`; other options pass
@@ -236,6 +258,6 @@ def text_events(*chunks: str) -> list[Event]:
 
 
 __all__ = [
-    "WAIT_S", "CallLog", "Hold", "Probe", "ProbeWithInfo", "failure", "in_thread",
-    "log_telemetry", "start", "text_events",
+    "WAIT_S", "CallLog", "Hold", "PassThrough", "Probe", "ProbeWithInfo", "Scripted", "failure",
+    "in_thread", "log_telemetry", "start", "text_events",
 ]

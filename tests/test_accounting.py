@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from _agents import Scripted
 
 import gen_agent
 from gen_agent._accounting import BudgetExceeded, Spend, add_turn, check_budget, total_tokens
@@ -17,14 +18,6 @@ from gen_agent.backends.mock import MockBackend
 T = 5.0  # seconds: the bound of every wait in this file
 
 
-class Agent(gen_agent.GenAgent):
-    def init_agent(self, opts: dict[str, Any]) -> Any:
-        return {"scripts": opts["scripts"]}, None
-
-    def handle_response(self, ref: Any, response: Any, state: Any) -> Any:
-        return gen_agent.NoReply(state)
-
-
 def turn(text: str, tokens: tuple[int, int], cost: float | None) -> Any:
     extra = {} if cost is None else {"cost_usd": cost}
     usage = {"input_tokens": tokens[0], "output_tokens": tokens[1]}
@@ -32,7 +25,7 @@ def turn(text: str, tokens: tuple[int, int], cost: float | None) -> Any:
 
 
 def test_each_response_carries_its_turn_and_the_running_totals() -> None:
-    gen_agent.start_agent(Agent, name="acct", backend=MockBackend,
+    gen_agent.start_agent(Scripted, name="acct", backend=MockBackend,
                           scripts=[turn("a", (10, 2), 0.01), turn("b", (20, 3), 0.02),
                                    mock.text_turn("c")])
 
@@ -50,7 +43,7 @@ def test_each_response_carries_its_turn_and_the_running_totals() -> None:
 
 
 def test_the_cost_cap_refuses_the_next_turn_and_survives_reset_session() -> None:
-    gen_agent.start_agent(Agent, name="capped", backend=MockBackend, max_cost_usd=0.025,
+    gen_agent.start_agent(Scripted, name="capped", backend=MockBackend, max_cost_usd=0.025,
                           scripts=[turn("a", (1, 1), 0.01), turn("b", (1, 1), 0.02),
                                    turn("never", (1, 1), 0.0)])
 
@@ -72,7 +65,7 @@ def test_the_cost_cap_refuses_the_next_turn_and_survives_reset_session() -> None
 
 def test_the_token_cap_and_a_restored_spend() -> None:
     seed = Spend(usage={"input_tokens": 90, "output_tokens": 5}, cost_usd=None, turns=4)
-    gen_agent.start_agent(Agent, name="tokens", backend=MockBackend, max_total_tokens=100,
+    gen_agent.start_agent(Scripted, name="tokens", backend=MockBackend, max_total_tokens=100,
                           spend=seed, scripts=[turn("a", (4, 1), None), turn("b", (1, 1), None)])
 
     first = gen_agent.ask("tokens", "1", timeout=T)
@@ -93,7 +86,7 @@ def test_the_token_cap_and_a_restored_spend() -> None:
 ])
 def test_bad_caps_fail_the_start(options: dict[str, Any], message: str) -> None:
     with pytest.raises(gen_agent.AgentStartError) as failed:
-        gen_agent.start_agent(Agent, name="bad", backend=MockBackend, scripts=[], **options)
+        gen_agent.start_agent(Scripted, name="bad", backend=MockBackend, scripts=[], **options)
     assert message in str(failed.value.__cause__)
 
 

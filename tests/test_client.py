@@ -356,15 +356,8 @@ def test_turn_errors_carry_their_reason_as_data() -> None:
 
 
 def test_on_exit_reports_the_incarnation_and_its_reason_once() -> None:
-    class _Quiet(gen_agent.GenAgent):
-        def init_agent(self, opts: Any) -> Any:
-            return {}, None
-
-        def handle_response(self, ref: Any, response: Any, state: Any) -> Any:
-            return gen_agent.NoReply(state)
-
     exits: queue.Queue[Any] = queue.Queue()
-    agent = gen_agent.start_agent(_Quiet, name="watched", backend=MockBackend)
+    agent = agents.start(agents.Scripted, "watched")
     agent.on_exit(lambda ref, reason: exits.put((ref, reason)))
     agent.stop()
     assert exits.get(timeout=10) == (agent, "shutdown")
@@ -374,16 +367,10 @@ def test_on_exit_reports_the_incarnation_and_its_reason_once() -> None:
 
 
 def test_a_full_completion_queue_never_blocks_the_agent() -> None:
-    class _Quiet(gen_agent.GenAgent):
-        def init_agent(self, opts: Any) -> Any:
-            return {"scripts": [mock.text_turn("one"), mock.text_turn("two")]}, None
-
-        def handle_response(self, ref: Any, response: Any, state: Any) -> Any:
-            return gen_agent.NoReply(state)
-
     full: queue.Queue[Any] = queue.Queue(maxsize=1)
     full.put("occupied")
-    agent = gen_agent.start_agent(_Quiet, name="full-queue", backend=MockBackend)
+    agent = agents.start(agents.Scripted, "full-queue",
+                         [mock.text_turn("one"), mock.text_turn("two")])
     agent.tell_with_completion("first", full)  # its completion cannot fit: dropped
     assert agent.ask("second", timeout=10).text == "two"  # the agent was not blocked
     assert full.get_nowait() == "occupied" and full.empty()

@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
+from _agents import Scripted
 
 import gen_agent
 from gen_agent import AgentHost, AgentSystem, GenAgent, NoReply, Proceed
@@ -531,18 +532,11 @@ def test_a_supervisor_wide_cap_covers_nested_children_and_pool_workers(
     from gen_agent._accounting import SharedBudget
     from gen_agent._supervisor import child_spec, supervisor_spec
 
-    class Worker(GenAgent):
-        def init_agent(self, opts: dict[str, Any]) -> tuple[dict[str, Any], Any]:
-            return {}, None
-
-        def handle_response(self, ref: Any, response: Any, state: Any) -> NoReply:
-            return NoReply(state)
-
     turn = text_turn("x", usage={"input_tokens": 5, "output_tokens": 5})
     backend = MockBackend.with_options(fallback=turn)
     tree = gen_agent.Supervisor(
-        [child_spec(Worker, name="top", backend=backend),
-         supervisor_spec([child_spec(Worker, name="deep", backend=backend)], name="inner")],
+        [child_spec(Scripted, name="top", backend=backend),
+         supervisor_spec([child_spec(Scripted, name="deep", backend=backend)], name="inner")],
         max_total_tokens=20, system=system)
     try:
         gen_agent.ask("top", "q", agent_system=system)
@@ -555,7 +549,7 @@ def test_a_supervisor_wide_cap_covers_nested_children_and_pool_workers(
     finally:
         tree.stop()
     shared = SharedBudget(max_total_tokens=10)
-    pool = gen_agent.Pool(Worker, size=2, backend=backend, budgets=shared, system=system)
+    pool = gen_agent.Pool(Scripted, size=2, backend=backend, budgets=shared, system=system)
     try:
         pool.result(pool.submit("q"), timeout=5)
         with pytest.raises(TurnError) as caught:
@@ -565,7 +559,7 @@ def test_a_supervisor_wide_cap_covers_nested_children_and_pool_workers(
         pool.stop()
     # Pool(max_total_tokens=...) is the pool's cap, over every worker: 10 tokens spent by one
     # worker refuse the next task on any worker.
-    pool = gen_agent.Pool(Worker, size=2, backend=backend, max_total_tokens=10, system=system)
+    pool = gen_agent.Pool(Scripted, size=2, backend=backend, max_total_tokens=10, system=system)
     try:
         first = pool.submit("q")
         pool.result(first, timeout=5)

@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
-from _agents import WAIT_S, CallLog, start
+from _agents import WAIT_S, CallLog, PassThrough, start
 
 import gen_agent
 from gen_agent._errors import AgentStartError, TurnError
@@ -102,20 +102,11 @@ class _Counting:
         return Reply.text("ok")
 
 
-class _Api(gen_agent.GenAgent):
-    def init_agent(self, opts: dict[str, Any]) -> tuple[dict[str, Any], Any]:
-        return opts["backend_opts"], None
-
-    def handle_response(self, ref: Any, response: Any, state: Any) -> Any:
-        return gen_agent.NoReply(state)
-
-
 def _start_api(server: ScriptedModelServer, name: str, limit: ProviderLimit) -> None:
     from gen_agent.backends.anthropic import AnthropicAPI
 
-    gen_agent.start_agent(_Api, name=name, backend=AnthropicAPI, provider_limit=limit,
-                          backend_opts={"api_key": "k", "base_url": server.url,
-                                        "model": "claude-test"})
+    start(PassThrough, name, backend=AnthropicAPI, provider_limit=limit,
+          backend_opts={"api_key": "k", "base_url": server.url, "model": "claude-test"})
 
 
 def test_two_concurrent_turns_per_key_across_six_agents() -> None:

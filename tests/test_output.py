@@ -11,6 +11,7 @@ import pickle
 import queue
 from typing import Any, TypedDict
 
+import _agents as agents
 import msgspec
 import pytest
 
@@ -52,17 +53,9 @@ class Seeing(MockBackend):
         return super().prompt(session, prompt, context)
 
 
-class Agent(gen_agent.GenAgent):
-    def init_agent(self, opts: dict[str, Any]) -> Any:
-        return {"scripts": opts["scripts"]}, None
-
-    def handle_response(self, ref: Any, response: Any, state: Any) -> Any:
-        return gen_agent.NoReply(state)
-
-
 def start(scripts: list[Any], name: str = "typed", **opts: Any) -> Any:
     Seeing.seen = []
-    return gen_agent.start_agent(Agent, name=name, backend=Seeing, scripts=scripts, **opts)
+    return agents.start(agents.Scripted, name, scripts, backend=Seeing, **opts)
 
 
 def test_ask_with_output_gives_a_validated_value_and_the_raw_text() -> None:
@@ -142,7 +135,7 @@ def test_tell_with_completion_and_pool_map_carry_the_type() -> None:
     completion = inbox.get(timeout=T)
 
     assert completion[4][1].parsed == Verdict(answer="a", confidence=1.0)
-    with Pool(Agent, size=2, name_prefix="pw", backend=MockBackend, scripts=[
+    with Pool(agents.Scripted, size=2, name_prefix="pw", backend=MockBackend, scripts=[
             mock.text_turn('{"x": 0, "y": 0}')] * 3) as pool:
         responses = pool.map(["a", "b", "c"], timeout=T, output=Point)
     assert [r.parsed for r in responses] == [Point(0, 0)] * 3
@@ -177,7 +170,7 @@ def test_bad_output_types_are_refused_at_the_client_boundary() -> None:
     with pytest.raises(TypeError, match="RequestOptions: output"):
         RequestOptions(output=threading_lock_type())
     with pytest.raises(gen_agent.AgentStartError):
-        gen_agent.start_agent(Agent, name="bad", backend=MockBackend, scripts=[],
+        gen_agent.start_agent(agents.Scripted, name="bad", backend=MockBackend, scripts=[],
                               output=complex)
 
 

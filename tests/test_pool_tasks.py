@@ -10,6 +10,7 @@ import threading
 from typing import Any
 
 import pytest
+from _agents import PassThrough
 
 import gen_agent
 import gen_agent._pool_dispatch as pool_module  # the dispatcher schedules the retries
@@ -253,14 +254,6 @@ def test_a_task_on_a_crashing_worker_is_worker_down() -> None:
         assert pool.map(["after"], timeout=T)[0].text == "echo:after"
 
 
-class ApiWorker(GenAgent):
-    def init_agent(self, opts: dict[str, Any]) -> Any:
-        return opts["backend_opts"], None
-
-    def handle_response(self, ref: Any, response: Any, state: Any) -> Any:
-        return NoReply(state)
-
-
 def test_pool_tasks_on_an_api_backend_each_send_one_message(scripted_model_server: Any) -> None:
     # Before: the k-th task on a worker carried 2k-1 messages (its whole conversation).
     from gen_agent.backends.anthropic import AnthropicAPI
@@ -268,7 +261,7 @@ def test_pool_tasks_on_an_api_backend_each_send_one_message(scripted_model_serve
 
     scripted_model_server.default = Reply.text("ok")
     opts = {"api_key": "k", "base_url": scripted_model_server.url, "model": "claude-test"}
-    with Pool(ApiWorker, size=2, backend=AnthropicAPI, backend_opts=opts) as pool:
+    with Pool(PassThrough, size=2, backend=AnthropicAPI, backend_opts=opts) as pool:
         assert len(pool.map([f"task {i}" for i in range(10)], timeout=30)) == 10
     sent = [r.body["messages"] for r in scripted_model_server.model_requests()]
     assert len(sent) == 10

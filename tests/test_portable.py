@@ -9,6 +9,7 @@ from typing import Any
 
 import msgspec
 import pytest
+from _agents import Scripted
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -132,16 +133,9 @@ def test_a_rebuilt_error_carries_the_original_traceback_as_a_note() -> None:
 def test_an_agent_ref_becomes_a_record_with_its_name(agent_system: Any) -> None:
     from gen_agent.backends.mock import MockBackend
 
-    class Quiet(gen_agent.GenAgent):
-        def init_agent(self, opts: Any) -> Any:
-            return {}, None
-
-        def handle_response(self, ref: Any, response: Any, state: Any) -> Any:
-            return gen_agent.NoReply(state)
-
-    ref = gen_agent.start_agent(Quiet, name=("w", 1), backend=MockBackend)
+    ref = gen_agent.start_agent(Scripted, name=("w", 1), backend=MockBackend)
     with pytest.raises(AlreadyStarted) as info:
-        gen_agent.start_agent(Quiet, name=("w", 1), backend=MockBackend)
+        gen_agent.start_agent(Scripted, name=("w", 1), backend=MockBackend)
     record = portable.to_portable(info.value)
     agent = record.attrs["agent"]
     assert agent == PortableObject("AgentRef", "gen_agent._agent_ref", {"name": ("w", 1)})

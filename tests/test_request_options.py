@@ -9,6 +9,7 @@ from __future__ import annotations
 import queue
 from typing import Any
 
+import _agents as agents
 import pytest
 
 import gen_agent
@@ -65,8 +66,8 @@ def _reset_recording() -> None:
 
 
 def start(scripts: list[Any], infos: list[Any] | None = None) -> Any:
-    return gen_agent.start_agent(Agent, name="a", backend=Recording, scripts=scripts,
-                                 infos=infos if infos is not None else [])
+    return agents.start(Agent, "a", scripts, backend=Recording,
+                        infos=infos if infos is not None else [])
 
 
 def test_options_reach_the_backend_through_retries_and_follow_ups() -> None:

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _agents import PassThrough
 
-import gen_agent
 from gen_agent._event import Event
 from gen_agent._response import Response
 from gen_agent.backend import BackendError, TurnContext
@@ -105,14 +105,8 @@ def server() -> Iterator[ScriptedModelServer]:
         yield running
 
 
-class Agent(gen_agent.GenAgent):
-    """Passes `opts["backend_opts"]` through as the backend options; keeps nothing."""
-
-    def init_agent(self, opts: dict[str, Any]) -> tuple[dict[str, Any], Any]:
-        return opts["backend_opts"], None
-
-    def handle_response(self, ref: Any, response: Any, state: Any) -> Any:
-        return gen_agent.NoReply(state)
+Agent = PassThrough
+"""The backend tests' agent: its `backend_opts` start option goes to the backend as is."""
 
 
 @pytest.fixture

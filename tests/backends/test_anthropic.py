@@ -1,5 +1,6 @@
 """AnthropicAPI on the official `anthropic` SDK against ScriptedModelServer on 127.0.0.1: turns,
-history, errors at the one SDK boundary, cancel, options, and the pure stream translator."""
+history, errors at the one SDK boundary, cancel, options, and the pure stream translator.
+What it shares with OpenAIResponses is tested over both in `test_sdk_providers.py`."""
 
 from __future__ import annotations
 
@@ -10,16 +11,13 @@ import sys
 import threading
 from typing import Any
 
+import _agents as agents
 import pytest
 
 import gen_agent
-from gen_agent._errors import TurnError
 from gen_agent.backend import BackendError, SessionStartError
 from gen_agent.backends.anthropic import (
-    DEFAULT_MODEL,
-    OPTIONS,
     AnthropicAPI,
-    AnthropicOptions,
     AnthropicStreamTranslator,
     _error_from_sdk,
 )
@@ -40,9 +38,7 @@ def options(server: ScriptedModelServer, **extra: Any) -> dict[str, Any]:
 
 
 def start(server: ScriptedModelServer, name: str = "claude-api", **extra: Any):
-    return gen_agent.start_agent(
-        Agent, name=name, backend=AnthropicAPI, backend_opts=options(server, **extra)
-    )
+    return agents.start(Agent, name, backend=AnthropicAPI, backend_opts=options(server, **extra))
 
 
 def messages_of(server: ScriptedModelServer, index: int) -> list[dict[str, Any]]:
@@ -112,103 +108,12 @@ def test_a_tool_use_block_is_a_tool_use_event(server: ScriptedModelServer) -> No
     gen_agent.stop("claude-api")
 
 
-@pytest.mark.parametrize(
-    ("reply", "fields"),
-    [
-        (
-            Reply.http_error(429, "slow down", retry_after=12),
-            ("rate_limited", True, 429, "12", "slow down"),
-        ),
-        (Reply.http_error(529, "Overloaded"), ("server_error", True, 529, None, "Overloaded")),
-        (
-            Reply.http_error(401, "invalid x-api-key"),
-            ("authentication", False, 401, None, "invalid x-api-key"),
-        ),
-        (Reply.http_error(400, "bad"), ("invalid_request", False, 400, None, "bad")),
-        (
-            Reply.stream_error("partial ", message="Overloaded"),
-            ("server_error", True, None, None, "Overloaded"),
-        ),
-        (
-            Reply.stream_error(error_type="rate_limit_error", message="later"),
-            ("rate_limited", True, None, None, "later"),
-        ),
-    ],
-)
-def test_errors_fail_the_turn_with_a_backend_error(
-    server: ScriptedModelServer, reply: Reply, fields: tuple[Any, ...]
-) -> None:
-    server.enqueue(reply)
-    agent = start(server)
-
-    with pytest.raises(TurnError) as info:
-        agent.ask("x", timeout=WAIT_S)
-
-    reason = info.value.reason
-    assert isinstance(reason, BackendError)
-    assert reason.provider == "anthropic"
-    assert (reason.kind, reason.retryable, reason.status, reason.retry_after, reason.message) == (
-        fields
-    )
-    if reason.status is None:  # a mid-stream `error` event: raw is the event, status 200
-        assert reason.raw["type"] == "error"
-        assert reason.diagnostics.http_status == 200
-    else:
-        assert isinstance(reason.raw, anthropic.APIError)
-    assert len(server.model_requests()) == 1  # no SDK retries
-    gen_agent.stop("claude-api")
-
-
-def test_a_failed_turn_leaves_no_unanswered_message_in_the_history(
-    server: ScriptedModelServer,
-) -> None:
-    server.enqueue(Reply.text("one"), Reply.http_error(500), Reply.text("three"))
-    agent = start(server)
-
-    agent.ask("first", timeout=WAIT_S)
-    with pytest.raises(TurnError):
-        agent.ask("second", timeout=WAIT_S)
-    agent.ask("third", timeout=WAIT_S)
-
-    assert messages_of(server, 2) == [
-        {"role": "user", "content": "first"},
-        {"role": "assistant", "content": "one"},
-        {"role": "user", "content": "third"},
-    ]
-    gen_agent.stop("claude-api")
-
-
 def test_sdk_retries_are_configurable(server: ScriptedModelServer) -> None:
     server.enqueue(Reply.http_error(529), Reply.text("after a retry"))
     agent = start(server, max_retries=1)
 
     assert agent.ask("x", timeout=WAIT_S).text == "after a retry"
     assert len(server.model_requests()) == 2
-    gen_agent.stop("claude-api")
-
-
-def test_reset_session_forgets_the_conversation(server: ScriptedModelServer) -> None:
-    server.enqueue(Reply.text("one"), Reply.text("two"))
-    agent = start(server)
-    agent.ask("first", timeout=WAIT_S)
-
-    gen_agent.reset_session("claude-api", timeout=WAIT_S)
-    agent.ask("fresh", timeout=WAIT_S)
-
-    assert messages_of(server, 1) == [{"role": "user", "content": "fresh"}]
-    gen_agent.stop("claude-api")
-
-
-def test_an_interrupt_ends_a_slow_request_at_once(server: ScriptedModelServer) -> None:
-    server.enqueue(Reply.text("too late", delay=60.0), Reply.text("next"))
-    agent = start(server)
-
-    request = gen_agent.tell("claude-api", "slow")
-    server.wait_requests(1, timeout=WAIT_S)
-    gen_agent.interrupt("claude-api")
-
-    assert agent.ask("again", timeout=WAIT_S).text == "next"
-    assert gen_agent.poll("claude-api", request).reason == "interrupted"
     gen_agent.stop("claude-api")
 
 
@@ -306,30 +211,6 @@ def test_a_refused_connection_is_a_retryable_transport_error() -> None:
 # -- options ------------------------------------------------------------------------------
 
 
-def test_options_are_the_struct_fields_and_the_default_model_is_the_contracts() -> None:
-    assert frozenset(AnthropicOptions.__struct_fields__) == OPTIONS
-    assert AnthropicOptions().model == DEFAULT_MODEL == "claude-sonnet-4-5"
-
-
-@pytest.mark.parametrize(
-    ("opts", "reason"),
-    [
-        ({"api_key": "k", "colour": 1}, ("unknown_option", "colour")),
-        ({"api_key": "k", "max_tokens": 0}, ("invalid_option", "max_tokens", 0)),
-        (
-            {"api_key": "k", "params": {"stream": False}},
-            ("invalid_option", "params", {"stream": False}),
-        ),
-        ({"api_key": "k", "timeout": -1}, ("invalid_option", "timeout", -1)),
-        ("not a dict", ("invalid_options", "str")),
-    ],
-)
-def test_bad_options_are_refused(opts: Any, reason: tuple[Any, ...]) -> None:
-    with pytest.raises(SessionStartError) as info:
-        AnthropicAPI.start_session(opts)
-    assert info.value.reason == reason
-
-
 @pytest.mark.parametrize(("key", "value", "expected"), [
     ("timeout", math.nan, f"a finite number > 0 (seconds), at most {threading.TIMEOUT_MAX:.0f}"),
     ("timeout", math.inf, f"a finite number > 0 (seconds), at most {threading.TIMEOUT_MAX:.0f}"),
@@ -347,23 +228,6 @@ def test_nan_infinities_and_out_of_range_numbers_are_refused_with_the_range(
     assert str(info.value) == f"AnthropicAPI option {key!r} must be {expected}, got float"
     session = AnthropicAPI.start_session({"api_key": "k", key: 1.0})  # the edge is allowed
     AnthropicAPI.terminate_session(session)
-
-
-def test_a_missing_api_key_is_a_start_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
-    with pytest.raises(SessionStartError) as info:
-        AnthropicAPI.start_session({})
-    assert (info.value.reason.provider, info.value.reason.kind) == ("anthropic", "missing_api_key")
-
-
-def test_a_missing_sdk_is_a_start_error_naming_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "anthropic", None)  # makes `import anthropic` fail
-    with pytest.raises(SessionStartError) as info:
-        AnthropicAPI.start_session({"api_key": "k"})
-    reason = info.value.reason
-    assert reason.kind == "missing_sdk"
-    assert "pip install 'gen-agent[anthropic]'" in reason.message
-    assert "pip install 'gen-agent[anthropic]'" in str(info.value)
 
 
 def test_importing_gen_agent_and_its_backends_never_imports_an_sdk() -> None:

@@ -9,6 +9,7 @@ import queue
 import threading
 from typing import Any
 
+import _agents as agents
 import pytest
 
 import gen_agent
@@ -53,8 +54,8 @@ def start(server: ScriptedModelServer, calls: list[Any], **opts: Any) -> gen_age
 
     backend_opts = {"api_key": "test-key", "base_url": server.url, "model": "claude-test",
                     **opts.pop("backend_opts", {})}
-    return gen_agent.start_agent(Counting, name="h", backend=AnthropicAPI, calls=calls,
-                                 backend_opts=backend_opts, **opts)
+    return agents.start(Counting, "h", backend=AnthropicAPI, calls=calls,
+                        backend_opts=backend_opts, **opts)
 
 
 def messages(server: ScriptedModelServer, index: int) -> list[dict[str, Any]]:

@@ -11,6 +11,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import _agents as agents
 import pytest
 
 import gen_agent
@@ -91,8 +92,8 @@ def start(fake: FakeWarm, name: str = "w", module: type = Agent, **opts: Any) ->
     infos: queue.Queue[Any] = queue.Queue()
     TEXTS[name] = queue.Queue()
     backend_opts = fake.options(**opts.pop("backend", {}))
-    gen_agent.start_agent(module, name=name, backend=ClaudeCLI, backend_opts=backend_opts,
-                          infos=infos, texts=TEXTS[name], **opts)
+    agents.start(module, name, backend=ClaudeCLI, backend_opts=backend_opts, infos=infos,
+                 texts=TEXTS[name], **opts)
     return infos
 
 

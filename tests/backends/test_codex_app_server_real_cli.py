@@ -11,6 +11,8 @@ import signal
 from pathlib import Path
 from typing import Any
 
+import _agents as agents
+
 import gen_agent
 from gen_agent.backends.codex import CodexCLI
 from gen_agent.backends.warm import WarmExited
@@ -45,8 +47,7 @@ class AppAgent(gen_agent.GenAgent):
 def start(name: str, server: ScriptedModelServer, tmp_path: Path, **extra: Any) -> queue.Queue:
     options = loopback_options(server, tmp_path, mode="app_server", **extra)
     infos: queue.Queue[Any] = queue.Queue()
-    gen_agent.start_agent(AppAgent, name=name, backend=CodexCLI, backend_opts=options,
-                          infos=infos)
+    agents.start(AppAgent, name, backend=CodexCLI, backend_opts=options, infos=infos)
     return infos
 
 

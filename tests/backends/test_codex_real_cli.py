@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import _agents as agents
 import pytest
 
 import gen_agent
@@ -78,7 +79,7 @@ def loopback_options(server: ScriptedModelServer, tmp_path: Path, **extra: Any) 
 
 def start(name: str, server: ScriptedModelServer, tmp_path: Path, **extra: Any):
     options = loopback_options(server, tmp_path, **extra)
-    return gen_agent.start_agent(Agent, name=name, backend=CodexCLI, backend_opts=options)
+    return agents.start(Agent, name, backend=CodexCLI, backend_opts=options)
 
 
 def user_texts(body: dict[str, Any]) -> list[str]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import _agents as agents
 import msgspec
 import pytest
 
@@ -46,7 +47,7 @@ def start(name: str, server: ScriptedModelServer, tmp_path: Path, mode: str) -> 
     options = loopback_options(server, tmp_path, mode=mode)
     if mode == "app_server":
         options["approval_policy"] = "never"
-    return gen_agent.start_agent(Agent, name=name, backend=CodexCLI, backend_opts=options)
+    return agents.start(Agent, name, backend=CodexCLI, backend_opts=options)
 
 
 def usage(input_tokens: int, output_tokens: int) -> dict[str, int]:

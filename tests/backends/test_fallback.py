@@ -1,3 +1,4 @@
+
 """`Fallback` over the official SDKs against one `ScriptedModelServer`: Anthropic first, OpenAI
 second; the server's request log shows which provider was asked, in which order, with which
 history."""
@@ -8,6 +9,7 @@ import time
 from typing import Any
 
 import pytest
+from _agents import start
 
 import gen_agent
 from gen_agent._errors import AgentStartError, TurnError
@@ -37,8 +39,8 @@ def _hops(server: ScriptedModelServer) -> list[tuple[Any, dict[str, Any]]]:
 def _start(server: ScriptedModelServer, limits: Any = None) -> None:
     # fresh limits per test by default: a 429 hold must not carry over to another test
     limits = limits or [ProviderLimit("a"), ProviderLimit("o")]
-    gen_agent.start_agent(Agent, name="fb", backend=Fallback,
-                          backend_opts={"hops": _hops(server), "limits": limits})
+    start(Agent, "fb", backend=Fallback,
+          backend_opts={"hops": _hops(server), "limits": limits})
 
 
 def _paths(server: ScriptedModelServer) -> list[str]:

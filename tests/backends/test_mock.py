@@ -8,6 +8,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 import pytest
+from _agents import Scripted, start
 
 import gen_agent
 from gen_agent._errors import AgentNotFound, RequestError, TurnError
@@ -60,7 +61,7 @@ def context(cancel: threading.Event | None = None) -> TurnContext:
     )
 
 
-def start(*scripts: Any, **opts: Any) -> MockSession:
+def open_session(*scripts: Any, **opts: Any) -> MockSession:
     return MockBackend.start_session({"scripts": list(scripts), **opts})
 
 
@@ -79,7 +80,7 @@ def test_start_session_defaults() -> None:
 
 
 def test_start_session_with_scripts_and_session_id() -> None:
-    session = start(mock.text_turn("a"), mock.error("x"), session_id="s-1")
+    session = open_session(mock.text_turn("a"), mock.error("x"), session_id="s-1")
     assert session.session_id == "s-1"
     assert MockBackend.remaining(session) == 2
 
@@ -182,7 +183,7 @@ def test_start_session_rejects_a_non_mapping() -> None:
 
 def test_list_script_returns_the_events_and_the_same_session() -> None:
     events = mock.text_turn("hello", session_id="s-2")
-    session = start(events)
+    session = open_session(events)
     stream, new_session = MockBackend.prompt(session, "hi", context())
     assert new_session is session
     assert list(stream) == events
@@ -192,14 +193,14 @@ def test_list_script_returns_the_events_and_the_same_session() -> None:
 
 def test_list_script_streams_a_copy() -> None:
     events = [Event.new("result", {"text": "x"})]
-    session = start(events)
+    session = open_session(events)
     stream, _ = MockBackend.prompt(session, "p")
     events.append(Event.new("text"))
     assert [e.kind for e in stream] == ["result"]
 
 
 def test_tuple_script_is_a_stream_too() -> None:
-    session = start(tuple(mock.error_turn("bad")))
+    session = open_session(tuple(mock.error_turn("bad")))
     stream, _ = MockBackend.prompt(session, "p", context())
     assert [(e.kind, e.data) for e in stream] == [("error", {"reason": "bad"})]
 
@@ -211,14 +212,14 @@ def test_callable_script_is_called_with_the_prompt_in_the_calling_thread() -> No
         calls.append((prompt, threading.current_thread()))
         return mock.text_turn(prompt.upper())
 
-    session = start(script)
+    session = open_session(script)
     stream, _ = MockBackend.prompt(session, "shout", context())
     assert calls == [("shout", threading.current_thread())]
     assert [e.data.get("text") for e in stream] == ["SHOUT", "SHOUT"]
 
 
 def test_error_script_raises_dispatch_error_and_records_the_prompt() -> None:
-    session = start(mock.error(("http_error", 500, {})), mock.text_turn("after"))
+    session = open_session(mock.error(("http_error", 500, {})), mock.text_turn("after"))
     with pytest.raises(DispatchError) as info:
         MockBackend.prompt(session, "first", context())
     assert info.value.reason == ("http_error", 500, {})
@@ -229,7 +230,7 @@ def test_error_script_raises_dispatch_error_and_records_the_prompt() -> None:
 
 def test_raising_script_with_an_exception_raises_it_only_when_consumed() -> None:
     boom = ConnectionResetError("reset")
-    session = start(mock.raising(boom))
+    session = open_session(mock.raising(boom))
     stream, _ = MockBackend.prompt(session, "p", context())
     with pytest.raises(ConnectionResetError) as info:
         next(iter(stream))
@@ -237,7 +238,7 @@ def test_raising_script_with_an_exception_raises_it_only_when_consumed() -> None
 
 
 def test_raising_script_with_a_reason_raises_mock_raised() -> None:
-    session = start(mock.raising(("custom", 1)))
+    session = open_session(mock.raising(("custom", 1)))
     stream, _ = MockBackend.prompt(session, "p", context())
     with pytest.raises(MockRaised) as info:
         list(stream)
@@ -246,7 +247,7 @@ def test_raising_script_with_a_reason_raises_mock_raised() -> None:
 
 
 def test_no_script_left_is_a_dispatch_error_and_still_recorded() -> None:
-    session = start()
+    session = open_session()
     with pytest.raises(DispatchError) as info:
         MockBackend.prompt(session, "lonely", context())
     assert info.value.reason == "no_script"
@@ -255,7 +256,7 @@ def test_no_script_left_is_a_dispatch_error_and_still_recorded() -> None:
 
 def test_concurrent_prompts_pop_each_script_exactly_once() -> None:
     scripts = [mock.text_turn(str(i)) for i in range(200)]
-    session = start(*scripts)
+    session = open_session(*scripts)
     texts: list[str] = []
     lock = threading.Lock()
     barrier = threading.Barrier(4)
@@ -284,7 +285,7 @@ def test_concurrent_prompts_pop_each_script_exactly_once() -> None:
 def test_gate_blocks_until_released_then_yields_its_events() -> None:
     events = mock.text_turn("released")
     g = mock.gate(events)
-    session = start(g)
+    session = open_session(g)
     stream, _ = MockBackend.prompt(session, "p", context())
     assert (g.reached, g.blocked, g.released) == (False, False, False)
     consumer = Consumer(stream)
@@ -308,7 +309,7 @@ def test_a_gate_timeout_must_be_finite_and_positive() -> None:
 def test_gate_released_before_it_is_reached_does_not_block() -> None:
     g = mock.gate(mock.text_turn("early"))
     g.release()
-    session = start(g)
+    session = open_session(g)
     stream, _ = MockBackend.prompt(session, "p", context())
     assert [e.kind for e in stream] == ["text", "result"]
     assert g.wait_blocked(0.01) is True
@@ -317,7 +318,7 @@ def test_gate_released_before_it_is_reached_does_not_block() -> None:
 
 def test_backend_cancel_wakes_a_blocked_gate() -> None:
     g = mock.gate(mock.text_turn("never"))
-    session = start(g)
+    session = open_session(g)
     stream, _ = MockBackend.prompt(session, "p", context())
     consumer = Consumer(stream)
     g.wait_blocked(JOIN_S)
@@ -332,7 +333,7 @@ def test_backend_cancel_wakes_a_blocked_gate() -> None:
 def test_cancel_event_of_the_turn_context_ends_a_blocked_gate() -> None:
     cancel = threading.Event()
     g = mock.gate(mock.text_turn("never"))
-    session = start(g)
+    session = open_session(g)
     stream, _ = MockBackend.prompt(session, "p", context(cancel))
     consumer = Consumer(stream)
     g.wait_blocked(JOIN_S)
@@ -344,7 +345,7 @@ def test_cancel_event_of_the_turn_context_ends_a_blocked_gate() -> None:
 
 def test_a_gate_cancelled_before_it_is_pulled_raises_at_once() -> None:
     g = mock.gate(mock.text_turn("never"))
-    session = start(g)
+    session = open_session(g)
     stream, _ = MockBackend.prompt(session, "p", context())
     MockBackend.cancel(session)
     with pytest.raises(GateCancelled):
@@ -354,7 +355,7 @@ def test_a_gate_cancelled_before_it_is_pulled_raises_at_once() -> None:
 
 def test_cancel_wins_over_a_release_the_turn_has_not_seen_yet() -> None:
     g = mock.gate(mock.text_turn("never"))
-    session = start(g)
+    session = open_session(g)
     stream, _ = MockBackend.prompt(session, "p", context())
     g.release()
     MockBackend.cancel(session)
@@ -364,7 +365,7 @@ def test_cancel_wins_over_a_release_the_turn_has_not_seen_yet() -> None:
 
 def test_cancel_affects_only_gates_already_dispatched() -> None:
     first, second = mock.gate(mock.text_turn("1")), mock.gate(mock.text_turn("2"))
-    session = start(first, second)
+    session = open_session(first, second)
     stream, _ = MockBackend.prompt(session, "p1", context())
     MockBackend.cancel(session)
     with pytest.raises(GateCancelled):
@@ -377,7 +378,7 @@ def test_cancel_affects_only_gates_already_dispatched() -> None:
 
 def test_terminate_session_wakes_gates_and_is_idempotent() -> None:
     g = mock.gate(mock.text_turn("never"))
-    session = start(g, mock.text_turn("unused"))
+    session = open_session(g, mock.text_turn("unused"))
     stream, _ = MockBackend.prompt(session, "p", context())
     consumer = Consumer(stream)
     g.wait_blocked(JOIN_S)
@@ -394,7 +395,7 @@ def test_terminate_session_wakes_gates_and_is_idempotent() -> None:
 
 def test_gate_times_out_when_never_released() -> None:
     g = mock.gate(mock.text_turn("never"), timeout=0.2)
-    session = start(g)
+    session = open_session(g)
     stream, _ = MockBackend.prompt(session, "p", context())
     consumer = Consumer(stream)
     consumer.join()
@@ -411,7 +412,7 @@ def test_wait_blocked_times_out_when_no_turn_arrives() -> None:
 def test_a_gate_serves_one_turn_only() -> None:
     g = mock.gate(mock.text_turn("once"))
     g.release()
-    session = start(g, g)
+    session = open_session(g, g)
     first, _ = MockBackend.prompt(session, "p1", context())
     assert len(list(first)) == 2
     second, _ = MockBackend.prompt(session, "p2", context())
@@ -421,7 +422,7 @@ def test_a_gate_serves_one_turn_only() -> None:
 
 def test_an_abandoned_stream_leaves_the_gate_untouched() -> None:
     g = mock.gate(mock.text_turn("x"))
-    session = start(g)
+    session = open_session(g)
     stream, _ = MockBackend.prompt(session, "p", context())
     del stream
     MockBackend.cancel(session)
@@ -453,7 +454,7 @@ def test_gate_repr_shows_state_only() -> None:
 
 
 def test_update_session_stores_a_string_session_id_only() -> None:
-    session = start(session_id="s-0")
+    session = open_session(session_id="s-0")
     assert MockBackend.update_session(session, {"session_id": "s-9", "text": "x"}) is session
     assert session.session_id == "s-9"
     MockBackend.update_session(session, {"session_id": 7})
@@ -462,14 +463,14 @@ def test_update_session_stores_a_string_session_id_only() -> None:
 
 
 def test_checkpoint_session_applies_and_records_ids() -> None:
-    session = start()
+    session = open_session()
     assert MockBackend.checkpoint_session(session, "c-1") is session
     MockBackend.checkpoint_session(session, "c-2")
     assert (session.session_id, session.checkpoints) == ("c-2", ["c-1", "c-2"])
 
 
 def test_reset_session_clears_the_id_and_keeps_history_and_scripts() -> None:
-    session = start(mock.error("e"), mock.text_turn("t"), session_id="s-1")
+    session = open_session(mock.error("e"), mock.text_turn("t"), session_id="s-1")
     with pytest.raises(DispatchError):
         MockBackend.prompt(session, "p", context())
     assert MockBackend.reset_session(session) is session
@@ -482,7 +483,7 @@ def test_reset_session_clears_the_id_and_keeps_history_and_scripts() -> None:
 
 
 def test_reset_error_option_refuses_the_reset() -> None:
-    session = start(session_id="s-1", reset_error="locked")
+    session = open_session(session_id="s-1", reset_error="locked")
     with pytest.raises(ResetError) as info:
         MockBackend.reset_session(session)
     assert info.value.reason == "locked"
@@ -497,7 +498,7 @@ def test_hooks_reject_a_foreign_session() -> None:
 
 
 def test_session_repr_shows_no_prompts() -> None:
-    session = start(mock.text_turn("answer text"), session_id="s-1")
+    session = open_session(mock.text_turn("answer text"), session_id="s-1")
     MockBackend.prompt(session, "my secret prompt", context())
     assert (
         repr(session)
@@ -519,16 +520,8 @@ def agents() -> Iterator[list[Any]]:
 
 
 def start_agent(agents: list[Any], name: str, backend: Any, scripts: list[Any]) -> None:
-    gen_agent.start_agent(Scripted, name=name, backend=backend, scripts=scripts)
+    start(Scripted, name, scripts, backend=backend)
     agents.append(name)
-
-
-class Scripted(gen_agent.GenAgent):
-    def init_agent(self, opts: dict[str, Any]) -> tuple[dict[str, Any], Any]:
-        return {"scripts": opts["scripts"]}, None
-
-    def handle_response(self, ref: Any, response: Any, state: Any) -> Any:
-        return gen_agent.NoReply(state)
 
 
 def test_history_by_agent_name(agents: list[Any]) -> None:

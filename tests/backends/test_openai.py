@@ -1,21 +1,19 @@
 """OpenAIResponses on the official `openai` SDK against ScriptedModelServer on 127.0.0.1:
 continuity (previous_response_id and stateless), errors at the one SDK boundary, cancel,
-options, and the pure stream translator."""
+options, and the pure stream translator. What it shares with AnthropicAPI is tested over
+both in `test_sdk_providers.py`."""
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
+import _agents as agents
 import pytest
 
 import gen_agent
 from gen_agent._errors import TurnError
-from gen_agent.backend import BackendError, SessionStartError
 from gen_agent.backends.openai import (
     DEFAULT_MODEL,
-    OPTIONS,
-    OpenAIOptions,
     OpenAIResponses,
     OpenAIStreamTranslator,
     _error_from_sdk,
@@ -36,9 +34,8 @@ def options(server: ScriptedModelServer, **extra: Any) -> dict[str, Any]:
 
 
 def start(server: ScriptedModelServer, name: str = "gpt", **extra: Any):
-    return gen_agent.start_agent(
-        Agent, name=name, backend=OpenAIResponses, backend_opts=options(server, **extra)
-    )
+    return agents.start(Agent, name, backend=OpenAIResponses,
+                        backend_opts=options(server, **extra))
 
 
 def body_of(server: ScriptedModelServer, index: int) -> dict[str, Any]:
@@ -142,102 +139,6 @@ def test_a_function_call_is_a_tool_use_event(server: ScriptedModelServer) -> Non
     gen_agent.stop("gpt")
 
 
-@pytest.mark.parametrize(
-    ("reply", "fields"),
-    [
-        (
-            Reply.http_error(429, "slow down", retry_after=12),
-            ("rate_limited", True, 429, "12", "slow down"),
-        ),
-        (Reply.http_error(401, "bad key"), ("authentication", False, 401, None, "bad key")),
-        (Reply.http_error(503, "busy"), ("server_error", True, 503, None, "busy")),
-        (
-            ResponsesReply.failed("boom", partial_text="partial "),
-            ("response_failed", True, None, None, "boom"),
-        ),
-        (
-            ResponsesReply.failed("no", code="invalid_prompt"),
-            ("response_failed", False, None, None, "no"),
-        ),
-        (
-            ResponsesReply.text("cut", stop_reason="max_tokens"),
-            ("response_incomplete", False, None, None,
-             "the response is incomplete: max_output_tokens"),
-        ),
-        (
-            Reply.text("I can't help with that.", stop_reason="refusal"),
-            ("refusal", False, None, None, "I can't help with that."),
-        ),
-        (
-            ResponsesReply.error_event("bad", code="server_error"),
-            ("stream_error", True, None, None, "bad"),
-        ),
-        (
-            ResponsesReply.disconnect("part"),
-            ("stream_truncated", True, None, None,
-             "the OpenAI stream ended before response.completed"),
-        ),
-    ],
-)  # fmt: skip
-def test_errors_fail_the_turn_with_a_backend_error(
-    server: ScriptedModelServer, reply: Reply, fields: tuple[Any, ...]
-) -> None:
-    server.enqueue(reply)
-    agent = start(server)
-
-    with pytest.raises(TurnError) as info:
-        agent.ask("x", timeout=WAIT_S)
-
-    reason = info.value.reason
-    assert isinstance(reason, BackendError)
-    assert reason.provider == "openai"
-    assert (reason.kind, reason.retryable, reason.status, reason.retry_after, reason.message) == (
-        fields
-    )
-    assert len(server.model_requests()) == 1  # no SDK retries
-    gen_agent.stop("gpt")
-
-
-def test_a_failed_turn_keeps_the_previous_response_for_the_next(
-    server: ScriptedModelServer,
-) -> None:
-    server.enqueue(Reply.text("one"), ResponsesReply.failed("boom"), Reply.text("three"))
-    agent = start(server)
-
-    first = agent.ask("first", timeout=WAIT_S)
-    with pytest.raises(TurnError):
-        agent.ask("second", timeout=WAIT_S)
-    agent.ask("third", timeout=WAIT_S)
-
-    assert body_of(server, 2)["previous_response_id"] == first.response_id
-    gen_agent.stop("gpt")
-
-
-def test_reset_session_starts_a_new_conversation(server: ScriptedModelServer) -> None:
-    server.enqueue(Reply.text("one"), Reply.text("two"))
-    agent = start(server)
-    agent.ask("first", timeout=WAIT_S)
-
-    gen_agent.reset_session("gpt", timeout=WAIT_S)
-    agent.ask("fresh", timeout=WAIT_S)
-
-    assert "previous_response_id" not in body_of(server, 1)
-    gen_agent.stop("gpt")
-
-
-def test_an_interrupt_ends_a_slow_request_at_once(server: ScriptedModelServer) -> None:
-    server.enqueue(Reply.text("too late", delay=60.0), Reply.text("next"))
-    agent = start(server)
-
-    request = gen_agent.tell("gpt", "slow")
-    server.wait_requests(1, timeout=WAIT_S)
-    gen_agent.interrupt("gpt")
-
-    assert agent.ask("again", timeout=WAIT_S).text == "next"
-    assert gen_agent.poll("gpt", request).reason == "interrupted"
-    gen_agent.stop("gpt")
-
-
 # -- the backend hooks directly -------------------------------------------------------------
 
 
@@ -289,42 +190,6 @@ def test_the_stateless_history_is_bounded(server: ScriptedModelServer) -> None:
 
 
 # -- options and the SDK ---------------------------------------------------------------------
-
-
-def test_options_are_the_struct_fields() -> None:
-    assert frozenset(OpenAIOptions.__struct_fields__) == OPTIONS
-    assert OpenAIOptions().model == DEFAULT_MODEL == "gpt-5"
-
-
-@pytest.mark.parametrize(
-    ("opts", "reason"),
-    [
-        ({"api_key": "k", "colour": 1}, ("unknown_option", "colour")),
-        ({"api_key": "k", "store": "yes"}, ("invalid_option", "store", "yes")),
-        ({"api_key": "k", "params": {"input": "x"}}, ("invalid_option", "params", {"input": "x"})),
-        ({"api_key": "k", "max_retries": -1}, ("invalid_option", "max_retries", -1)),
-        (["x"], ("invalid_options", "list")),
-    ],
-)
-def test_bad_options_are_refused(opts: Any, reason: tuple[Any, ...]) -> None:
-    with pytest.raises(SessionStartError) as info:
-        OpenAIResponses.start_session(opts)
-    assert info.value.reason == reason
-
-
-def test_a_missing_api_key_is_a_start_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    with pytest.raises(SessionStartError) as info:
-        OpenAIResponses.start_session({})
-    assert (info.value.reason.provider, info.value.reason.kind) == ("openai", "missing_api_key")
-
-
-def test_a_missing_sdk_is_a_start_error_naming_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "openai", None)  # makes `import openai` fail
-    with pytest.raises(SessionStartError) as info:
-        OpenAIResponses.start_session({"api_key": "k"})
-    assert info.value.reason.kind == "missing_sdk"
-    assert "pip install 'gen-agent[openai]'" in info.value.reason.message
 
 
 def test_sdk_exceptions_at_the_boundary() -> None:

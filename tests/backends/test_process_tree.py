@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import _agents as agents
 import pytest
 from proctree import kill_marked, mark, marked, wait_gone
 
@@ -72,8 +73,7 @@ def helper_pid(directory: Path) -> int:
 
 def start(name: str, backend: Any, backend_opts: dict[str, Any]) -> queue.Queue:
     calls: queue.Queue[Any] = queue.Queue()
-    gen_agent.start_agent(Recording, name=name, backend=backend, backend_opts=backend_opts,
-                          calls=calls)
+    agents.start(Recording, name, backend=backend, backend_opts=backend_opts, calls=calls)
     return calls
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import _agents as agents
 import pytest
 
 import gen_agent
@@ -27,8 +28,8 @@ CODEX_THREAD = "0199a000-0000-7000-8000-00000000fake"
 
 def start(name: str, backend: Any, fake: Any, **opts: Any) -> gen_agent.AgentRef:
     agent_opts = {k: opts.pop(k) for k in ("resume_session_id",) if k in opts}
-    return gen_agent.start_agent(Agent, name=name, backend=backend,
-                                 backend_opts=fake.options(**opts), **agent_opts)
+    return agents.start(Agent, name, backend=backend, backend_opts=fake.options(**opts),
+                        **agent_opts)
 
 
 def failed(agent: gen_agent.AgentRef) -> BackendError:

@@ -11,6 +11,7 @@ import zlib
 from collections.abc import Iterator
 from typing import Any
 
+import _agents as agents
 import pytest
 
 import gen_agent
@@ -53,8 +54,8 @@ class Provider:
         agent_opts = {k: opts.pop(k) for k in ("watchdog_ms",) if k in opts}
         backend_opts = {"api_key": "test-key", "base_url": server.url + self.base,
                         "model": "test-model", **opts}
-        return gen_agent.start_agent(Agent, name=f"faults-{self.name}", backend=self.backend,
-                                     backend_opts=backend_opts, **agent_opts)
+        return agents.start(Agent, f"faults-{self.name}", backend=self.backend,
+                            backend_opts=backend_opts, **agent_opts)
 
     def reply(self, *parts: str) -> list[Any]:
         """A whole clean reply: head, one chunk per frame, the last chunk."""
@@ -337,33 +338,32 @@ def test_anthropic_max_tokens_is_a_response_with_its_stop_reason(server: RawServ
     next_ask_works(server, ANTHROPIC, agent)
 
 
-def test_anthropic_mid_stream_error_event_keeps_the_partial_text(server: RawServer) -> None:
-    frames = anthropic_events(("Half an ",))[:3]
-    error = frame("error", {"type": "error", "error": {"type": "overloaded_error",
-                                                       "message": "Overloaded"}})
-    server.enqueue([chunked_head(), *[chunk(f) for f in [*frames, error]], chunk(b"")])
-    agent = ANTHROPIC.start(server)
+@pytest.mark.parametrize(("provider", "parts", "keep", "error", "fields", "diagnostics"), [
+    pytest.param(ANTHROPIC, ("Half an ",), 3,
+                 {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}},
+                 ("server_error", True, None, "Overloaded"),
+                 ({"input_tokens": 5, "output_tokens": 1}, "msg_1"), id="anthropic"),
+    pytest.param(OPENAI, ("Half ", "an "), -1,
+                 {"type": "error", "code": "server_error", "message": "Broken"},
+                 ("stream_error", True, None, "Broken"), (None, "resp_1"), id="openai"),
+])
+def test_a_mid_stream_error_event_keeps_the_partial_text(
+        server: RawServer, provider: Provider, parts: tuple[str, ...], keep: int,
+        error: dict[str, Any], fields: tuple[Any, ...], diagnostics: tuple[Any, ...]) -> None:
+    # the stream's first frames (`keep` of them: no terminal one), then its `error` event
+    frames = provider.events(parts)[:keep]
+    server.enqueue([chunked_head(), *[chunk(f) for f in [*frames, frame("error", error)]],
+                    chunk(b"")])
+    agent = provider.start(server)
 
     reason = failed(agent)
 
-    assert (reason.kind, reason.retryable, reason.status) == ("server_error", True, None)
+    assert (reason.kind, reason.retryable, reason.status, reason.message) == fields
     assert reason.diagnostics.partial_text == "Half an "
-    assert reason.diagnostics.usage == {"input_tokens": 5, "output_tokens": 1}
-    next_ask_works(server, ANTHROPIC, agent)
+    # the usage reported before the error (OpenAI reports it only at the end), the reply's id
+    assert (reason.diagnostics.usage, reason.diagnostics.response_id) == diagnostics
+    next_ask_works(server, provider, agent)
 
-
-def test_openai_mid_stream_error_event_keeps_the_partial_text(server: RawServer) -> None:
-    frames = openai_events(("Half ", "an "))[:-1]
-    error = frame("error", {"type": "error", "code": "server_error", "message": "Broken"})
-    server.enqueue([chunked_head(), *[chunk(f) for f in [*frames, error]], chunk(b"")])
-    agent = OPENAI.start(server)
-
-    reason = failed(agent)
-
-    assert (reason.kind, reason.retryable, reason.message) == ("stream_error", True, "Broken")
-    assert reason.diagnostics.partial_text == "Half an "
-    assert reason.diagnostics.response_id == "resp_1"
-    next_ask_works(server, OPENAI, agent)
 
 def _compressed_head(status: int, encoding: str) -> bytes:
     kind = "text/event-stream" if status == 200 else "application/json"

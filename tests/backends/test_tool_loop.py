@@ -8,6 +8,7 @@ import threading
 from typing import Any
 
 import pytest
+from _agents import PassThrough, start
 
 import gen_agent
 from gen_agent._conversation import TextPart, ToolCallPart, ToolResultPart
@@ -40,24 +41,16 @@ def broken() -> str:
     raise RuntimeError("secret internals")
 
 
-class ToolAgent(gen_agent.GenAgent):
-    def init_agent(self, opts: dict[str, Any]) -> Any:
-        return opts["backend_opts"], None
-
-    def handle_response(self, ref: Any, response: Any, state: Any) -> Any:
-        return gen_agent.NoReply(state)
-
-
-class GuardedAgent(ToolAgent):
+class GuardedAgent(PassThrough):
     def handle_tool_permission(self, request: Any, state: Any) -> Any:
         return Deny("shouting is not allowed") if request.tool_name == "shout" else Allow()
 
 
-def _start(server: ScriptedModelServer, tools: list[Any], module: type = ToolAgent,
+def _start(server: ScriptedModelServer, tools: list[Any], module: type = PassThrough,
            **extra: Any) -> None:
     from gen_agent.backends.anthropic import AnthropicAPI
 
-    gen_agent.start_agent(module, name="t", backend=AnthropicAPI, backend_opts={
+    start(module, "t", backend=AnthropicAPI, backend_opts={
         "api_key": "k", "base_url": server.url, "model": "claude-test", "tools": tools,
         **extra})
 
@@ -182,7 +175,7 @@ def _start_openai(server: ScriptedModelServer, tools: list[Any], **extra: Any) -
     from gen_agent.backends.openai import OpenAIResponses
     from gen_agent.testing._openai_protocol import openai_base_url
 
-    gen_agent.start_agent(ToolAgent, name="o", backend=OpenAIResponses, backend_opts={
+    start(PassThrough, "o", backend=OpenAIResponses, backend_opts={
         "api_key": "k", "base_url": openai_base_url(server), "model": "gpt-test",
         "tools": tools, **extra})
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _agents import PassThrough
 from proctree import SessionSampler, kill_marked, mark, marked, wait_gone
 
 import gen_agent
@@ -37,14 +38,6 @@ pytestmark = [pytest.mark.real_cli, pytest.mark.usefixtures("no_child_left"),
               pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")]
 GONE_S = 15.0  # the bound on a tree's end after a fault (measured: < 0.5 s)
 _SLEEPS = iter(range(7001, 8000))
-
-
-class Plain(gen_agent.GenAgent):
-    def init_agent(self, opts: dict[str, Any]) -> tuple[dict[str, Any], Any]:
-        return opts["backend_opts"], None
-
-    def handle_response(self, ref: Any, response: Any, state: Any) -> Any:
-        return gen_agent.NoReply(state)
 
 
 def _command() -> str:
@@ -119,7 +112,7 @@ def _kill_host_mid_tool(backend: str, options: dict[str, Any], token: str,
 
 def _fault_in_process(name: str, backend: Any, options: dict[str, Any], token: str,
                       command: str, fault: str, is_cli: Any, *, warm: bool) -> None:
-    gen_agent.start_agent(Plain, name=name, backend=backend, backend_opts=options)
+    gen_agent.start_agent(PassThrough, name=name, backend=backend, backend_opts=options)
     outcome = _in_background(name, "run it")
     _wait_tool(token, command)
     if fault == "stop":

@@ -1,3 +1,4 @@
+
 """The whole record of a turn, end to end, for the SDK backends (official `anthropic` and
 `openai` SDKs against ScriptedModelServer on 127.0.0.1): structured output sent with the
 provider's own mechanism, `parsed`, a reply that fails validation, `messages`,
@@ -10,6 +11,7 @@ from typing import Any
 
 import msgspec
 import pytest
+from _agents import start
 
 import gen_agent
 from gen_agent._errors import TurnError
@@ -41,7 +43,7 @@ def _start(backend: Any, server: ScriptedModelServer, name: str) -> Any:
         opts = {"api_key": "k", "base_url": server.url, "model": "claude-test"}
     else:
         opts = {"api_key": "k", "base_url": openai_base_url(server), "model": "gpt-test"}
-    return gen_agent.start_agent(Agent, name=name, backend=backend, backend_opts=opts)
+    return start(Agent, name, backend=backend, backend_opts=opts)
 
 
 def _schema_sent(backend: Any, body: dict[str, Any]) -> Any:

@@ -12,6 +12,7 @@ import queue
 from pathlib import Path
 from typing import Any
 
+import _agents as agents
 import pytest
 
 import gen_agent
@@ -66,8 +67,8 @@ def make_store(kind: str, tmp_path: Path) -> Any:
 
 def start(backend: Any, base: str, server: ScriptedModelServer, store: Any) -> Any:
     durable = {} if store is None else {"store": store, "session_key": "k"}
-    return gen_agent.start_agent(
-        Recording, name="bad-input", backend=backend,
+    return agents.start(
+        Recording, "bad-input", backend=backend,
         backend_opts={"api_key": "test-key", "base_url": server.url + base, "model": "m"},
         **durable)
 

@@ -8,6 +8,7 @@ import threading
 from typing import Any
 
 import pytest
+from _agents import Scripted
 
 import gen_agent
 from gen_agent import telemetry
@@ -22,14 +23,6 @@ from gen_agent.backends.mock import MockBackend
 from gen_agent.telemetry import TelemetryRecorder
 
 WAIT_S = 5.0
-
-
-class Idle(gen_agent.GenAgent):
-    def init_agent(self, opts: dict[str, Any]) -> tuple[dict[str, Any], Any]:
-        return {}, None
-
-    def handle_response(self, ref: Any, response: Any, state: Any) -> Any:
-        return gen_agent.NoReply(state)
 
 
 @pytest.fixture
@@ -93,10 +86,10 @@ def test_a_start_option_beyond_timeout_max_fails_the_start_with_the_range(key: s
     assert build_options({key: MAX_DURATION_MS}) is not None
     if key == "shutdown_ms":  # checked in the caller, as every invalid shutdown_ms (§2.2)
         with pytest.raises(ValueError, match=str(MAX_DURATION_MS)):
-            gen_agent.start_agent(Idle, name="huge", backend=MockBackend, shutdown_ms=10**15)
+            gen_agent.start_agent(Scripted, name="huge", backend=MockBackend, shutdown_ms=10**15)
         return
     with pytest.raises(AgentStartError) as info:
-        gen_agent.start_agent(Idle, name="huge", backend=MockBackend, **{key: 10**15})
+        gen_agent.start_agent(Scripted, name="huge", backend=MockBackend, **{key: 10**15})
     assert info.value.reason == ("init_failed", "error", "ValueError")
     assert str(MAX_DURATION_MS) in str(info.value.__cause__)
 
@@ -136,7 +129,7 @@ def test_a_provider_sent_delay_is_clamped_to_an_hour(header: str, expected: Any)
 
 
 def test_a_caller_timeout_beyond_the_limit_waits_forever():
-    agent = gen_agent.start_agent(Idle, name="patient", backend=MockBackend)
+    agent = gen_agent.start_agent(Scripted, name="patient", backend=MockBackend)
     try:
         # Answered: the wait was possible (it raised OverflowError before).
         assert agent.status(timeout=threading.TIMEOUT_MAX * 2) is not None

@@ -5,6 +5,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from _agents import Scripted
+
 import gen_agent
 from gen_agent._event import Event
 from gen_agent._size import term_size
@@ -83,14 +85,6 @@ class _BigEvents:
         return stream(), session
 
 
-class _Agent(gen_agent.GenAgent):
-    def init_agent(self, opts: dict[str, Any]) -> tuple[dict[str, Any], Any]:
-        return {}, None
-
-    def handle_response(self, ref: Any, response: Any, state: Any) -> gen_agent.NoReply:
-        return gen_agent.NoReply(state)
-
-
 def test_a_stream_of_large_events_waits_for_a_busy_agent() -> None:
     # The stream_to recipient runs in the agent thread: blocking it makes the agent busy, so
     # the turn task must stop at about max_event_bytes_per_turn of queued events.
@@ -109,7 +103,7 @@ def test_a_stream_of_large_events_waits_for_a_busy_agent() -> None:
         completions.append(message)
         got.set()
 
-    agent = gen_agent.start_agent(_Agent, name="big", backend=_BigEvents,
+    agent = gen_agent.start_agent(Scripted, name="big", backend=_BigEvents,
                                   max_event_bytes_per_turn=300_000)
     agent.tell_with_completion("go", on_completion, stream_to=recipient)
     assert first_relay.wait(WAIT_S)

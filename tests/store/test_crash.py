@@ -107,34 +107,36 @@ def history(prompts: list[str], answers: list[str]) -> list[dict[str, Any]]:
     return messages
 
 
-@pytest.mark.parametrize("synchronous", ["NORMAL", "FULL"])
-def test_anthropic_resumes_three_completed_turns(tmp_path: Path, synchronous: str) -> None:
-    pytest.importorskip("anthropic", reason="the anthropic extra is not installed")
+def stateless_opts(server: ScriptedModelServer, provider: str) -> dict[str, Any]:
+    """Backend options of `provider` on `server` that resend the whole history each turn."""
+    if provider == "anthropic":
+        return {"api_key": "test-key", "base_url": server.url, "model": "claude-test"}
+    return {"api_key": "test-key", "base_url": openai_base_url(server), "model": "gpt-test",
+            "store": False}
+
+
+# The body key holding the resent history, per provider.
+HISTORY_KEY = {"anthropic": "messages", "openai": "input"}
+
+
+@pytest.mark.parametrize(("provider", "synchronous"), [
+    ("anthropic", "NORMAL"), ("anthropic", "FULL"), ("openai", "NORMAL")])
+def test_a_stateless_history_resumes_three_completed_turns(
+        tmp_path: Path, provider: str, synchronous: str) -> None:
+    pytest.importorskip(provider, reason=f"the {provider} extra is not installed")
     with ScriptedModelServer() as server:
-        opts = {"api_key": "test-key", "base_url": server.url, "model": "claude-test"}
-        _, lines = crash_and_resume(tmp_path / "s.db", "anthropic", opts, server, synchronous)
+        opts = stateless_opts(server, provider)
+        _, lines = crash_and_resume(tmp_path / "s.db", provider, opts, server, synchronous)
         check_resumed(lines)
         requests = server.model_requests()
         assert len(requests) == 5
+        body = requests[4].body
         expected = [*history(PROMPTS[:3], ANSWERS), *CUT,
                     {"role": "user", "content": "fifth question"}]
-        assert requests[4].body["messages"] == expected
+        assert body[HISTORY_KEY[provider]] == expected
+        assert "previous_response_id" not in body
     record = SQLiteStore(tmp_path / "s.db").load("crash")
     assert record is not None and record.in_flight is None and record.totals.turns == 4
-
-
-def test_openai_stateless_resumes_three_completed_turns(tmp_path: Path) -> None:
-    pytest.importorskip("openai", reason="the openai extra is not installed")
-    with ScriptedModelServer() as server:
-        opts = {"api_key": "test-key", "base_url": openai_base_url(server), "model": "gpt-test",
-                "store": False}
-        _, lines = crash_and_resume(tmp_path / "s.db", "openai", opts, server)
-        check_resumed(lines)
-        body = server.model_requests()[4].body
-        expected = [*history(PROMPTS[:3], ANSWERS), *CUT,
-                    {"role": "user", "content": "fifth question"}]
-        assert body["input"] == expected
-        assert "previous_response_id" not in body
 
 
 def test_openai_server_state_continues_from_the_third_response(tmp_path: Path) -> None:

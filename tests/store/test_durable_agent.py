@@ -8,6 +8,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import _agents as agents
 import msgspec
 import pytest
 
@@ -64,8 +65,7 @@ def _fresh_counter() -> None:
 
 
 def start(store: Any, name: str = "a", key: str = "k", **opts: Any) -> Any:
-    return gen_agent.start_agent(Counter, name=name, backend=MockBackend, store=store,
-                                 session_key=key, **opts)
+    return agents.start(Counter, name, store=store, session_key=key, **opts)
 
 
 class FlakyStore(MemoryStore):

@@ -1,3 +1,4 @@
+
 """The tool journal: schema migration, the store API, and agents whose Python tools are
 journalled before they run and after (AnthropicAPI against the loopback model server), the
 interrupted turn you can act on, and the at-most-once guard of `resend`."""
@@ -12,6 +13,7 @@ from typing import Any
 
 import msgspec
 import pytest
+from _agents import start
 
 import gen_agent
 from gen_agent import GenAgent, NoReply
@@ -179,9 +181,8 @@ def _start(store: Any, server: Any, name: str = "a", module: Any = None, **opts:
 
     backend_opts = {"api_key": "test-key", "base_url": server.url, "model": "claude-test",
                     "tools": [refund, charge, lookup]}
-    return gen_agent.start_agent(module or Recorder, name=name, backend=AnthropicAPI,
-                                 store=store,
-                                 session_key="k", backend_opts=backend_opts, **opts)
+    return start(module or Recorder, name, backend=AnthropicAPI, store=store, session_key="k",
+                 backend_opts=backend_opts, **opts)
 
 
 def test_a_python_tool_is_journalled_before_it_runs_and_after(server: Any) -> None:

@@ -8,6 +8,7 @@ import sys
 import threading
 from pathlib import Path
 
+import _agents as agents
 import pytest
 
 import gen_agent
@@ -30,8 +31,7 @@ HAS_PROC = Path("/proc/self").is_dir()
 
 
 def start(name: str = "a", *scripts) -> gen_agent.AgentRef:
-    return gen_agent.start_agent(ScriptedAgent, name=name, backend=MockBackend,
-                                 scripts=list(scripts))
+    return agents.start(ScriptedAgent, name, scripts)
 
 
 # ----------------------------------------------------------------------------- waits

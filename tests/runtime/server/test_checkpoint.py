@@ -14,6 +14,7 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import _agents as agents
 import pytest
 
 import gen_agent
@@ -94,7 +95,7 @@ class Checkpointer(gen_agent.GenAgent):
 def start(plan: list[Any], log: list[Any] | None = None, *, backend: Any = CheckpointBackend,
           **opts: Any) -> list[Any]:
     log = [] if log is None else log
-    gen_agent.start_agent(Checkpointer, name=NAME, backend=backend, plan=plan, log=log, **opts)
+    agents.start(Checkpointer, NAME, backend=backend, plan=plan, log=log, **opts)
     return log
 
 

@@ -12,6 +12,7 @@ import threading
 from concurrent.futures import Future
 from typing import Any
 
+import _agents as agents
 import pytest
 
 import gen_agent
@@ -100,8 +101,7 @@ class Retrier(gen_agent.GenAgent):
 
 
 def start(log: list[Any], scripts: list[Any], name: str = "retrier", **opts: Any) -> Any:
-    return gen_agent.start_agent(Retrier, name=name, backend=MockBackend, scripts=scripts,
-                                 log=log, **opts)
+    return agents.start(Retrier, name, scripts, log=log, **opts)
 
 
 def turn_meta(rec: TelemetryRecorder, name: tuple[str, ...]) -> list[tuple[Any, ...]]:
