@@ -153,7 +153,11 @@ class DispatchMixin:
             if request.generated:
                 return self._reject_generated(request, attempt, ("budget_exceeded", over))
             return self._reject_external(request, attempt, ("budget_exceeded", over))
-        accepted = self._pre_turn(request, prompt, attempt)
+        if request.prepared and attempt == 1:  # a steer's pre_turn ran already (busy.py)
+            request.prepared = False
+            accepted: tuple[str, Any] | str = (prompt, self.state)
+        else:
+            accepted = self._pre_turn(request, prompt, attempt)
         if isinstance(accepted, str):
             return accepted
         final_prompt, self.state = accepted

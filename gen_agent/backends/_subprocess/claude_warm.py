@@ -67,6 +67,7 @@ from gen_agent._permission import (
 from gen_agent._response import TextAccumulator
 from gen_agent.backend import BackendError, DispatchError, TurnContext
 from gen_agent.backends._subprocess.claude_mcp import McpServer
+from gen_agent.backends._subprocess.claude_steer import JOINED_KEY, SteerState
 from gen_agent.backends._subprocess.claude_stream import (
     PROVIDER,
     SESSION_NOT_FOUND,
@@ -151,7 +152,7 @@ class _TurnLines(TurnQueue):
     reader)."""
 
     __slots__ = ("cost_delta", "echoed", "grace_s", "held", "held_bytes", "live", "plain",
-                 "shadow", "uuid", "writing")
+                 "shadow", "steer", "uuid", "writing")
 
     def __init__(self, grace_s: float, prompt_uuid: str, tail_bytes: int) -> None:
         super().__init__()
@@ -165,6 +166,7 @@ class _TurnLines(TurnQueue):
         self.shadow: UnrequestedLines | None = None
         self.plain = OutputTail(tail_bytes)
         self.cost_delta = 0.0
+        self.steer = SteerState()  # prompts steered into it (claude_steer)
 
 
 class _ClaudeProcess:
@@ -187,6 +189,10 @@ class _ClaudeProcess:
         # A background task told the CLI it finished (`task_notification`), so the CLI may
         # run a turn of its own next; cleared when such a turn ended.
         self.foreign_pending = False
+        # Steered prompts a turn ended without taking (claude_steer): the CLI runs each as a
+        # turn of its own later, which is drained and dropped (`_stray_orphan`).
+        self.orphans: set[str] = set()
+        self._stray_orphan = False
         self.session_id: str | None = None  # the latest session id any line named
         self.cost_seen = 0.0  # the running total_cost_usd of this process (reader thread)
         self._ids = itertools.count(1)
@@ -233,8 +239,11 @@ class _ClaudeProcess:
         if turn is None:
             self._unrequested(item)
         elif turn.echoed or not isinstance(item, bytes):
+            if isinstance(item, bytes):
+                turn.steer.note(item)
             if isinstance(item, bytes) and b'"result"' in item and _line_type(item) == "result":
                 self.turn = None  # the turn's last line: what follows belongs to no turn
+                turn.steer.tool_open = False
                 turn.cost_delta = self._cost_delta(item)
             turn.put(item)
         else:
@@ -349,12 +358,20 @@ class _ClaudeProcess:
             stray = self._stray = UnrequestedLines(self.tail_bytes)
         stray.add(len(raw), session_id=fields.get("session_id"),
                   text=_assistant_text(fields) if kind == "assistant" else None)
+        if kind == "user" and fields.get("uuid") in self.orphans:
+            self.orphans.discard(fields["uuid"])
+            self._stray_orphan = True  # a steered prompt's own turn: the runtime reruns it
         if kind != "result":
             return
         self._stray = None
-        self.foreign_pending = False
+        self.foreign_pending = bool(self.orphans)
         delta = self._cost_delta(raw)
         self.slot.add_cost(delta)
+        if self._stray_orphan:
+            self._stray_orphan = False
+            logger.debug("gen_agent claude: the turn of a steered prompt it did not join "
+                         "was dropped")
+            return
         usage = fields.get("usage")
         self._tell(stray.record(
             PROVIDER, self.live.pid, final_text=fields.get("result"),
@@ -736,6 +753,8 @@ def _events(slot: WarmSlot, process: _ClaudeProcess, lines: _TurnLines, context:
                 elif event.kind in ("result", "error"):
                     settled = True
                     slot.account(event.data, lines.cost_delta)
+                    if lines.steer.steers:
+                        event.data[JOINED_KEY] = lines.steer.joined
                     if interrupt_requested:
                         event = Event("error", {"reason": "interrupted",
                                                 "session_id": translator.session_id},
@@ -754,6 +773,10 @@ def _events(slot: WarmSlot, process: _ClaudeProcess, lines: _TurnLines, context:
     finally:
         if not settled:
             _settle(slot, process, lines, interrupt_grace_ms)
+        orphans = lines.steer.close()
+        if orphans:  # before the next turn's prompt: its lines before the echo are held
+            process.orphans.update(orphans)
+            process.foreign_pending = True
         slot.release(process, lines)
 
 
