@@ -147,7 +147,7 @@ def test_a_steer_pre_turn_skips_is_never_offered() -> None:
 def test_a_taken_steer_shares_the_failure_of_an_interrupted_turn() -> None:
     log = CallLog()
     with TelemetryRecorder([TURN_JOINED, TURN_ERROR]) as rec:
-        agent, (gate, done) = held(log, 1, busy="steer")
+        agent, (_gate, done) = held(log, 1, busy="steer")
         steered = in_thread(agent.ask, "more", timeout=WAIT_S)
         SteeringMock.offered.wait_for(("steer", "more"), WAIT_S)
         gen_agent.interrupt("a")
