@@ -64,8 +64,11 @@ class SteerState:
                     self.joined += 1
 
     def close(self) -> list[str]:
-        """The turn ended: no more steers; returns the uuids of those it did not take."""
+        """The turn ended: no more steers; returns the uuids of those it did not take (the
+        first call only)."""
         with self.lock:
+            if self.closed:
+                return []
             self.closed = True
             return self.steers[self.joined:]
 

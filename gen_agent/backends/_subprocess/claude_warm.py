@@ -243,11 +243,19 @@ class _ClaudeProcess:
                 turn.steer.note(item)
             if isinstance(item, bytes) and b'"result"' in item and _line_type(item) == "result":
                 self.turn = None  # the turn's last line: what follows belongs to no turn
-                turn.steer.tool_open = False
+                self._orphaned(turn)
                 turn.cost_delta = self._cost_delta(item)
             turn.put(item)
         else:
             self._before_echo(turn, item)
+
+    def _orphaned(self, turn: _TurnLines) -> None:
+        """`turn` ended: the steered prompts it did not take are orphans (their own turn is
+        dropped when it comes), and the next prompt's lines before its echo are held."""
+        orphans = turn.steer.close()
+        if orphans:
+            self.orphans.update(orphans)
+            self.foreign_pending = True
 
     def _before_echo(self, turn: _TurnLines, raw: bytes) -> None:
         """A line after our prompt was written, before its echo: ours, or a turn's the CLI
@@ -773,10 +781,7 @@ def _events(slot: WarmSlot, process: _ClaudeProcess, lines: _TurnLines, context:
     finally:
         if not settled:
             _settle(slot, process, lines, interrupt_grace_ms)
-        orphans = lines.steer.close()
-        if orphans:  # before the next turn's prompt: its lines before the echo are held
-            process.orphans.update(orphans)
-            process.foreign_pending = True
+        process._orphaned(lines)  # (the reader did at the result; a turn cut off too)
         slot.release(process, lines)
 
 
