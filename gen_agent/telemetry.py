@@ -95,7 +95,7 @@ TURN_JOINED: Final = ("gen_agent", "turn", "joined")
 """Measurements `system_time`; metadata `agent, ref` (the `busy="steer"` request), `origin`,
 `into` (the ref of the running turn it joined). Once per steered request the backend
 delivered into that turn, when the turn ends, before its `TURN_STOP` / `TURN_ERROR`; the
-request's outcome is that turn's. Content-free. An extension ([Busy policies](busy.md))."""
+request's outcome is that turn's. Content-free. An extension (docs: Busy policies)."""
 PROMPT_START: Final = ("gen_agent", "prompt", "start")
 """Rich: `system_time`; `agent, ref, attempt, prompt, original_prompt, rewritten, agent_state`."""
 PROMPT_STOP: Final = ("gen_agent", "prompt", "stop")
