@@ -158,6 +158,7 @@ class BusyMixin:
             self._emit(telemetry.TURN_JOINED, self._now(),
                        {"ref": request.ref, "origin": request.origin,
                         "into": turn.request.ref})
+            self._lifecycle(request, "started", attempt=1, into=turn.request.ref)
         for request in rest:
             reason = self._admit_ahead(request)
             if reason is not None:

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 import pytest
 
 import gen_agent
-from gen_agent import Proceed, RequestOptions, Skip, TurnError
+from gen_agent import Halt, Proceed, RequestOptions, Skip, TurnError
 from gen_agent._event import Event
 from gen_agent.backends import mock
 from gen_agent.backends.mock import MockBackend
@@ -158,4 +158,40 @@ def test_a_taken_steer_shares_the_failure_of_an_interrupted_turn() -> None:
     assert cut.value.reason == "interrupted"
     assert log.count("handle_error") == 1 and log.count("post_turn") == 1
     assert len(mine(rec, TURN_JOINED)) == 1 and len(mine(rec, TURN_ERROR)) == 1
+    gen_agent.stop("a")
+
+
+def test_a_steer_pre_turn_halts_once_the_running_turn_ends() -> None:
+    log = CallLog()
+
+    def halt_more(prompt: str, state: Any) -> Any:
+        return Halt(state) if prompt == "more" else Proceed(prompt, state)
+
+    agent, (gate, done) = held(log, None, busy="steer", hooks={"pre_turn": halt_more})
+    with pytest.raises(TurnError) as halted:
+        agent.ask("more", timeout=WAIT_S)
+    assert halted.value.reason == "pre_turn_halted"
+    assert log.count("post_run") == 0  # the running turn goes on
+    gate.release()
+    assert done.get(timeout=WAIT_S).ok
+    log.wait_for(lambda entry: entry[0] == "post_run", WAIT_S)
+    assert SteeringMock.offered.entries == []
+    gen_agent.stop("a")
+
+
+def test_a_joined_steer_has_its_lifecycle_records() -> None:
+    log = CallLog()
+    records: queue.Queue = queue.Queue()
+    agent, (gate, done) = held(log, 1, busy="steer")
+    steered = in_thread(agent.ask, "more", timeout=WAIT_S,
+                        options=RequestOptions(busy="steer", lifecycle_to=records.put))
+    SteeringMock.offered.wait_for(("steer", "more"), WAIT_S)
+    gate.release()
+    answer = steered.result(WAIT_S)
+    into = done.get(timeout=WAIT_S).ref
+    stages = [records.get(timeout=WAIT_S) for _ in range(2)]
+    assert [(r.stage, r.info) for r in stages] == [
+        ("started", {"attempt": 1, "into": into}),
+        ("completed", {"ok": True, "reason_kind": None})]
+    assert stages[0].ref == answer.joined[0]
     gen_agent.stop("a")
