@@ -22,10 +22,12 @@ import threading
 import uuid
 from typing import TYPE_CHECKING, Any, Final
 
+from loguru import logger
+
 if TYPE_CHECKING:
     from gen_agent.backends._subprocess.claude_warm import WarmSlot
 
-__all__ = ["JOINED_KEY", "SteerState", "steer"]
+__all__ = ["JOINED_KEY", "Orphans", "SteerState", "steer"]
 
 JOINED_KEY: Final = "steered_joined"
 """The terminal data key counting the steered prompts that joined the turn (int)."""
@@ -71,6 +73,41 @@ class SteerState:
                 return []
             self.closed = True
             return self.steers[self.joined:]
+
+
+class Orphans:
+    """The uuids of steered lines a turn ended without taking (reader thread, mostly): the
+    CLI runs each as a turn of its own later; the runtime reruns the request, so that turn
+    is dropped, recognised by the line's replay."""
+
+    __slots__ = ("_in_stray", "_uuids")
+
+    def __init__(self) -> None:
+        self._uuids: set[str] = set()
+        self._in_stray = False  # the turn of the CLI's own in progress replayed one
+
+    @property
+    def pending(self) -> bool:
+        return bool(self._uuids)
+
+    def add(self, uuids: list[str]) -> bool:
+        self._uuids.update(uuids)
+        return bool(uuids)
+
+    def seen(self, line_id: Any) -> None:
+        """A `user` line of a turn of the CLI's own."""
+        if line_id in self._uuids:
+            self._uuids.discard(line_id)
+            self._in_stray = True
+
+    def drop_stray(self) -> bool:
+        """That turn ended: True when it was an orphan's (dropped; a debug log)."""
+        if not self._in_stray:
+            return False
+        self._in_stray = False
+        logger.debug("gen_agent claude: the turn of a steered prompt it did not take was "
+                     "dropped")
+        return True
 
 
 def steer_line(prompt: str, line_id: str) -> dict[str, Any]:

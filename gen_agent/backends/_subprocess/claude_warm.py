@@ -67,7 +67,7 @@ from gen_agent._permission import (
 from gen_agent._response import TextAccumulator
 from gen_agent.backend import BackendError, DispatchError, TurnContext
 from gen_agent.backends._subprocess.claude_mcp import McpServer
-from gen_agent.backends._subprocess.claude_steer import JOINED_KEY, SteerState
+from gen_agent.backends._subprocess.claude_steer import JOINED_KEY, Orphans, SteerState
 from gen_agent.backends._subprocess.claude_stream import (
     PROVIDER,
     SESSION_NOT_FOUND,
@@ -189,10 +189,7 @@ class _ClaudeProcess:
         # A background task told the CLI it finished (`task_notification`), so the CLI may
         # run a turn of its own next; cleared when such a turn ended.
         self.foreign_pending = False
-        # Steered prompts a turn ended without taking (claude_steer): the CLI runs each as a
-        # turn of its own later, which is drained and dropped (`_stray_orphan`).
-        self.orphans: set[str] = set()
-        self._stray_orphan = False
+        self.orphans = Orphans()  # steered prompts a turn did not take (claude_steer)
         self.session_id: str | None = None  # the latest session id any line named
         self.cost_seen = 0.0  # the running total_cost_usd of this process (reader thread)
         self._ids = itertools.count(1)
@@ -243,18 +240,16 @@ class _ClaudeProcess:
                 turn.steer.note(item)
             if isinstance(item, bytes) and b'"result"' in item and _line_type(item) == "result":
                 self.turn = None  # the turn's last line: what follows belongs to no turn
-                self._orphaned(turn)
+                self.orphaned(turn)
                 turn.cost_delta = self._cost_delta(item)
             turn.put(item)
         else:
             self._before_echo(turn, item)
 
-    def _orphaned(self, turn: _TurnLines) -> None:
-        """`turn` ended: the steered prompts it did not take are orphans (their own turn is
-        dropped when it comes), and the next prompt's lines before its echo are held."""
-        orphans = turn.steer.close()
-        if orphans:
-            self.orphans.update(orphans)
+    def orphaned(self, turn: _TurnLines) -> None:
+        """`turn` ended: the next prompt's lines before its echo are held if it left
+        orphans (steered prompts it did not take, whose own turns are dropped)."""
+        if self.orphans.add(turn.steer.close()):
             self.foreign_pending = True
 
     def _before_echo(self, turn: _TurnLines, raw: bytes) -> None:
@@ -366,19 +361,15 @@ class _ClaudeProcess:
             stray = self._stray = UnrequestedLines(self.tail_bytes)
         stray.add(len(raw), session_id=fields.get("session_id"),
                   text=_assistant_text(fields) if kind == "assistant" else None)
-        if kind == "user" and fields.get("uuid") in self.orphans:
-            self.orphans.discard(fields["uuid"])
-            self._stray_orphan = True  # a steered prompt's own turn: the runtime reruns it
+        if kind == "user":
+            self.orphans.seen(fields.get("uuid"))
         if kind != "result":
             return
         self._stray = None
-        self.foreign_pending = bool(self.orphans)
+        self.foreign_pending = self.orphans.pending
         delta = self._cost_delta(raw)
         self.slot.add_cost(delta)
-        if self._stray_orphan:
-            self._stray_orphan = False
-            logger.debug("gen_agent claude: the turn of a steered prompt it did not join "
-                         "was dropped")
+        if self.orphans.drop_stray():
             return
         usage = fields.get("usage")
         self._tell(stray.record(
@@ -781,7 +772,7 @@ def _events(slot: WarmSlot, process: _ClaudeProcess, lines: _TurnLines, context:
     finally:
         if not settled:
             _settle(slot, process, lines, interrupt_grace_ms)
-        process._orphaned(lines)  # (the reader did at the result; a turn cut off too)
+        process.orphaned(lines)  # (the reader did at the result; a turn cut off too)
         slot.release(process, lines)
 
 
