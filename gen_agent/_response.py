@@ -21,6 +21,7 @@ import msgspec
 
 from gen_agent._conversation import Message, delta_from_events
 from gen_agent._event import Event
+from gen_agent._request_ref import RequestRef
 from gen_agent._size import term_size
 
 __all__ = [
@@ -330,6 +331,9 @@ class Response(msgspec.Struct, Generic[T], frozen=True, kw_only=True):
             tokens), set by the runtime; None when no turn reported usage.
         session_cost_usd: the agent's running cost after this turn (US dollars), set by
             the runtime; None when no turn reported a cost.
+        joined: the refs of the `busy="steer"` requests the backend delivered into this
+            turn, in order (each got this same `Response` as its outcome); `()` otherwise.
+            An extension (docs: Busy policies).
         extra: every terminal data key not modeled above (`text`, `session_id`, `model`,
             `reason` and the extras), preserved as given.
 
@@ -365,6 +369,7 @@ class Response(msgspec.Struct, Generic[T], frozen=True, kw_only=True):
     served_by: str | None = None
     session_usage: dict[str, Any] | None = None
     session_cost_usd: float | None = None
+    joined: tuple[RequestRef, ...] = ()
     extra: dict[str, Any] = msgspec.field(default_factory=dict)
 
     @property

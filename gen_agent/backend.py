@@ -14,7 +14,7 @@ Required hooks, and where the runtime calls them:
 
 Optional hooks, detected with `getattr` (see `OPTIONAL_HOOKS`): `update_session`,
 `checkpoint_session`, `reset_session`, `resume_session`, `cancel`, `export_session`,
-`restore_session`, `check_prompt`, `prewarm_session`, `idle_session` (`Backend` documents
+`restore_session`, `check_prompt`, `prewarm_session`, `idle_session`, `steer` (`Backend` documents
 each).
 
 `BackendError` is the normalized provider failure of the bundled backends (§7.4); it is both a
@@ -162,6 +162,7 @@ OPTIONAL_HOOKS: Final = (
     "check_prompt",
     "prewarm_session",
     "idle_session",
+    "steer",
 )
 """Hooks the runtime looks up with `getattr(backend, name, None)` and uses when present."""
 
@@ -403,6 +404,14 @@ class Backend(abc.ABC):
       task may still be running. Must be quick, thread-safe and idempotent: a CLI backend kills
       its process group, an HTTP backend closes its response, the mock wakes a blocked gate.
       Python threads cannot be killed, so this hook is how a blocked turn ends (§12.7).
+    - `steer(session, prompt: str) -> bool`: agent thread, for a `busy="steer"` request
+      (after its `pre_turn`) while a turn runs: deliver `prompt` into the running turn and
+      return True, or return False (the runtime then runs the request next, ahead of the
+      mailbox). Must be quick. A backend that accepts reports on the turn's terminal event
+      how many steered prompts the turn took, `data["steered_joined"]` (int, in the order
+      they were accepted); those past that count run as normal turns afterwards, so the
+      backend must drop any output their delivery causes outside the turn. An exception is
+      logged and counts as False. (docs/pages/busy.md)
     - `export_session(session) -> data`: agent thread, after every finished turn of an agent
       with a session store (`gen_agent.store`), before the decision callback: the resumable
       session as plain data that msgspec encodes (a CLI's session id, an HTTP backend's kept

@@ -48,6 +48,7 @@ __all__ = [
     "TURN_CANCELLED",
     "TURN_DISCARDED",
     "TURN_ERROR",
+    "TURN_JOINED",
     "TURN_REJECTED",
     "TURN_START",
     "TURN_STOP",
@@ -90,6 +91,11 @@ TURN_DISCARDED: Final = ("gen_agent", "turn", "discarded")
 """Measurements `system_time`; metadata `agent, ref, attempt, origin, by` (the ref of the
 `busy="rollback"` request that rolled the running turn back). Emitted before that turn's
 `TURN_ERROR` ("interrupted"); its exchange is dropped from the conversation. An extension."""
+TURN_JOINED: Final = ("gen_agent", "turn", "joined")
+"""Measurements `system_time`; metadata `agent, ref` (the `busy="steer"` request), `origin`,
+`into` (the ref of the running turn it joined). Once per steered request the backend
+delivered into that turn, when the turn ends, before its `TURN_STOP` / `TURN_ERROR`; the
+request's outcome is that turn's. Content-free. An extension (docs: Busy policies)."""
 PROMPT_START: Final = ("gen_agent", "prompt", "start")
 """Rich: `system_time`; `agent, ref, attempt, prompt, original_prompt, rewritten, agent_state`."""
 PROMPT_STOP: Final = ("gen_agent", "prompt", "stop")
@@ -134,6 +140,7 @@ EVENTS: Final = (
     TURN_REJECTED,
     TURN_CANCELLED,
     TURN_DISCARDED,
+    TURN_JOINED,
     PROMPT_START,
     PROMPT_STOP,
     PROMPT_ERROR,
@@ -147,7 +154,7 @@ EVENTS: Final = (
     TOOL_PERMISSION,
 )
 """Every event name gen_agent emits (docs/pages/contract.md#s8, plus `SUPERVISOR_RESTART`,
-`TOOL_PERMISSION` and `TURN_DISCARDED`; docs: Telemetry and logging)."""
+`TOOL_PERMISSION`, `TURN_DISCARDED` and `TURN_JOINED`; docs: Telemetry and logging)."""
 
 
 class ToolSpan(msgspec.Struct, frozen=True, kw_only=True):

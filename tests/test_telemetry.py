@@ -59,9 +59,11 @@ def recorder_fn(calls: list[Any], tag: str = "") -> Any:
 
 
 def test_event_name_constants_cover_contract_section_8() -> None:
-    # The 14 names of contract §8, SUPERVISOR_RESTART and TOOL_PERMISSION (issue 17).
-    assert len(EVENTS) == 17
-    assert len(set(EVENTS)) == 17
+    # The 14 names of contract §8, SUPERVISOR_RESTART, TOOL_PERMISSION, and the busy
+    # policies' TURN_DISCARDED and TURN_JOINED.
+    assert len(EVENTS) == 18
+    assert len(set(EVENTS)) == 18
+    assert telemetry.TURN_JOINED == ("gen_agent", "turn", "joined")
     assert telemetry.TOOL_PERMISSION == ("gen_agent", "tool_permission")
     assert all(name[0] == "gen_agent" and all(isinstance(p, str) for p in name) for name in EVENTS)
     assert TURN_START == ("gen_agent", "turn", "start")

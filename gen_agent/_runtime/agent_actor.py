@@ -20,6 +20,7 @@ import threading
 import time
 from typing import Any
 
+import msgspec
 from loguru import logger
 
 from gen_agent import telemetry
@@ -40,7 +41,7 @@ from gen_agent._request_ref import RequestRef
 from gen_agent._runtime import record
 from gen_agent._runtime.actor import ActorBase
 from gen_agent._runtime.admission import AdmissionMixin
-from gen_agent._runtime.busy import BusyMixin
+from gen_agent._runtime.busy import STEERED_JOINED, BusyMixin
 from gen_agent._runtime.controls import ControlsMixin
 from gen_agent._runtime.crash import log_exception
 from gen_agent._runtime.dispatch import DispatchMixin, info_of
@@ -416,6 +417,11 @@ class AgentActor(StartupMixin, AdmissionMixin, BusyMixin, DispatchMixin, InputsM
                 self._retire(turn)
                 self._finish_error(invalid, msg.stream_state, session, turn)
                 return
+            joined = self._settle_steered(turn, _steered_count(response))
+            if joined:
+                response = msgspec.structs.replace(response,
+                                                   joined=tuple(r.ref for r in joined))
+                turn.steered = joined
             record.stopped(self._emit, self._turn_meta, turn, response, msg.duration_ms,
                            msg.stream_state)
             self._retire(turn)
@@ -484,6 +490,8 @@ class AgentActor(StartupMixin, AdmissionMixin, BusyMixin, DispatchMixin, InputsM
         self.durable.save_state(self.impl, self.state)
         set_request(None)
         self._deliver(request, outcome)
+        for joined in turn.steered:  # busy="steer" requests this turn took: its outcome
+            self._deliver(joined, outcome)
         self._transition(decision, request.options)
 
     def _finish_error(self, reason: Any, state: Any, session: Any, turn: Turn) -> None:
@@ -493,6 +501,7 @@ class AgentActor(StartupMixin, AdmissionMixin, BusyMixin, DispatchMixin, InputsM
         self.state, self.session = state, session
         # the turn is over: clear its in-flight marker
         self.durable.turn_ended(turn.task_id, request.ref, session, None, reason)
+        steered = self._settle_steered(turn, None)  # a failed turn fails those it took
         record.failed(self._emit, self._turn_meta, turn, reason, state, elapsed,
                       self.handle.session_id)
         set_request(info_of(request, turn.prompt, attempt))
@@ -501,6 +510,8 @@ class AgentActor(StartupMixin, AdmissionMixin, BusyMixin, DispatchMixin, InputsM
         self.state = self._post_turn(("error", reason), request.ref, decision.state)
         self.durable.save_state(self.impl, self.state)
         set_request(None)
+        for joined in steered:
+            self._deliver(joined, ("error", reason))
         if (type(decision) is Prompt and not self.draining and reason != "interrupted"
                 and not request.generated):
             self._own_retry(request, decision.text, attempt, reason, decision.delay_ms)
@@ -593,8 +604,9 @@ class AgentActor(StartupMixin, AdmissionMixin, BusyMixin, DispatchMixin, InputsM
         turn = self.turn
         if reason in _GRACEFUL:
             terminated = ("error", ("agent_terminated", reason))
-            if turn is not None and turn.request.origin == "ask":
-                turn.request.reply.resolve(terminated)
+            for held in () if turn is None else (turn.request, *turn.steered):
+                if held.origin == "ask":
+                    held.reply.resolve(terminated)
             if isinstance(self.self_chain, Retry) and self.self_chain.request.origin == "ask":
                 self.self_chain.request.reply.resolve(terminated)
             for request in self.mailbox.clear():
@@ -630,6 +642,12 @@ class AgentActor(StartupMixin, AdmissionMixin, BusyMixin, DispatchMixin, InputsM
         self.handle.close(reason, cause)
         if stop_actor:
             self.stop()  # on_stop, run next in this thread, marks the handle exited
+
+
+def _steered_count(response: Any) -> Any:
+    """How many `busy="steer"` requests the backend reports the turn took (0 unless told)."""
+    terminal = response.terminal
+    return 0 if terminal is None else terminal.data.get(STEERED_JOINED, 0)
 
 
 __all__ = ["AgentActor"]

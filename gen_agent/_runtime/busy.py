@@ -15,8 +15,12 @@ while a turn runs (docs/pages/busy.md), plus the per-request `Lifecycle` records
   backends, the mock). Elsewhere (a CLI, whose transcript lives in its own files) the
   request is refused with `"rollback_unsupported"`. `turn.discarded` telemetry; with a store,
   the tool journal keeps the turn's calls and a side effect is reported (`durable.py`).
-- `"steer"`: queued ahead of the mailbox without interrupting: it runs right after the
-  running turn (and its follow-up), before older queued work.
+- `"steer"`: delivered into the running turn where the backend can (its optional `steer`
+  hook, after the request's `pre_turn`, §3.5): the request then gets that turn's outcome
+  (its `Response.joined` lists it), with one `TURN_JOINED`; the turn's callbacks run once.
+  Otherwise (no hook, the hook refuses, or the turn ended without taking it) it is queued
+  ahead of the mailbox without interrupting: it runs right after the running turn (and its
+  follow-up), before older queued work, with the prompt its `pre_turn` gave.
 
 Busy means a turn is running. An agent that cannot dispatch for another reason (halted, a
 delayed retry, a provider limit) queues every request, whatever its policy, as the contract
@@ -31,12 +35,14 @@ from gen_agent import telemetry
 from gen_agent._delivered import Lifecycle
 from gen_agent._event import monotonic_ms
 from gen_agent._reasons import error_type
+from gen_agent._runtime.crash import log_exception
 from gen_agent._runtime.work import Request, Retry, deliver_to
 from gen_agent._size import term_size
 from gen_agent._status import InterruptReceipt
 from gen_agent.telemetry import attached
 
 ROLLBACK_UNSUPPORTED = "rollback_unsupported"
+STEERED_JOINED = "steered_joined"  # the terminal data key a steering backend reports
 
 
 def can_roll_back(backend: Any) -> bool:
@@ -79,6 +85,11 @@ class BusyMixin:
     _admit_prompt: Any
     _drop_dead_callers: Any
     _on_info: Any
+    _pre_turn: Any
+    _deliver: Any
+    session: Any
+    state: Any
+    log: Any
 
     def _policy(self, request: Request) -> str:
         busy = request.options.busy
@@ -100,6 +111,8 @@ class BusyMixin:
             self._input_rejected("busy")
             self._rejected(Request(request.origin, ""), 1, "busy")
             return "busy"
+        if policy == "steer" and self._steer(request):
+            return None
         reason = self._admit_ahead(request)
         if reason is not None or policy == "steer":
             return reason
@@ -107,6 +120,50 @@ class BusyMixin:
             self._discard(self.turn, request)
         self._interrupt()
         return None
+
+    def _steer(self, request: Request) -> bool:
+        """Offer `request` to the backend's `steer` hook, after its `pre_turn` (§3.5). True
+        when settled here: taken into the running turn, or refused by `pre_turn` (its
+        outcome delivered). False: it runs next, with the prompt `pre_turn` gave."""
+        hook = getattr(self.backend, "steer", None)
+        turn = self.turn
+        if hook is None or turn is None:
+            return False
+        accepted = self._pre_turn(request, request.prompt, 1)
+        if isinstance(accepted, str):
+            return True
+        prompt, self.state = accepted
+        request.prompt, request.prepared = prompt, True
+        try:
+            taken = hook(self.session, prompt) is True
+        except Exception as exc:  # noqa: BLE001 - a refusal; the request runs next
+            log_exception(self.log, "WARNING", "gen_agent backend steer raised", exc)
+            taken = False
+        if taken:
+            turn.steered.append(request)
+        return taken
+
+    def _settle_steered(self, turn: Any, joined: Any) -> list[Request]:
+        """At the end of `turn`: its steered requests the backend reports taken (`joined`,
+        a count; None: all) get `TURN_JOINED` and are returned (they share the turn's
+        outcome); the rest are queued ahead, to run next as normal turns. Idempotent."""
+        steered, turn.steered = turn.steered, []
+        if not steered:
+            return []
+        count = len(steered) if joined is None else joined
+        if type(count) is not int or count < 0:
+            count = 0
+        taken, rest = steered[:count], steered[count:]
+        for request in taken:
+            self._emit(telemetry.TURN_JOINED, self._now(),
+                       {"ref": request.ref, "origin": request.origin,
+                        "into": turn.request.ref})
+            self._lifecycle(request, "started", attempt=1, into=turn.request.ref)
+        for request in rest:
+            reason = self._admit_ahead(request)
+            if reason is not None:
+                self._deliver(request, ("error", reason))
+        return taken
 
     def _admit_ahead(self, request: Request) -> Any:
         """Queue `request` ahead of the mailbox (behind earlier ones put there); None or the
@@ -209,4 +266,5 @@ def _kind(reason: Any) -> str:
     return error_type(reason)
 
 
-__all__ = ["ROLLBACK_UNSUPPORTED", "BusyMixin", "can_roll_back", "check_backend_policy"]
+__all__ = ["ROLLBACK_UNSUPPORTED", "STEERED_JOINED", "BusyMixin", "can_roll_back",
+           "check_backend_policy"]

@@ -59,6 +59,7 @@ class DispatchMixin:
     self_chain: Any
     mailbox: Any
     halted: bool
+    halt_pending: bool
     draining: bool
     gates: Any
     durable: Any
@@ -153,7 +154,11 @@ class DispatchMixin:
             if request.generated:
                 return self._reject_generated(request, attempt, ("budget_exceeded", over))
             return self._reject_external(request, attempt, ("budget_exceeded", over))
-        accepted = self._pre_turn(request, prompt, attempt)
+        if request.prepared and attempt == 1:  # a steer's pre_turn ran already (busy.py)
+            request.prepared = False
+            accepted: tuple[str, Any] | str = (prompt, self.state)
+        else:
+            accepted = self._pre_turn(request, prompt, attempt)
         if isinstance(accepted, str):
             return accepted
         final_prompt, self.state = accepted
@@ -248,7 +253,10 @@ class DispatchMixin:
             self._rejected(request, attempt, "pre_turn_halted")
             if not request.generated:
                 self._deliver(request, ("error", "pre_turn_halted"))
-            self._enter_halted()
+            if self.turn is not None:  # a steer's pre_turn: halt once the turn ends
+                self.halt_pending = True
+            else:
+                self._enter_halted()
             return "halted"
         self.log.warning("gen_agent pre_turn/2 returned unexpected shape")
         if request.generated:

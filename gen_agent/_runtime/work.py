@@ -70,8 +70,8 @@ class Request:
     """One logical request: an ask, a tell, or a generated prompt (event / self_chain)."""
 
     __slots__ = (
-        "ahead", "caller", "completion", "on_halt", "options", "origin", "prompt", "queued_at",
-        "recipient", "ref", "reply", "stream_to", "watch",
+        "ahead", "caller", "completion", "on_halt", "options", "origin", "prepared", "prompt",
+        "queued_at", "recipient", "ref", "reply", "stream_to", "watch",
     )
 
     def __init__(
@@ -95,6 +95,9 @@ class Request:
         # when it was dispatched at once).
         self.queued_at: int | None = None
         self.ahead = False  # queued ahead of the mailbox by a busy policy (busy.py)
+        # pre_turn already ran for `prompt` (a steer the backend refused or did not take):
+        # its dispatch sends `prompt` as it is (busy.py)
+        self.prepared = False
 
     @property
     def generated(self) -> bool:
@@ -124,7 +127,7 @@ class Turn:
 
     __slots__ = (
         "attempt", "cancel_event", "capture", "channel", "checkpoint_error", "checkpoint_id",
-        "deadline", "prompt", "request", "started_at", "task_id", "thread_id",
+        "deadline", "prompt", "request", "started_at", "steered", "task_id", "thread_id",
     )
 
     def __init__(self, request: Request, attempt: int, task_id: int, prompt: str,
@@ -142,6 +145,7 @@ class Turn:
         self.checkpoint_error: Any = None
         self.thread_id: int | None = None
         self.deadline: float | None = None  # the watchdog's (time.monotonic seconds)
+        self.steered: list[Request] = []  # busy="steer" requests the backend took (busy.py)
 
 
 def deliver_to(recipient: Any, message: Any) -> None:

@@ -62,6 +62,7 @@ from gen_agent.backends._option_checks import (
 )
 from gen_agent.backends._subprocess.base import CLI_CHECKS, CLIBackend, CLIOptions, CLISession
 from gen_agent.backends._subprocess.claude_mcp import McpServer
+from gen_agent.backends._subprocess.claude_steer import steer as claude_steer
 from gen_agent.backends._subprocess.claude_stream import (
     PROVIDER,
     SESSION_NOT_FOUND,
@@ -527,6 +528,18 @@ class ClaudeCLI(CLIBackend[ClaudeSession]):
         Any thread; idempotent; quick."""
         session.warm.cancel()
         session.runner.cancel()
+
+    @classmethod
+    def steer(cls, session: ClaudeSession, prompt: str) -> bool:
+        """Warm mode: write `prompt` into the running turn while one of its tool calls is in
+        flight (a `user` line with `"priority": "next"`, which the CLI joins to the turn at
+        the tool boundary). True when written; False otherwise (no turn, no tool running,
+        per-turn mode): the runtime then runs the request next. The turn's terminal event
+        reports how many steered prompts it took (`data["steered_joined"]`). Agent thread;
+        quick; never raises for a gone process."""
+        if session.options.mode != "warm":
+            return False
+        return claude_steer(session.warm, prompt)
 
     @classmethod
     def terminate_session(cls, session: ClaudeSession) -> None:

@@ -17,6 +17,7 @@ from gen_agent.telemetry import (
     REQUEST_QUEUED,
     TURN_DISCARDED,
     TURN_ERROR,
+    TURN_JOINED,
     TURN_STOP,
     TelemetryRecorder,
 )
@@ -83,4 +84,67 @@ def test_steer_runs_next_on_the_warm_process(fake: FakeWarm) -> None:
     caller.join(WAIT_S)
     assert ask("hello last").text == "echo: hello last"
     assert gen_agent.poll("w", queued).response.text == "echo: hello queued"
+    gen_agent.stop("w")
+
+
+# ---------------------------------------------------------------------- steer into the turn
+def _infos_now(infos: Any) -> list[Any]:
+    seen = []
+    while not infos.empty():
+        seen.append(infos.get_nowait())
+    return seen
+
+
+def test_steer_joins_a_warm_turn_whose_tool_runs(fake: FakeWarm) -> None:
+    infos = start(fake, busy="steer")
+    with TelemetryRecorder([TURN_JOINED, TURN_STOP, TURN_ERROR]) as rec:
+        caller, outcome = in_background("steer please")
+        wait_text("tool_use")
+        answer = ask("hello more")
+        first = outcome.get(timeout=WAIT_S)
+        caller.join(WAIT_S)
+    # one turn, one result: both callers get its Response, which lists the steered ref
+    assert first is answer or first == answer
+    assert answer.text == "joined: hello more" and answer.num_turns == 2
+    assert len(answer.joined) == 1
+    mine = [r for r in rec.records if r.metadata.get("agent") == "w"]
+    assert [r.metadata["ref"] for r in mine if r.event_name == TURN_JOINED] == [
+        answer.joined[0]]
+    assert sum(r.event_name == TURN_STOP for r in mine) == 1
+    assert not any(r.event_name == TURN_ERROR for r in mine)
+    assert ask("hello last").text == "echo: hello last"  # the matching is not confused
+    assert len(fake.calls()) == 1
+    assert [type(m).__name__ for m in _infos_now(infos)] == []
+    gen_agent.stop("w")
+
+
+def test_steer_the_turn_ended_without_runs_as_its_own_turn(fake: FakeWarm) -> None:
+    infos = start(fake, busy="steer")
+    with TelemetryRecorder([TURN_JOINED, TURN_STOP]) as rec:
+        caller, outcome = in_background("steerlate please")
+        wait_text("tool_use")
+        answer = ask("hello more")
+        first = outcome.get(timeout=WAIT_S)
+        caller.join(WAIT_S)
+    assert first.text == "done early" and first.joined == ()
+    # run again as a normal turn; the CLI's own turn for the line it queued was dropped
+    assert answer.text == "echo: hello more" and answer.joined == ()
+    mine = [r for r in rec.records if r.metadata.get("agent") == "w"]
+    assert not any(r.event_name == TURN_JOINED for r in mine)
+    assert sum(r.event_name == TURN_STOP for r in mine) == 2
+    assert ask("hello last").text == "echo: hello last"
+    assert [type(m).__name__ for m in _infos_now(infos)] == []  # no UnrequestedTurn
+    gen_agent.stop("w")
+
+
+def test_the_warm_backend_refuses_a_steer_without_a_tool_in_flight(fake: FakeWarm) -> None:
+    start(fake)
+    ask("hello first")
+    assert ClaudeCLI.steer(gen_agent.backend_session("w", timeout=WAIT_S), "x") is False
+    caller, outcome = in_background("slow please")
+    wait_text("partial ")
+    assert ClaudeCLI.steer(gen_agent.backend_session("w", timeout=WAIT_S), "x") is False
+    gen_agent.interrupt("w")
+    assert outcome.get(timeout=WAIT_S).reason == "interrupted"
+    caller.join(WAIT_S)
     gen_agent.stop("w")

@@ -5,7 +5,8 @@ here first.
 
 - `priority: "next"` while a tool runs: delivered into the running turn at the tool
   boundary (a system-reminder in the tool_result's user message), replayed with its uuid,
-  and the turn ends with one result.
+  and the turn ends with one result; through the agent (`busy="steer"`) the steered ask
+  gets that turn's Response, listing its ref.
 - no priority: delivered into the running turn or not, depending on timing (seen both ways
   on 2.1.197), so a steer must send `"next"`; not asserted here.
 """
@@ -21,9 +22,18 @@ from typing import Any
 
 import pytest
 
+import gen_agent
+from gen_agent.backends.claude import ClaudeCLI
+from gen_agent.telemetry import TURN_JOINED, TURN_STOP, TelemetryRecorder
 from gen_agent.testing._model_server import Reply, ScriptedModelServer
 
-from .test_claude_real_cli import MODEL, claude_cli, cli_options  # noqa: F401 - fixtures
+from .test_claude_real_cli import (  # noqa: F401 - fixtures
+    MODEL,
+    TURN_TIMEOUT_S,
+    claude_cli,
+    cli_options,
+)
+from .test_claude_warm_real_cli import WarmAgent, warm_options  # noqa: F401
 
 pytestmark = [pytest.mark.real_cli, pytest.mark.usefixtures("no_child_left")]
 
@@ -82,3 +92,48 @@ def test_a_next_priority_message_joins_the_running_turn_at_the_tool_boundary(
     assert "PROMPT TWO" in after_tool
     assert second_id in replayed  # replayed inside the running turn, before its result
     assert first_result["subtype"] == "success" and first_result["num_turns"] == 2
+
+
+class StreamingAgent(WarmAgent):
+    """Puts the kind of every streamed event into `opts["kinds"]`."""
+
+    def init_agent(self, opts: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+        self.kinds = opts["kinds"]
+        return super().init_agent(opts)
+
+    def handle_stream_event(self, event: Any, state: Any) -> Any:
+        self.kinds.put(event.kind)
+        return state
+
+
+def test_a_steered_ask_joins_the_running_warm_turn(
+        server: ScriptedModelServer, warm_options: Any) -> None:  # noqa: F811 - the fixture
+    """`busy="steer"` end to end: the steer is sent once the turn streamed its tool_use
+    (the tool, a `sleep 3`, is then starting); the turn ends with one result, which both
+    callers get and which lists the steered ref."""
+    server.enqueue(Reply.tool_use("Bash", {"command": "sleep 3", "description": "wait"},
+                                  id="toolu_1"), Reply.text("joined answer"))
+    kinds: queue.Queue[str] = queue.Queue()
+    gen_agent.start_agent(StreamingAgent, name="steer", backend=ClaudeCLI, kinds=kinds,
+                          backend_opts=warm_options(allowed_tools=["Bash"]), busy="steer")
+    first: queue.Queue[Any] = queue.Queue()
+    caller = threading.Thread(target=lambda: first.put(
+        gen_agent.ask("steer", "PROMPT ONE", timeout=TURN_TIMEOUT_S)))
+    caller.start()
+    try:
+        while kinds.get(timeout=WAIT_S) != "tool_use":
+            pass
+        with TelemetryRecorder([TURN_JOINED, TURN_STOP]) as rec:
+            answer = gen_agent.ask("steer", "PROMPT TWO", timeout=TURN_TIMEOUT_S)
+            owner = first.get(timeout=TURN_TIMEOUT_S)
+    finally:
+        caller.join(TURN_TIMEOUT_S)
+    assert answer.text == owner.text == "joined answer"
+    assert answer.num_turns == 2 and len(answer.joined) == 1
+    after_tool = json.dumps(server.model_requests()[1].body["messages"][-1]["content"])
+    assert "PROMPT TWO" in after_tool and len(server.model_requests()) == 2
+    mine = [r for r in rec.records if r.metadata.get("agent") == "steer"]
+    assert [r.metadata["ref"] for r in mine if r.event_name == TURN_JOINED] == [
+        answer.joined[0]]
+    assert sum(r.event_name == TURN_STOP for r in mine) == 1
+    gen_agent.stop("steer")

@@ -20,6 +20,12 @@ Reads stdin lines; answers `initialize` and `interrupt` control requests; plays 
   played only once the next prompt arrived (before that prompt's turn): the order the real
   CLI shows when a prompt is written just as a background task's turn starts.
 - `sneak ...`: like `race`, without the notification (a turn of its own nobody announced).
+- `steer ...`: init, a Bash tool_use, then waits for the next `user` line (a steer) and
+  joins it to the turn as the real CLI does with `"priority": "next"` at the tool boundary:
+  its replay (`isReplay`, its uuid), the tool_result, an assistant text "joined: <steer>",
+  one result (`num_turns: 2`); `steerlate ...`: the same, but the tool boundary has passed
+  when the line comes: the turn ends ("done early") and the line then runs as a turn of its
+  own (init, its replay, "echo: <steer>", a result).
 - `garbled ...`: two lines of plain text on stdout, then exits 1 without a result.
 - `surrogate ...`: an assistant text and result holding an escaped lone surrogate
   (`"\ud800"`, as the CLI's JSON.stringify writes one).
@@ -246,6 +252,38 @@ def bash_turn(*, settle: bool, leave: bool = False) -> None:
     wait_interrupt(settle=False)
 
 
+def steer_turn(*, join: bool) -> None:
+    global current
+    init()
+    assistant([{"type": "tool_use", "id": "toolu_steer", "name": "Bash",
+                "input": {"command": "sleep 1"}}])
+    while True:
+        message = read()
+        assert message is not None
+        if message.get("type") == "control_request":
+            ack(message)
+            if message["request"].get("subtype") == "interrupt":  # type: ignore[union-attr]
+                result("", subtype="error_during_execution", add=0.0)
+                return
+        elif message.get("type") == "user":
+            break
+    content = message["message"]["content"]  # type: ignore[index]
+    text = content if isinstance(content, str) else ""
+    if join:
+        out({**message, "session_id": session_id(), "isReplay": True})
+    out({"type": "user", "session_id": session_id(), "parent_tool_use_id": None, "message": {
+        "role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_steer",
+                                     "content": "done"}]}})
+    answer = f"joined: {text[:40]}" if join else "done early"
+    assistant([{"type": "text", "text": answer}])
+    result(answer, turns=2)
+    if not join:
+        current = message
+        init()
+        assistant([{"type": "text", "text": f"echo: {text[:40]}"}])
+        result(f"echo: {text[:40]}")
+
+
 def alive(pid: int) -> bool:
     """Whether an earlier fake (pid) still runs (not a zombie)."""
     try:
@@ -364,6 +402,9 @@ def main() -> None:
             continue
         if word in ("bash", "bashstuck", "bashleave"):
             bash_turn(settle=word != "bashstuck", leave=word == "bashleave")
+            continue
+        if word in ("steer", "steerlate"):
+            steer_turn(join=word == "steer")
             continue
         if word == "pytool":
             python_tool_turn(prompt.split(" ")[1])

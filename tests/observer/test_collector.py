@@ -54,8 +54,8 @@ def test_nothing_is_attached_or_kept_outside_open_and_close(
     gen_agent.ask("a", "before", timeout=5)
     with collector:
         # no rich prompt events, no SUPERVISOR_RESTART, no TURN_DISCARDED (the rolled-back
-        # turn's TURN_ERROR follows it)
-        assert len(_observer_handlers()) == len(telemetry.EVENTS) - 5
+        # turn's TURN_ERROR follows it), no TURN_JOINED (the joined turn's TURN_STOP does)
+        assert len(_observer_handlers()) == len(telemetry.EVENTS) - 6
         assert collector.turns() == []
         gen_agent.ask("a", "during", timeout=5)
         assert [t["outcome"] for t in collector.turns()] == ["ok"]

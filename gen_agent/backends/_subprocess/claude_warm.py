@@ -67,6 +67,7 @@ from gen_agent._permission import (
 from gen_agent._response import TextAccumulator
 from gen_agent.backend import BackendError, DispatchError, TurnContext
 from gen_agent.backends._subprocess.claude_mcp import McpServer
+from gen_agent.backends._subprocess.claude_steer import JOINED_KEY, Orphans, SteerState
 from gen_agent.backends._subprocess.claude_stream import (
     PROVIDER,
     SESSION_NOT_FOUND,
@@ -151,7 +152,7 @@ class _TurnLines(TurnQueue):
     reader)."""
 
     __slots__ = ("cost_delta", "echoed", "grace_s", "held", "held_bytes", "live", "plain",
-                 "shadow", "uuid", "writing")
+                 "shadow", "steer", "uuid", "writing")
 
     def __init__(self, grace_s: float, prompt_uuid: str, tail_bytes: int) -> None:
         super().__init__()
@@ -165,6 +166,7 @@ class _TurnLines(TurnQueue):
         self.shadow: UnrequestedLines | None = None
         self.plain = OutputTail(tail_bytes)
         self.cost_delta = 0.0
+        self.steer = SteerState()  # prompts steered into it (claude_steer)
 
 
 class _ClaudeProcess:
@@ -187,6 +189,7 @@ class _ClaudeProcess:
         # A background task told the CLI it finished (`task_notification`), so the CLI may
         # run a turn of its own next; cleared when such a turn ended.
         self.foreign_pending = False
+        self.orphans = Orphans()  # steered prompts a turn did not take (claude_steer)
         self.session_id: str | None = None  # the latest session id any line named
         self.cost_seen = 0.0  # the running total_cost_usd of this process (reader thread)
         self._ids = itertools.count(1)
@@ -233,12 +236,21 @@ class _ClaudeProcess:
         if turn is None:
             self._unrequested(item)
         elif turn.echoed or not isinstance(item, bytes):
+            if isinstance(item, bytes):
+                turn.steer.note(item)
             if isinstance(item, bytes) and b'"result"' in item and _line_type(item) == "result":
                 self.turn = None  # the turn's last line: what follows belongs to no turn
+                self.orphaned(turn)
                 turn.cost_delta = self._cost_delta(item)
             turn.put(item)
         else:
             self._before_echo(turn, item)
+
+    def orphaned(self, turn: _TurnLines) -> None:
+        """`turn` ended: the next prompt's lines before its echo are held if it left
+        orphans (steered prompts it did not take, whose own turns are dropped)."""
+        if self.orphans.add(turn.steer.close()):
+            self.foreign_pending = True
 
     def _before_echo(self, turn: _TurnLines, raw: bytes) -> None:
         """A line after our prompt was written, before its echo: ours, or a turn's the CLI
@@ -349,12 +361,16 @@ class _ClaudeProcess:
             stray = self._stray = UnrequestedLines(self.tail_bytes)
         stray.add(len(raw), session_id=fields.get("session_id"),
                   text=_assistant_text(fields) if kind == "assistant" else None)
+        if kind == "user":
+            self.orphans.seen(fields.get("uuid"))
         if kind != "result":
             return
         self._stray = None
-        self.foreign_pending = False
+        self.foreign_pending = self.orphans.pending
         delta = self._cost_delta(raw)
         self.slot.add_cost(delta)
+        if self.orphans.drop_stray():
+            return
         usage = fields.get("usage")
         self._tell(stray.record(
             PROVIDER, self.live.pid, final_text=fields.get("result"),
@@ -736,6 +752,8 @@ def _events(slot: WarmSlot, process: _ClaudeProcess, lines: _TurnLines, context:
                 elif event.kind in ("result", "error"):
                     settled = True
                     slot.account(event.data, lines.cost_delta)
+                    if lines.steer.steers:
+                        event.data[JOINED_KEY] = lines.steer.joined
                     if interrupt_requested:
                         event = Event("error", {"reason": "interrupted",
                                                 "session_id": translator.session_id},
@@ -754,6 +772,7 @@ def _events(slot: WarmSlot, process: _ClaudeProcess, lines: _TurnLines, context:
     finally:
         if not settled:
             _settle(slot, process, lines, interrupt_grace_ms)
+        process.orphaned(lines)  # (the reader did at the result; a turn cut off too)
         slot.release(process, lines)
 
 
