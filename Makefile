@@ -61,15 +61,16 @@ $(CODEX_STAMP):
 	fi
 
 # Debian's chromium and chromium-driver for the observer's browser test (tests/observer), with
-# apt as root where there is apt (one `apt-get update` first); elsewhere that test skips.
+# apt as root where there is apt (after the shared `apt-update` below); elsewhere that test skips.
 BROWSER_STAMP := $(VENV)/.chromium
+HAVE_BROWSER := command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1
 
-$(BROWSER_STAMP):
-	@if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then \
+$(BROWSER_STAMP): | apt-update
+	@if $(HAVE_BROWSER); then \
 		touch $@; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 		export DEBIAN_FRONTEND=noninteractive; \
-		apt-get update -qq && apt-get install -y -qq --no-install-recommends \
+		apt-get install -y -qq --no-install-recommends \
 			chromium chromium-driver >/dev/null && touch $@ \
 			|| echo "WARNING: apt-get install chromium chromium-driver failed: the browser test skips"; \
 	else \
@@ -80,17 +81,31 @@ $(BROWSER_STAMP):
 # throwaway cluster from its binaries as nobody), with apt as root where there is apt;
 # elsewhere those tests skip, saying what to install.
 POSTGRES_STAMP := $(VENV)/.postgresql
+HAVE_POSTGRES := ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1
 
-$(POSTGRES_STAMP):
-	@if ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1; then \
+$(POSTGRES_STAMP): | apt-update
+	@if $(HAVE_POSTGRES); then \
 		touch $@; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 		export DEBIAN_FRONTEND=noninteractive; \
-		apt-get update -qq && apt-get install -y -qq --no-install-recommends \
+		apt-get install -y -qq --no-install-recommends \
 			postgresql >/dev/null && touch $@ \
 			|| echo "WARNING: apt-get install postgresql failed: the PostgresStore tests skip"; \
 	else \
 		echo "PostgreSQL not found and no root apt: the PostgresStore tests skip"; \
+	fi
+
+# One `apt-get update` for both apt installs above, run only when one of them will install (its
+# stamp and its binaries missing, root with apt). Phony and order-only: it runs in every make
+# run that considers a stamp, so the package lists are never a stale leftover of an old run.
+.PHONY: apt-update
+apt-update:
+	@need=; \
+	if [ ! -e $(BROWSER_STAMP) ] && ! { $(HAVE_BROWSER); }; then need=chromium; fi; \
+	if [ ! -e $(POSTGRES_STAMP) ] && ! { $(HAVE_POSTGRES); }; then need="$$need postgresql"; fi; \
+	if [ -n "$$need" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		DEBIAN_FRONTEND=noninteractive apt-get update -qq \
+			|| echo "WARNING: apt-get update failed: installing $$need from the old package lists"; \
 	fi
 
 # The server contract suite runs a second time with every agent hibernating as soon as it is

@@ -93,3 +93,14 @@ def test_a_test_run_installs_postgresql_once_with_apt(checkout: Path):
     assert "postgresql >/dev/null && touch .venv/.postgresql" in commands
     _stamp(checkout, ".postgresql")
     assert "postgresql >/dev/null" not in _dry_run(checkout, "test")
+
+
+def test_the_browser_and_postgresql_installs_share_one_apt_get_update(checkout: Path):
+    # Both apt installs are due: one `apt-get update`, before either install.
+    commands = _dry_run(checkout, "test")
+    assert commands.count("apt-get update -qq") == 1
+    assert commands.index("apt-get update -qq") < commands.index("chromium chromium-driver")
+    assert commands.index("apt-get update -qq") < commands.index("postgresql >/dev/null")
+    # It runs only when a stamp is missing and its binaries too (checked when it runs).
+    assert 'if [ ! -e .venv/.chromium ] && ! { command -v chromium' in commands
+    assert 'if [ ! -e .venv/.postgresql ] && ! { ls /usr/lib/postgresql/' in commands

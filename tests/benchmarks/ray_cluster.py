@@ -48,7 +48,7 @@ ORDER = 80
 FULL: dict[str, Any] = {"calls": 300, "tasks": 1000, "max_in_flight": 8, "agents": 1000,
                         "hibernated": 20_000, "rounds": 5, "warmup_rounds": 1}
 SMOKE: dict[str, Any] = {"calls": 5, "tasks": 20, "max_in_flight": 2, "agents": 10,
-                         "hibernated": 10, "rounds": 2, "warmup_rounds": 1}
+                         "hibernated": 10, "rounds": 1, "warmup_rounds": 0}
 # The README table's rows (besides the targets): throughputs and memory per agent.
 README = ("bare_ray_call", "remote_ask", "remote_ask_vs_bare_ray_call", "local_pool",
           "remote_pool", "remote_pool_vs_local_pool", "kib_per_agent",

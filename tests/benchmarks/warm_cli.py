@@ -40,7 +40,7 @@ ORDER = 110
 README = ("bare_round_trip", "warm_turn", "per_turn_turn", "warm_turn_vs_bare_round_trip",
           "per_turn_turn_vs_warm_turn")
 FULL: dict[str, Any] = {"calls": 20, "per_turn_calls": 3, "rounds": 3}
-SMOKE: dict[str, Any] = {"calls": 2, "per_turn_calls": 1, "rounds": 1}
+SMOKE: dict[str, Any] = {"calls": 2, "per_turn_calls": 1, "rounds": 1, "warmup_rounds": 0}
 
 ROOT = Path(__file__).resolve().parents[2]
 _INSTALLED = ROOT / ".venv" / "npm" / "node_modules" / ".bin" / "claude"
