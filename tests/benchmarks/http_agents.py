@@ -46,7 +46,8 @@ LEVELS = (20, 1000, 3000)
 FULL: dict[str, Any] = {"agents": 1000, "levels": [1000, 3000], "turns": 3, "ttfb_s": 0.2,
                         "chunks": 20, "gap_s": 0.015, "rounds": 2, "probe_import": True}
 SMOKE: dict[str, Any] = {"agents": 10, "levels": [20], "turns": 2, "ttfb_s": 0.01,
-                         "chunks": 2, "gap_s": 0.001, "rounds": 2, "probe_import": False}
+                         "chunks": 2, "gap_s": 0.001, "rounds": 1, "warmup_rounds": 0,
+                         "probe_import": False}
 README = ("sdk_import_s", "start_http", "kib_idle_http", "kib_hibernated_http", "agents_*",
           "bare_*")
 CHILD_TIMEOUT_S = 1200.0  # 3,000 conversations x 2 variants x rounds, per placement
