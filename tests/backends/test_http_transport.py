@@ -171,6 +171,34 @@ def test_a_drain_limit_firing_late_never_cuts_the_next_turns_connection(
     provider.backend.terminate_session(session)
 
 
+def test_a_turn_drains_its_own_parked_body_when_the_drain_thread_is_busy(
+        server: RawServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_transport, "DRAIN_LIMIT_S", 60.0)  # the held body keeps it busy
+    provider = ANTHROPIC
+    with RawServer() as other:
+        held = provider.backend.start_session(provider.opts(other.url))
+        body_end = threading.Event()
+        first = provider.reply("held")
+        other.enqueue([*first[:-1], Hold(body_end), first[-1]])
+        events, held, _ = run_turn(provider.backend, held, "1")
+        assert provider.text(events) == "held"  # the drain thread now waits for its end
+        try:
+            session = provider.backend.start_session(provider.opts(server.url))
+            server.enqueue(provider.reply("one"), provider.reply("two"))
+            events, session, _ = run_turn(provider.backend, session, "1")
+            assert provider.text(events) == "one"
+            started = time.monotonic()
+            events, session, _ = run_turn(provider.backend, session, "2")
+            assert provider.text(events) == "two"  # its body was drained by this turn
+            assert time.monotonic() - started < 30.0  # not left waiting for the busy thread
+            assert server.connections == 1
+        finally:
+            body_end.set()
+        assert _transport.DRAINER.wait_idle(WAIT_S)
+        provider.backend.terminate_session(session)
+        provider.backend.terminate_session(held)
+
+
 @pytest.mark.parametrize("provider", PROVIDERS, ids=repr)
 @pytest.mark.parametrize("cut", [FIN, RST], ids=repr)
 def test_a_kept_connection_the_server_closed_while_idle_is_retried_once(
