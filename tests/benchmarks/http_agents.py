@@ -11,8 +11,8 @@ interleaved rounds:
   extra `mock_start_s`: the same count of mock agents, for the runtime's share;
 - `kib_idle_http`: resident memory per idle agent after one turn each (its client, pool and
   open connection), KiB (target <= 40), measured while the shared pool's turn threads are
-  warm (they park 30 s for the next turn of any agent, then exit); extra
-  `with_new_turn_threads_kib`: the same when the batch's turns start those threads;
+  warm (they park 30 s for the next turn of any agent, then exit) and have run HTTP turns;
+  extra `turn_threads_first_kib`: the same for the batch whose turns run first on them;
 - `kib_hibernated_http`: the same with `hibernate_after_ms=0` (the agent drops its client and
   connection when it hibernates), KiB (target <= 8);
 - `bare_N` / `agents_N` (N = 1,000 and 3,000): wall seconds of N conversations of 3 turns
@@ -183,27 +183,29 @@ def _hold_turn_threads(count: int) -> None:
 
 
 def _kib_after_a_turn(env: dict[str, Any], params: dict[str, Any], **extra: Any) -> Measured:
-    """Two batches of `agents`, one turn each, the first still running while the second is
-    measured: the first batch's turns start the shared pool's turn threads (each parks 30 s
-    for the next turn of any agent, then exits), the second batch's turns reuse them, so its
-    growth is the agents' own memory (the value; extra `new_turn_threads`: how many it
-    started all the same); the first's is the extra `with_new_turn_threads_kib`."""
+    """Up to two batches of `agents`, one turn each, every batch still running while the next
+    is measured. First `agents` mock turns are held at once, so the shared pool of turn
+    threads (each parks 30 s for the next turn of any agent, then exits) holds that many;
+    the first batch's HTTP turns then run on them and grow their stacks (extra
+    `turn_threads_first_kib`; not at the smoke size); the second batch reuses them, so its
+    growth is the agents' own memory (the value; extra `new_turn_threads`: how many turn
+    threads it started all the same)."""
     global _agent_threads_before
     count = params["agents"]
     extras: dict[str, float] = {}
-    with gen_agent.AgentSystem():
+    with gen_agent.AgentSystem():  # kept until the end: its memory is not reused
+        _hold_turn_threads(count)
         if params.get("cold_batch", True):  # not at the smoke size: two more RSS readings
             _agent_threads_before = _agent_threads()
-            extras["with_new_turn_threads_kib"], _ = _kib_batch(env, count, "c", **extra)
-        with gen_agent.AgentSystem():  # kept until the end: its memory is not reused
-            _hold_turn_threads(count)
+            extras["turn_threads_first_kib"], _ = _kib_batch(env, count, "c", **extra)
+        with gen_agent.AgentSystem():
             _agent_threads_before = _agent_threads()
             warm, started = _kib_batch(env, count, "w", **extra)
     return Measured(warm, {**extras, "new_turn_threads": float(started)})
 
 
 @figure(unit="KiB", label="memory per idle AnthropicAPI agent (after a turn)", target="<= 40",
-        note="resident growth; the shared turn threads are warm (extra: when they are not)")
+        note="resident growth; the shared turn threads are warm (extra: their first HTTP turns)")
 def kib_idle_http(env: dict[str, Any], params: dict[str, Any]) -> Measured:
     """Resident growth per agent, each with its client, pool and connection."""
     return _kib_after_a_turn(env, params)
