@@ -347,11 +347,15 @@ def _join_started(thread: threading.Thread, deadline: float) -> None:
             time.sleep(0.001)  # it is about to run: the OS thread exists already
 
 
+_DRAIN_THREAD = "gen_agent-drain"
+
+
 def find_leaks(threads_before: Iterable[threading.Thread], children_before: set[int] | None,
                timeout: float = 10.0) -> LeakReport:
     """Wait (at most `timeout` seconds in total) for the threads and child processes started
     since the snapshots to end, and report those still running. Pooled turn threads
-    ("gen_agent-turn") count as ended once parked between turns; the process-wide timer
+    ("gen_agent-turn") count as ended once parked between turns, the HTTP backends' drain
+    thread ("gen_agent-drain") once it has no response left to drain; the process-wide timer
     thread ("gen_agent-timers") is a service, not a leak.
 
     Args:
@@ -374,6 +378,13 @@ def find_leaks(threads_before: Iterable[threading.Thread], children_before: set[
             continue
         if thread.name == TIMER_THREAD:
             continue  # the process-wide timer service, idle between deadlines
+        if thread.name == _DRAIN_THREAD:
+            from gen_agent.backends._http.transport import DRAINER
+
+            # The process-wide drain service: idle once every parked body was read.
+            if not DRAINER.wait_idle(remaining):
+                left.append(thread.name)
+            continue
         _join_started(thread, deadline)
         if thread.is_alive():
             left.append(thread.name)

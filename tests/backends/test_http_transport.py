@@ -5,8 +5,11 @@ loopback servers, each on its own connection."""
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import threading
 import time
+import tracemalloc
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -14,6 +17,7 @@ from typing import Any
 import pytest
 
 import gen_agent
+import gen_agent.aio
 from gen_agent.backend import BackendError, SessionStartError
 from gen_agent.backends._http import transport as _transport
 from gen_agent.backends.anthropic import AnthropicAPI
@@ -167,6 +171,34 @@ def test_a_drain_limit_firing_late_never_cuts_the_next_turns_connection(
     provider.backend.terminate_session(session)
 
 
+def test_a_turn_drains_its_own_parked_body_when_the_drain_thread_is_busy(
+        server: RawServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_transport, "DRAIN_LIMIT_S", 60.0)  # the held body keeps it busy
+    provider = ANTHROPIC
+    with RawServer() as other:
+        held = provider.backend.start_session(provider.opts(other.url))
+        body_end = threading.Event()
+        first = provider.reply("held")
+        other.enqueue([*first[:-1], Hold(body_end), first[-1]])
+        events, held, _ = run_turn(provider.backend, held, "1")
+        assert provider.text(events) == "held"  # the drain thread now waits for its end
+        try:
+            session = provider.backend.start_session(provider.opts(server.url))
+            server.enqueue(provider.reply("one"), provider.reply("two"))
+            events, session, _ = run_turn(provider.backend, session, "1")
+            assert provider.text(events) == "one"
+            started = time.monotonic()
+            events, session, _ = run_turn(provider.backend, session, "2")
+            assert provider.text(events) == "two"  # its body was drained by this turn
+            assert time.monotonic() - started < 30.0  # not left waiting for the busy thread
+            assert server.connections == 1
+        finally:
+            body_end.set()
+        assert _transport.DRAINER.wait_idle(WAIT_S)
+        provider.backend.terminate_session(session)
+        provider.backend.terminate_session(held)
+
+
 @pytest.mark.parametrize("provider", PROVIDERS, ids=repr)
 @pytest.mark.parametrize("cut", [FIN, RST], ids=repr)
 def test_a_kept_connection_the_server_closed_while_idle_is_retried_once(
@@ -233,3 +265,40 @@ def test_a_thousand_agents_over_two_servers_start_fast_and_keep_their_own_connec
         # each agent kept its own connection for both its turns
         assert (one.connections, two.connections) == (count // 2, count // 2)
         assert (one.requests, two.requests) == (count, count)
+
+
+IDLE_HEAP_BOUND = 32 * 1024
+"""Bytes of Python heap an idle `AnthropicAPI` agent may hold after a turn: its actor, session,
+client, pool and kept connection (~22 KiB measured; ~42 KiB while a finished turn's response
+stayed parked until the next turn). The bench's `kib_idle_http` row measures resident memory."""
+
+
+def test_an_idle_agent_after_a_turn_keeps_its_heap_under_the_bound() -> None:
+    count = 60
+    with LoopServer() as loop_server, gen_agent.AgentSystem() as system:
+        def start(prefix: str) -> list[Any]:
+            return [gen_agent.start_agent(
+                Agent, name=f"{prefix}{i}", agent_system=system, backend=AnthropicAPI,
+                backend_opts=ANTHROPIC.opts(loop_server.url)) for i in range(count)]
+
+        def one_turn_each(refs: list[Any]) -> None:
+            async def all_at_once() -> list[Any]:
+                return await asyncio.gather(*(gen_agent.aio.ask(
+                    ref.name, "1", timeout=WAIT_S, agent_system=system) for ref in refs))
+            assert [reply.text for reply in asyncio.run(all_at_once())] == ["hi"] * count
+            assert _transport.DRAINER.wait_idle(WAIT_S)  # every parked body read and released
+
+        # Warm the process first: the SDK's lazy imports and the shared pool of turn threads
+        # (its threads park for the next turns, of any agent, and are not an agent's).
+        one_turn_each(start("warm"))
+        gc.collect()
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            one_turn_each(start("idle"))
+            gc.collect()
+            per_agent = (tracemalloc.get_traced_memory()[0] - before) / count
+        finally:
+            tracemalloc.stop()
+        assert loop_server.connections == 2 * count  # each agent kept its own connection
+        assert per_agent <= IDLE_HEAP_BOUND, per_agent

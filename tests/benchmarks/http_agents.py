@@ -10,7 +10,9 @@ interleaved rounds:
 - `start_http`: starting `agents` (1,000) `AnthropicAPI` agents, seconds (target <= 2 s);
   extra `mock_start_s`: the same count of mock agents, for the runtime's share;
 - `kib_idle_http`: resident memory per idle agent after one turn each (its client, pool and
-  open connection), KiB (target <= 40);
+  open connection), KiB (target <= 40), measured while the shared pool's turn threads are
+  warm (they park 30 s for the next turn of any agent, then exit) and have run HTTP turns;
+  extra `turn_threads_first_kib`: the same for the batch whose turns run first on them;
 - `kib_hibernated_http`: the same with `hibernate_after_ms=0` (the agent drops its client and
   connection when it hibernates), KiB (target <= 8);
 - `bare_N` / `agents_N` (N = 1,000 and 3,000): wall seconds of N conversations of 3 turns
@@ -44,9 +46,11 @@ TITLE = "15. HTTP agents: memory, start of 1,000, N conversations vs bare AsyncA
 ORDER = 150
 LEVELS = (20, 1000, 3000)
 FULL: dict[str, Any] = {"agents": 1000, "levels": [1000, 3000], "turns": 3, "ttfb_s": 0.2,
-                        "chunks": 20, "gap_s": 0.015, "rounds": 2, "probe_import": True}
+                        "chunks": 20, "gap_s": 0.015, "rounds": 2, "probe_import": True,
+                        "cold_batch": True}
 SMOKE: dict[str, Any] = {"agents": 10, "levels": [20], "turns": 2, "ttfb_s": 0.01,
-                         "chunks": 2, "gap_s": 0.001, "rounds": 2, "probe_import": False}
+                         "chunks": 2, "gap_s": 0.001, "rounds": 1, "warmup_rounds": 0,
+                         "probe_import": False, "cold_batch": False}
 README = ("sdk_import_s", "start_http", "kib_idle_http", "kib_hibernated_http", "agents_*",
           "bare_*")
 CHILD_TIMEOUT_S = 1200.0  # 3,000 conversations x 2 variants x rounds, per placement
@@ -123,36 +127,93 @@ def _AnthropicAPI() -> Any:
     return AnthropicAPI
 
 
-def _kib_after_a_turn(env: dict[str, Any], params: dict[str, Any], **extra: Any) -> float:
+def _turn_threads() -> set[threading.Thread]:
+    return {thread for thread in threading.enumerate() if thread.name == "gen_agent-turn"}
+
+
+def _kib_batch(env: dict[str, Any], count: int, prefix: str, **extra: Any,
+               ) -> tuple[float, int]:
+    """(KiB per agent, turn threads started by the batch's turns)."""
+    turn_threads = _turn_threads()
+    before = rss_bytes()
+    refs = [gen_agent.start_agent(HttpAgent, name=(prefix, i), backend=_AnthropicAPI(),
+                                  backend_opts=_opts(env), **extra) for i in range(count)]
+
+    async def one_turn_each() -> None:
+        await asyncio.gather(*(gen_agent.aio.ask(ref.name, "hi", timeout=300)
+                               for ref in refs))
+
+    asyncio.run(one_turn_each())
+    if extra.get("hibernate_after_ms") == 0:  # wait (bounded) for the agents' threads to end
+        deadline = time.monotonic() + 30
+        pause = threading.Event()
+        while (_agent_threads() > count // 100 + _agent_threads_before
+               and time.monotonic() < deadline):
+            pause.wait(0.01)
+    return (rss_bytes() - before) / count / KIB, len(_turn_threads() - turn_threads)
+
+
+_agent_threads_before = 0
+
+
+def _agent_threads() -> int:
+    # The agents' own threads (pykka names them after the actor class).
+    return sum(1 for thread in threading.enumerate() if thread.name.startswith("AgentActor"))
+
+
+def _hold_turn_threads(count: int) -> None:
+    """Have `count` turns in flight at once (mock agents held at a gate), so the shared
+    pool holds at least `count` parked turn threads afterwards."""
+    from gen_agent.backends import mock
+
+    gates = [mock.gate(mock.text_turn("w"), timeout=120) for _ in range(count)]
+    refs = [gen_agent.start_agent(HttpAgent, name=("g", i), backend=MockBackend,
+                                  backend_opts={"scripts": [gate]})
+            for i, gate in enumerate(gates)]
+
+    async def all_held() -> None:
+        asks = [asyncio.ensure_future(gen_agent.aio.ask(ref.name, "w", timeout=300))
+                for ref in refs]
+        await asyncio.to_thread(lambda: [gate.wait_blocked(120) for gate in gates])
+        for gate in gates:
+            gate.release()
+        await asyncio.gather(*asks)
+
+    asyncio.run(all_held())
+
+
+def _kib_after_a_turn(env: dict[str, Any], params: dict[str, Any], **extra: Any) -> Measured:
+    """Up to two batches of `agents`, one turn each, every batch still running while the next
+    is measured. First `agents` mock turns are held at once, so the shared pool of turn
+    threads (each parks 30 s for the next turn of any agent, then exits) holds that many;
+    the first batch's HTTP turns then run on them and grow their stacks (extra
+    `turn_threads_first_kib`; not at the smoke size); the second batch reuses them, so its
+    growth is the agents' own memory (the value; extra `new_turn_threads`: how many turn
+    threads it started all the same)."""
+    global _agent_threads_before
     count = params["agents"]
-    with gen_agent.AgentSystem():
-        before = rss_bytes()
-        threads_before = threading.active_count()
-        _, refs = _start(count, _AnthropicAPI(), _opts(env), **extra)
-
-        async def one_turn_each() -> None:
-            await asyncio.gather(*(gen_agent.aio.ask(ref.name, "hi", timeout=300)
-                                   for ref in refs))
-
-        asyncio.run(one_turn_each())
-        if extra.get("hibernate_after_ms") == 0:  # wait (bounded) for their threads to end
-            deadline = time.monotonic() + 30
-            pause = threading.Event()
-            while (threading.active_count() - threads_before > count // 100
-                   and time.monotonic() < deadline):
-                pause.wait(0.01)
-        return (rss_bytes() - before) / count / KIB
+    extras: dict[str, float] = {}
+    with gen_agent.AgentSystem():  # kept until the end: its memory is not reused
+        _hold_turn_threads(count)
+        if params.get("cold_batch", True):  # not at the smoke size: two more RSS readings
+            _agent_threads_before = _agent_threads()
+            extras["turn_threads_first_kib"], _ = _kib_batch(env, count, "c", **extra)
+        with gen_agent.AgentSystem():
+            _agent_threads_before = _agent_threads()
+            warm, started = _kib_batch(env, count, "w", **extra)
+    return Measured(warm, {**extras, "new_turn_threads": float(started)})
 
 
-@figure(unit="KiB", label="memory per idle AnthropicAPI agent (after a turn)", target="<= 40")
-def kib_idle_http(env: dict[str, Any], params: dict[str, Any]) -> float:
+@figure(unit="KiB", label="memory per idle AnthropicAPI agent (after a turn)", target="<= 40",
+        note="resident growth; the shared turn threads are warm (extra: their first HTTP turns)")
+def kib_idle_http(env: dict[str, Any], params: dict[str, Any]) -> Measured:
     """Resident growth per agent, each with its client, pool and connection."""
     return _kib_after_a_turn(env, params)
 
 
 @figure(unit="KiB", label="memory per hibernated AnthropicAPI agent (after a turn)",
         target="<= 8")
-def kib_hibernated_http(env: dict[str, Any], params: dict[str, Any]) -> float:
+def kib_hibernated_http(env: dict[str, Any], params: dict[str, Any]) -> Measured:
     """Resident growth per agent that hibernated after its turn (no client, no socket)."""
     return _kib_after_a_turn(env, params, hibernate_after_ms=0)
 

@@ -31,11 +31,14 @@ Reuse of a kept connection:
   (`reuse_failed`), as HTTP clients do for such reuse failures. Nothing of it reached the
   model: the server never answered it.
 
-A finished turn's response is parked (`park`) and read to its end by the next turn
-(`finish_parked`), within `DRAIN_LIMIT_S`; when the limit passes, only that response's
-socket is shut down, and only while the drain is still running: a timer that fires late,
-after the drain ended and the connection went back to the pool (and to the next request),
-does nothing.
+A finished turn's response is parked (`park`) and read to its end in the background by the
+process's one drain thread (`DRAINER`), so an idle agent does not keep its last response (its
+request, headers and reader state, ~19 KiB): the reply never waits for the end of the body.
+The next turn reads a parked response to its end itself if the drain thread has not taken it
+yet, or waits for the drain thread's read of it to end (`finish_parked`); either read is
+bounded by `DRAIN_LIMIT_S`: when the limit passes, only that response's socket is shut down,
+and only while the drain is still running: a timer that fires late, after the drain ended
+and the connection went back to the pool (and to the next request), does nothing.
 
 With the `client=` or `http_client=` option the session uses the caller's client as is: it
 is never closed or dropped by gen_agent (its owner closes it), no hook is added to it, and
@@ -47,6 +50,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import queue
 import socket
 import sys
 import threading
@@ -60,7 +64,9 @@ from loguru import logger
 from gen_agent._timers import TIMERS
 
 __all__ = [
+    "DRAINER",
     "DRAIN_LIMIT_S",
+    "DRAIN_THREAD",
     "IDLE_BOUND_S",
     "Transport",
     "close_quietly",
@@ -77,6 +83,13 @@ connection up (seconds): the end normally comes with the last event."""
 IDLE_BOUND_S: Final = 4.0
 """A kept connection idle for longer than this is not reused (seconds; the pool's keep-alive
 expiry). Below the usual server keep-alive timeouts (5 s and more)."""
+
+DRAINER_IDLE_S: Final = 5.0
+"""The drain thread exits after this long with nothing to drain (seconds); it is started
+again on demand."""
+
+DRAIN_THREAD: Final = "gen_agent-drain"
+"""The drain thread's name (the test plugin's leak check counts it as ended once idle)."""
 
 _ssl_lock = threading.Lock()
 _ssl_context: Any = None
@@ -153,6 +166,7 @@ class Transport:
         self._closed = False
         self._parked: tuple[Any, Iterator[bytes]] | None = None
         self._draining: tuple[int, socket.socket | None] | None = None
+        self._drained: threading.Event | None = None  # set when the running drain ends
         self._drains = 0
         self._connected = False  # the current request opened a new connection
         self._caller_owned = own is not None or owned_http
@@ -207,8 +221,9 @@ class Transport:
     # ------------------------------------------------------------------ parked responses
     def park(self, stream: Any, rest: Iterator[bytes]) -> None:
         """Keep a finished turn's response (`stream`, its unread body `rest`) to be read to
-        its end later (`finish_parked`), so its connection goes back to the pool without the
-        reply waiting for the end of the body."""
+        its end in the background (by `DRAINER`, or by the next turn's `finish_parked`,
+        whichever comes first), so its connection goes back to the pool without the reply
+        waiting for the end of the body, and an idle session keeps no response."""
         with self._lock:
             previous = self._parked
             self._parked = None if self._closed else (stream, rest)
@@ -218,9 +233,12 @@ class Transport:
             close_quietly(previous[0])
         if closed:
             close_quietly(stream)
+        else:
+            DRAINER.submit(self)
 
-    def finish_parked(self) -> None:
-        """Read the parked response to its end and release it (its connection is reused).
+    def finish_parked(self, *, wait: bool = True) -> None:
+        """Read the parked response to its end and release it (its connection is reused),
+        or (`wait`) wait for a read of it already running on another thread to end.
 
         Called by the next turn before its request. Quick in the usual case (the end of the
         body came with the last event); bounded by `DRAIN_LIMIT_S`: a body that has not
@@ -230,11 +248,16 @@ class Transport:
         """
         with self._lock:
             parked, self._parked = self._parked, None
-            if parked is None:
-                return
-            self._drains += 1
-            drain = self._drains
-            self._draining = (drain, _socket_of(parked[0]))
+            elsewhere = self._drained
+            if parked is not None:
+                self._drains += 1
+                drain = self._drains
+                self._draining = (drain, _socket_of(parked[0]))
+                running = self._drained = threading.Event()
+        if parked is None:
+            if wait and elsewhere is not None:  # read elsewhere: bounded by its limit timer
+                elsewhere.wait(DRAIN_LIMIT_S + 1.0)
+            return
         stream, rest = parked
         limit = TIMERS.schedule(DRAIN_LIMIT_S, lambda: self._drain_too_long(drain))
         try:
@@ -245,8 +268,11 @@ class Transport:
         finally:
             with self._lock:
                 self._draining = None  # from here on a late timer finds nothing to shut
+                if self._drained is running:
+                    self._drained = None
             limit.cancel()
-        close_quietly(stream)
+            close_quietly(stream)
+            running.set()
 
     def _drain_too_long(self, drain: int) -> None:
         # Under the lock: the drain cannot end (and hand its connection on) while we shut.
@@ -362,6 +388,59 @@ class Transport:
                 cancelled = self._closed or self._cancelled_turn == self._turn
             if cancelled:
                 _shut(sock)
+
+
+class _Drainer:
+    """One daemon thread that reads parked responses to their end (`Transport.finish_parked`)
+    one after another; it exits after `DRAINER_IDLE_S` with nothing queued and is started
+    again by the next `submit`."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._settled = threading.Condition(self._lock)
+        self._queue: queue.SimpleQueue[Transport] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._pending = 0
+
+    def submit(self, transport: Transport) -> None:
+        """Queue `transport`'s parked response to be drained (nothing if the next turn took
+        it meanwhile)."""
+        with self._lock:
+            self._pending += 1
+            self._queue.put(transport)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name=DRAIN_THREAD,
+                                                daemon=True)
+                self._thread.start()
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait up to `timeout` seconds until every submitted drain is done; True if so."""
+        with self._settled:
+            return self._settled.wait_for(lambda: self._pending == 0, timeout)
+
+    def _loop(self) -> None:
+        while True:
+            try:
+                transport = self._queue.get(timeout=DRAINER_IDLE_S)
+            except queue.Empty:
+                with self._lock:
+                    if self._queue.empty():
+                        self._thread = None
+                        return
+                continue
+            try:
+                transport.finish_parked(wait=False)
+            except Exception as exc:  # noqa: BLE001 - the drain thread must survive
+                logger.warning("gen_agent background drain failed ({})", type(exc).__name__)
+            del transport
+            with self._settled:
+                self._pending -= 1
+                if self._pending == 0:
+                    self._settled.notify_all()
+
+
+DRAINER: Final = _Drainer()
+"""The process's drain thread for parked responses."""
 
 
 def _close_client(client: Any) -> None:
