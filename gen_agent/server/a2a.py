@@ -34,6 +34,7 @@ user messages (only text and data parts are read).
 
 from __future__ import annotations
 
+import inspect
 import uuid
 from collections.abc import AsyncGenerator
 from typing import Any
@@ -98,7 +99,9 @@ _STATES = {
 
 def agent_card(name: str, url: str, host: Any) -> AgentCard:
     """The A2A agent card of host `name` served at `url` (the JSON-RPC endpoint)."""
-    doc = (getattr(host.module, "__doc__", None) or "").strip().split("\n\n")[0]
+    # the docstring's first paragraph, as one line (a docstring keeps its indentation)
+    doc = " ".join(inspect.cleandoc(getattr(host.module, "__doc__", None) or "")
+                   .split("\n\n")[0].split())
     return AgentCard(
         name=name,
         description=doc or f"gen_agent host {name}",

@@ -212,3 +212,30 @@ def test_the_readme_protocol_examples_answer() -> None:
         assert "".join(e["delta"] for e in parsed if e["type"] == "TEXT_MESSAGE_CONTENT") == (
             "acme/t1#1: Hello")  # the reply: the key is the threadId inside the tenant
         assert httpx.get(s.url + "/", timeout=T).status_code == 200  # the chat page
+
+
+def test_the_readmes_offline_myapp_serves_a_chat(tmp_path: Path, monkeypatch: Any) -> None:
+    # docs/examples/server/myapp.py is what the README runs `gen-agent serve` on.
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "docs/examples/server"))
+    monkeypatch.chdir(tmp_path)  # its SQLite file goes to the working directory
+    monkeypatch.setenv("GEN_AGENT_SERVER_TOKENS", f"acme:{TOKEN_A}")
+    app = load("myapp:hosts")
+    assert sorted(app.state.gen_agent_server.hosts) == ["chat"]
+    thread = ServerThread(app)
+    try:
+        client = openai.OpenAI(base_url=thread.base_url + "/v1", api_key=TOKEN_A,
+                               max_retries=0, timeout=T)
+        anonymous = openai.OpenAI(base_url=thread.base_url + "/v1", api_key="wrong-token",
+                                  max_retries=0, timeout=T)
+        with pytest.raises(openai.AuthenticationError):  # the tokens come from the env
+            anonymous.responses.create(model="chat", input="Hello")
+        first = client.responses.create(model="chat", input="Hello")
+        assert first.output_text == "You said: Hello"
+        again = client.responses.create(model="chat", input="And again",
+                                        previous_response_id=first.id)
+        assert again.output_text == "You said: And again"
+    finally:
+        thread.stop()
+        for host in app.state.gen_agent_server.hosts.values():
+            host.close()
+    assert (tmp_path / "chats.db").exists()

@@ -18,7 +18,10 @@ TOKENS = {"alice-token-0123456789": ("acme", "alice"), "bob-token-0123456789ab":
 
 
 class Chat(GenAgent):
-    """A chat agent whose tool use the remote user approves."""
+    """A chat agent whose tool use
+    the remote user approves.
+
+    (Not on the card: only the first paragraph is.)"""
 
     def init_agent(self, opts: dict[str, Any]) -> tuple[dict[str, Any], Any]:
         return {"scripts": list(opts.get("scripts", [])), "tools": opts.get("tools", []),

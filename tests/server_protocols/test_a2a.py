@@ -76,6 +76,7 @@ def test_card_stream_get_tenants_and_v03_names(agent_system: gen_agent.AgentSyst
         client, http = await _client(url, ALICE)
         card = (await http.get(f"{url}/a2a/chat/.well-known/agent-card.json")).json()
         assert card["name"] == "chat" and card["capabilities"]["streaming"] is True
+        assert card["description"] == "A chat agent whose tool use the remote user approves."
         assert card["supportedInterfaces"][0]["url"] == f"{url}/a2a/chat"
 
         raw = [i async for i in client.send_message(_message("hi", "conv-1"))]
