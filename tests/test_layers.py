@@ -126,7 +126,7 @@ RECORDS = {
     # values, errors and the leaf services every layer may use
     "gen_agent._cancel", "gen_agent._context", "gen_agent._deprecate", "gen_agent._reap",
     "gen_agent._reasons",
-    "gen_agent._timers",
+    "gen_agent._timers", "gen_agent._web",
     "gen_agent._tools", "gen_agent._accounting", "gen_agent._conversation", "gen_agent._debug",
     "gen_agent._errors", "gen_agent._event", "gen_agent._limits", "gen_agent._delivered",
     "gen_agent._output", "gen_agent._permission", "gen_agent._portable", "gen_agent._request_ref",

@@ -34,6 +34,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from gen_agent._web import page_headers
 from gen_agent.observer._actions import ACTIONS, ActionError, run_action
 from gen_agent.observer._publisher import Publisher
 
@@ -82,18 +83,6 @@ def _refusal(request: Request, access: Access, *, action: bool) -> Response | No
     return None
 
 
-def _headers(nonce: str | None = None) -> dict[str, str]:
-    source = f"'nonce-{nonce}'" if nonce else "'none'"
-    return {
-        "Cache-Control": "no-store",
-        "X-Content-Type-Options": "nosniff",
-        "Referrer-Policy": "no-referrer",
-        "X-Frame-Options": "DENY",
-        "Content-Security-Policy": (
-            f"default-src 'none'; script-src {source}; style-src {source}; "
-            "connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; "
-            "frame-ancestors 'none'"),
-    }
 
 
 def _static(name: str) -> str:
@@ -123,14 +112,14 @@ def create_app(publisher: Publisher, access: Access, worker: Executor) -> Starle
         nonce = secrets.token_urlsafe(16)
         html = (template.replace("{{nonce}}", nonce).replace("{{css}}", css)
                 .replace("{{script}}", script))
-        return HTMLResponse(html, headers=_headers(nonce))
+        return HTMLResponse(html, headers=page_headers(nonce))
 
     async def state(request: Request) -> Response:
         refused = _refusal(request, access, action=False)
         if refused is not None:
             return refused
         data = await asyncio.wrap_future(worker.submit(publisher.build))
-        return Response(data, media_type="application/json", headers=_headers())
+        return Response(data, media_type="application/json", headers=page_headers())
 
     async def stream(request: Request) -> Response:
         refused = _refusal(request, access, action=False)
@@ -153,7 +142,7 @@ def create_app(publisher: Publisher, access: Access, worker: Executor) -> Starle
             finally:
                 publisher.unsubscribe(subscription)
 
-        headers = {**_headers(), "X-Accel-Buffering": "no"}
+        headers = {**page_headers(), "X-Accel-Buffering": "no"}
         return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
 
     async def action(request: Request) -> Response:
@@ -176,7 +165,7 @@ def create_app(publisher: Publisher, access: Access, worker: Executor) -> Starle
         except ActionError as exc:
             return JSONResponse({"error": str(exc)}, status_code=exc.status)
         publisher.collector.touch()
-        return JSONResponse({"ok": True, "result": result}, headers=_headers())
+        return JSONResponse({"ok": True, "result": result}, headers=page_headers())
 
     return Starlette(routes=[
         Route("/", page, methods=["GET"]),

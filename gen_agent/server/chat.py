@@ -40,6 +40,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingR
 from starlette.routing import BaseRoute, Route
 
 from gen_agent._errors import GenAgentError, TurnError
+from gen_agent._web import page_headers
 from gen_agent.server import agui
 from gen_agent.server._core import error_response, turn_error_status
 from gen_agent.server._served import book
@@ -58,18 +59,6 @@ def _static(name: str) -> str:
     return resources.files("gen_agent.server").joinpath("static", name).read_text("utf-8")
 
 
-def _headers(nonce: str | None = None) -> dict[str, str]:
-    source = f"'nonce-{nonce}'" if nonce else "'none'"
-    return {
-        "Cache-Control": "no-store",
-        "X-Content-Type-Options": "nosniff",
-        "Referrer-Policy": "no-referrer",
-        "X-Frame-Options": "DENY",
-        "Content-Security-Policy": (
-            f"default-src 'none'; script-src {source}; style-src {source}; "
-            "connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; "
-            "frame-ancestors 'none'"),
-    }
 
 
 def _after(request: Request) -> int:
@@ -122,10 +111,10 @@ def routes(server: Any) -> list[BaseRoute]:
         nonce = secrets.token_urlsafe(16)
         html = (template.replace("{{nonce}}", nonce).replace("{{css}}", css)
                 .replace("{{script}}", script))
-        return HTMLResponse(html, headers=_headers(nonce))
+        return HTMLResponse(html, headers=page_headers(nonce))
 
     async def hosts(request: Request) -> Response:
-        return JSONResponse({"hosts": sorted(server.hosts)}, headers=_headers())
+        return JSONResponse({"hosts": sorted(server.hosts)}, headers=page_headers())
 
     async def start(request: Request) -> Response:
         host = request.path_params["host"]
@@ -144,7 +133,7 @@ def routes(server: Any) -> list[BaseRoute]:
         except GenAgentError:  # the agent did not start (a leased key, a failed start)
             return error_response(503, "the agent is not available; retry later",
                                   code="unavailable", headers={"Retry-After": "1"})
-        return JSONResponse({"task": task.id, "thread": thread}, headers=_headers())
+        return JSONResponse({"task": task.id, "thread": thread}, headers=page_headers())
 
     def _task(request: Request) -> Any:
         return book(server).get(server.principal(request), request.path_params["task"])
@@ -162,7 +151,7 @@ def routes(server: Any) -> list[BaseRoute]:
 
         return StreamingResponse(_bounded(frames(), MAX_STREAM_S),
                                  media_type="text/event-stream",
-                                 headers={**_headers(), "X-Accel-Buffering": "no"})
+                                 headers={**page_headers(), "X-Accel-Buffering": "no"})
 
     async def approve(request: Request) -> Response:
         task = _task(request)
@@ -174,13 +163,13 @@ def routes(server: Any) -> list[BaseRoute]:
                                   code="invalid_input")
         if not APPROVALS.answer(task.agent, request.path_params["approval"], decision):
             return error_response(404, "no such pending question", code="not_found")
-        return JSONResponse({"ok": True}, headers=_headers())
+        return JSONResponse({"ok": True}, headers=page_headers())
 
     async def cancel(request: Request) -> Response:
         task = _task(request)
         if task is None:
             return error_response(404, "no such task", code="not_found")
-        return JSONResponse({"outcome": await book(server).cancel(task)}, headers=_headers())
+        return JSONResponse({"outcome": await book(server).cancel(task)}, headers=page_headers())
 
     return [
         Route("/", page, methods=["GET"]),
