@@ -10,8 +10,6 @@ import msgspec
 
 from gen_agent.store._lease import forget_token, holder_alive, new_lease
 from gen_agent.store._records import (
-    ENTRY_DECODER,
-    CorruptRecord,
     InFlightTurn,
     Lease,
     LeaseHeld,
@@ -19,6 +17,7 @@ from gen_agent.store._records import (
     StoreError,
     ToolCallEntry,
     check_key,
+    decode_entries,
     decode_record,
     encode_entry,
     encode_fields,
@@ -111,10 +110,7 @@ class MemoryStore:
         """`key`'s journal entries, oldest first. Raises `CorruptRecord`."""
         with self._lock:
             blobs = list(self._journal.get(key, {}).values())
-        try:
-            return [ENTRY_DECODER.decode(blob) for blob in blobs]
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            raise CorruptRecord(key, "a tool journal entry does not decode") from None
+        return decode_entries(key, blobs)
 
     def journal_clear(self, lease: Lease) -> None:
         """Remove the lease's key's journal entries."""

@@ -21,11 +21,9 @@ import msgspec
 from gen_agent.store._lease import forget_token, holder_alive, new_lease
 from gen_agent.store._records import (
     ENCODER,
-    ENTRY_DECODER,
     FIELDS,
     LEASE_DECODER,
     SCHEMA_VERSION,
-    CorruptRecord,
     InFlightTurn,
     Lease,
     LeaseHeld,
@@ -34,6 +32,7 @@ from gen_agent.store._records import (
     StoreSchemaError,
     ToolCallEntry,
     check_key,
+    decode_entries,
     decode_record,
     encode_entry,
     encode_fields,
@@ -435,10 +434,7 @@ class PostgresStore:
         rows = self._run(lambda conn: conn.execute(
             "SELECT entry FROM gen_agent_tool_calls WHERE key = %s ORDER BY seq",
             (key,)).fetchall())
-        try:
-            return [ENTRY_DECODER.decode(row[0]) for row in rows]
-        except (msgspec.DecodeError, msgspec.ValidationError, TypeError):
-            raise CorruptRecord(key, "a tool journal entry does not decode") from None
+        return decode_entries(key, (row[0] for row in rows))
 
     def journal_clear(self, lease: Lease) -> None:
         """Remove the lease's key's journal entries (fenced: a lost lease clears nothing)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime
 import decimal
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Final, Protocol, runtime_checkable
 
 import msgspec
@@ -430,6 +430,19 @@ def encode_fields(fields: Mapping[str, Any]) -> dict[str, bytes]:
     except (TypeError, msgspec.EncodeError, OverflowError, UnicodeEncodeError) as exc:
         raise StoreError("encode_error", f"a session record value cannot be encoded "
                                          f"({type(exc).__name__})") from None
+
+
+def decode_entries(key: str, blobs: Iterable[bytes]) -> list[ToolCallEntry]:
+    """`key`'s journal entries from their blobs, in the order given (every store's
+    `journal`).
+
+    Raises:
+        CorruptRecord: an entry does not decode.
+    """
+    try:
+        return [ENTRY_DECODER.decode(blob) for blob in blobs]
+    except (msgspec.DecodeError, msgspec.ValidationError, TypeError):
+        raise CorruptRecord(key, "a tool journal entry does not decode") from None
 
 
 def encode_entry(entry: ToolCallEntry) -> bytes:
