@@ -10,7 +10,6 @@ to refresh the screenshot on the docs page (`make observer-screenshot`).
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -34,13 +33,9 @@ from selenium.webdriver.common.keys import Keys  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 from gen_agent import observer  # noqa: E402
+from tests._browser import chromium, needs_browser  # noqa: E402
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-CHROMEDRIVER = shutil.which("chromedriver")
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None or CHROMEDRIVER is None,
-    reason="needs Debian's chromium and chromium-driver "
-           "(apt-get install -y chromium chromium-driver; `make test` does it as root)")
+pytestmark = needs_browser
 
 WAIT_S = 10.0
 SCREENSHOT_ENV = "GEN_AGENT_OBSERVER_SCREENSHOT"
@@ -65,17 +60,7 @@ def _turn(text: str, input_tokens: int, output_tokens: int, cost_usd: float) -> 
 
 
 def _driver(tmp_path: Path) -> Any:
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                 "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
-                 f"--user-data-dir={tmp_path / 'chromium-profile'}",
-                 "--window-size=1280,1000"):
-        options.add_argument(flag)
-    service = webdriver.ChromeService(executable_path=CHROMEDRIVER,
-                                      log_output=str(tmp_path / "chromedriver.log"))
-    return webdriver.Chrome(service=service, options=options)
+    return chromium(tmp_path, "1280,1000")
 
 
 def _text(driver: Any, css: str) -> str:

@@ -5,7 +5,6 @@ interrupt. Skips, saying what to install, without chromium."""
 
 from __future__ import annotations
 
-import shutil
 import threading
 from pathlib import Path
 from typing import Any
@@ -28,14 +27,10 @@ from gen_agent.backends.mock import MockBackend  # noqa: E402
 from gen_agent.server import chat  # noqa: E402
 from gen_agent.server._app import create_app  # noqa: E402
 from gen_agent.tools import tool  # noqa: E402
+from tests._browser import chromium, needs_browser  # noqa: E402
 from tests.server_protocols.support import Chat, serving  # noqa: E402
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-CHROMEDRIVER = shutil.which("chromedriver")
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None or CHROMEDRIVER is None,
-    reason="needs Debian's chromium and chromium-driver "
-           "(apt-get install -y chromium chromium-driver; `make test` does it as root)")
+pytestmark = needs_browser
 WAIT_S = 10.0
 
 
@@ -46,16 +41,7 @@ def lookup(city: str) -> str:
 
 
 def _driver(tmp_path: Path) -> Any:
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                 "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
-                 f"--user-data-dir={tmp_path / 'chromium-profile'}", "--window-size=1000,900"):
-        options.add_argument(flag)
-    service = webdriver.ChromeService(executable_path=CHROMEDRIVER,
-                                      log_output=str(tmp_path / "chromedriver.log"))
-    return webdriver.Chrome(service=service, options=options)
+    return chromium(tmp_path, "1000,900")
 
 
 def _until(driver: Any, check: Any, what: str) -> Any:
