@@ -109,6 +109,15 @@ class GenAgent:
     start, instead of `init_agent`'s state. Default False: only the conversation and the
     accounting totals are stored (`gen_agent.store`)."""
 
+    repair_interrupted_turns: ClassVar[bool] = False
+    """Whether a turn cut in process by an interrupt or the watchdog is kept in the
+    conversation as a resumed one is: the cut turn's user message, its tool calls with
+    their results ("outcome unknown" for those still running) and a closing note in the
+    history of `AnthropicAPI` / `OpenAIResponses`, or a preamble of the next prompt on a
+    CLI backend; with or without a store. Default False: the session from before the turn
+    (docs/pages/contract.md#s4-13; docs/pages/durable-sessions.md#a-turn-cut-in-process).
+    Mirrors: nothing in the original."""
+
     def encode_state(self, state: Any) -> bytes:
         """Encode the agent state for the session store (`persist_state = True` only).
 

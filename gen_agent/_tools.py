@@ -304,7 +304,8 @@ def run_calls(tools: Sequence[Tool], calls: Sequence[ToolCall], *, agent: Any = 
             error result with that message and never runs). See `permission_check`.
         chain: the agents whose tools led to this step, ending with `agent` (agent tools
             refuse a cycle). records: a list the tools append their records to (`AgentCall`).
-        journal: the turn's tool journal (the runtime's, for an agent with a store), or
+        journal: the turn's tool journal (the runtime's, for an agent with a store or
+            `repair_interrupted_turns`), or
             None: `journal.before(call, tool)` runs before a call (it journals the start and
             may answer the call itself: a journalled result, "outcome unknown", or a refusal
             when a side-effecting tool's start could not be written), `journal.after(call,

@@ -198,8 +198,9 @@ class TurnContext:
         send_info(message): hand `message` to the agent's `handle_info`, now or after the
             turn (a callable that stays valid after the turn, for output a long-lived
             process prints between turns).
-        journal: the turn's tool journal for an agent with a store (pass it to
-            `gen_agent.tools.run_calls` as `journal=`), else None.
+        journal: the turn's tool journal for an agent with a store, or with
+            `repair_interrupted_turns` (kept in memory; see docs/pages/durable-sessions.md):
+            pass it to `gen_agent.tools.run_calls` as `journal=`; else None.
 
     Mirrors: the context map passed to `prompt/3` (docs/pages/contract.md#s4-6, #s7-3; docs:
     Concepts), plus the cancel signal that replaces BEAM's task kill (docs/pages/contract.md#s12-7;
@@ -244,7 +245,8 @@ class TurnContext:
 
     @property
     def journal(self) -> Any:
-        """The turn's tool journal (an agent with a store), else None."""
+        """The turn's tool journal (an agent with a store or `repair_interrupted_turns`),
+        else None."""
         return self._journal
 
     @property

@@ -5,8 +5,9 @@ in turn tasks (`turn.py`) that report back through the mailbox. The actor is mad
 parts, each in its own module: startup (`startup.py`), admission (`admission.py`), dispatch
 and `pre_turn` (`dispatch.py`), notifications (`inputs.py`) and control calls (`controls.py`)
 are mixins over the actor's data; the gates before a turn (`gates.py`), its durability
-(`durable.py`, a null object without a store), its capture (`capture.py`) and its record and
-telemetry (`record.py`) are collaborators with their own state. What stays here is the
+(`durable.py`, a null object without a store; `repair.py` for a cut turn), its capture
+(`capture.py`) and its record and telemetry (`record.py`) are collaborators with their own
+state. What stays here is the
 message `match`, the running turn, and the failure policy in one place, `_finish_turn` /
 `_finish_error` / `_deliver`: which errors reach the caller, which reach `handle_error`,
 which stop the agent (only `handle_response` and the runtime's own bugs), and which are only
@@ -45,7 +46,7 @@ from gen_agent._runtime.busy import STEERED_JOINED, BusyMixin
 from gen_agent._runtime.controls import ControlsMixin
 from gen_agent._runtime.crash import log_exception
 from gen_agent._runtime.dispatch import DispatchMixin, info_of
-from gen_agent._runtime.durable import NO_DURABILITY, Durable, NoDurability
+from gen_agent._runtime.durable import NO_DURABILITY, Durable, InProcessRepair, NoDurability
 from gen_agent._runtime.gates import Gates
 from gen_agent._runtime.handle import AgentHandle
 from gen_agent._runtime.inputs import InputsMixin
@@ -159,6 +160,8 @@ class AgentActor(StartupMixin, AdmissionMixin, BusyMixin, DispatchMixin, InputsM
         if options.store is not None and options.session_key is not None:
             self.durable = Durable(options.store, options.session_key, self.name, backend,
                                    self.log, lambda: not handle.closed)
+        elif getattr(module, "repair_interrupted_turns", False) is True:
+            self.durable = InProcessRepair(self.name, backend, self.log)  # opt-in, no store
 
     def __repr__(self) -> str:
         # Redacted (§3.14): never the session, state, prompts or queues.
@@ -285,7 +288,8 @@ class AgentActor(StartupMixin, AdmissionMixin, BusyMixin, DispatchMixin, InputsM
                 if self.gates.watchdog_fired(msg.armed, turn):
                     assert turn is not None
                     self._cancel_task(turn)
-                    self._finish_error("timeout", self.state, self.session, turn)
+                    self._finish_error("timeout", self.state, self._cut(turn, "timeout"),
+                                       turn)
             case RetryDueMsg():
                 retry: Retry = msg.retry
                 if self.self_chain is retry:
@@ -458,7 +462,12 @@ class AgentActor(StartupMixin, AdmissionMixin, BusyMixin, DispatchMixin, InputsM
         turn = self.turn
         assert turn is not None
         self._cancel_task(turn)
-        self._finish_error("interrupted", self.state, self.session, turn)
+        self._finish_error("interrupted", self.state, self._cut(turn, "interrupted"), turn)
+
+    def _cut(self, turn: Turn, reason: str) -> Any:
+        """The session kept after an interrupt or the watchdog: the one from before the
+        turn (§4.13), or the repaired one of an agent with `repair_interrupted_turns`."""
+        return self.durable.cut_short(turn.task_id, self.session, self._backend_opts, reason)
 
     def _interrupt_request(self, ref: Any, reply: Any) -> None:
         if self.turn is None:

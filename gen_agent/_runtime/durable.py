@@ -22,6 +22,14 @@ from gen_agent._errors import AgentStartError
 from gen_agent._portable import to_portable
 from gen_agent._reap import owner_marker, reap_marked
 from gen_agent._runtime.journal import TurnJournal
+from gen_agent._runtime.repair import (
+    CUT_REASONS,
+    MemoryJournal,
+    cut_session,
+    preamble,
+    repaired,
+    report_of,
+)
 from gen_agent.backend import SessionStartError
 from gen_agent.store import (
     INTERRUPTED_NOTE,
@@ -84,28 +92,68 @@ def _type_name(output: Any) -> str | None:
     return name if isinstance(name, str) else repr(output)
 
 
-def preamble(cut: InterruptedTurn, unknown: str, result_chars: int = 2_000) -> str:
-    """The text put before the next prompt about an interrupted turn (see `prefixed`)."""
-    lines = ["[Context: your previous turn was interrupted before it was answered (the process "
-             "running it stopped).", f"The request was: {cut.prompt}"]
-    calls = sorted([*cut.finished, *cut.in_doubt], key=lambda entry: entry.started_at)
-    if calls:
-        lines.append("Tool calls made in that turn:")
-    for entry in calls:
-        try:
-            arguments = msgspec.json.encode(entry.input).decode()
-        except (TypeError, msgspec.EncodeError, UnicodeEncodeError):
-            arguments = "(arguments not shown)"
-        if entry.finished_at is None:
-            outcome = unknown
-        else:
-            text = (entry.result or "")[:result_chars]
-            outcome = f"{'error' if entry.is_error else 'result'}: {text}"
-        lines.append(f"- {entry.tool} {arguments} -> {outcome}")
-    return "\n".join(lines) + "]"
+class CutRepair:
+    """The opt-in repair of a turn cut short in process (an interrupt, the watchdog) that
+    `Durable` and `InProcessRepair` share: an agent class with `repair_interrupted_turns =
+    True` keeps what a resume would give it (`repair.cut_session`), not the session from
+    before the turn (docs/pages/contract.md#s4-13). Actor thread."""
+
+    key: str
+    backend: Any
+    log: Any
+    journal: TurnJournal | None
+    _unknown: str
+    _note: str
+    _preamble: str | None
+    _rollback_task: int | None
+    repair_turns = False
+
+    def _wording(self, impl: Any) -> None:
+        """Read the agent class's wording and opt-in (`outcome_unknown`, `interrupted_note`,
+        `repair_interrupted_turns`)."""
+        unknown = getattr(impl, "outcome_unknown", None)
+        self._unknown = unknown if isinstance(unknown, str) and unknown else OUTCOME_UNKNOWN
+        note = getattr(impl, "interrupted_note", None)
+        self._note = note if isinstance(note, str) and note else INTERRUPTED_NOTE
+        self.repair_turns = getattr(impl, "repair_interrupted_turns", False) is True
+
+    def cut_short(self, task_id: int, session: Any, backend_opts: dict[str, Any],
+                  reason: Any) -> Any:
+        """The session to keep after the running turn `task_id` was cut by `reason`:
+        `session` (the one from before the turn) unless the agent opted in and `reason` is
+        an interrupt or the watchdog's; then the repaired one (or `session`, with the
+        preamble for the next prompt). A rolled-back turn (`busy="rollback"`) keeps
+        `session`."""
+        journal = self.journal
+        if (not self.repair_turns or journal is None or self._rollback_task == task_id
+                or not isinstance(reason, str) or reason not in CUT_REASONS):
+            return session
+        cut = report_of(self.key, journal.marker, journal.snapshot())
+        kept, text = cut_session(self.backend, session, backend_opts, cut, self._unknown,
+                                 self._note, self.log)
+        if text is not None:
+            self._preamble = text
+        return kept
+
+    def prefixed(self, prompt: str) -> str:
+        """`prompt` with the cut turn's preamble before it, once (an agent that sets
+        `interrupted_preamble = True` after a resume, or `repair_interrupted_turns = True`
+        after an in-process cut, on a backend whose transcript gen_agent cannot repair,
+        e.g. a CLI's)."""
+        text, self._preamble = self._preamble, None
+        return prompt if text is None else f"{text}\n\n{prompt}"
 
 
-class Durable:
+def flight_of(request: Any, attempt: int, options: Any,
+              tools: tuple[str, ...]) -> InFlightTurn:
+    """The in-flight marker of a turn about to start."""
+    output = getattr(options if options is not None else request.options, "output", None)
+    return InFlightTurn(ref=ref_text(request.ref), origin=request.origin, attempt=attempt,
+                        started_at=time.time(), pid=os.getpid(), prompt=request.prompt,
+                        output=_type_name(output), tools=tools)
+
+
+class Durable(CutRepair):
     """A durable session of one agent: its store, key, lease and write bookkeeping."""
 
     def __init__(self, store: Any, key: str, name: Any, backend: Any, log: Any,
@@ -160,10 +208,7 @@ class Durable:
         if previous is not None:
             _reap_dead_owner(previous, self.log)
         self._tools = _tool_names(backend_opts)
-        unknown = getattr(impl, "outcome_unknown", None)
-        self._unknown = unknown if isinstance(unknown, str) and unknown else OUTCOME_UNKNOWN
-        note = getattr(impl, "interrupted_note", None)
-        self._note = note if isinstance(note, str) and note else INTERRUPTED_NOTE
+        self._wording(impl)
         try:
             record = self.store.load(self.key)
             self.persist_state = bool(getattr(impl, "persist_state", False))
@@ -223,13 +268,7 @@ class Durable:
         entries: list[ToolCallEntry] = []
         if self._journals:
             entries = [e for e in self.store.journal(self.key) if e.ref == flight.ref]
-        self.interrupted = InterruptedTurn(
-            key=self.key, ref=flight.ref, origin=flight.origin, attempt=flight.attempt,
-            started_at=flight.started_at, detected_at=time.time(), prompt=flight.prompt,
-            output=flight.output, tools=flight.tools,
-            finished=tuple(e for e in entries if e.finished_at is not None),
-            in_doubt=tuple(e for e in entries if e.finished_at is None),
-            usage=dict(flight.usage), phase=flight.phase, response=flight.response)
+        self.interrupted = report_of(self.key, flight, entries)
         fields: dict[str, Any] = {"in_flight": None, "interrupted": self.interrupted}
         if flight.phase == "turn":  # an answered turn is in the totals already
             self.totals = self.totals.add_interrupted(flight.usage)
@@ -256,34 +295,8 @@ class Durable:
                                      type(exc).__name__)
 
     def _repaired(self, conversation: Any) -> Any:
-        """A kept provider-neutral history (the HTTP backends' record) with what the model
-        needs not to repeat the interrupted turn: its user message, its journalled tool
-        calls, their results (in-doubt ones: the "outcome unknown" text). With a response id
-        to continue from (`OpenAIResponses(store=True)`), the backend sends a kept history
-        as input items of the next request. Other records (a CLI's session id) are returned
-        as they are."""
-        cut = self.interrupted
-        if (cut is None or cut.phase != "turn" or cut.prompt is None
-                or not isinstance(conversation, dict)
-                or not isinstance(conversation.get("history"), list)):
-            return conversation
-        added: list[dict[str, Any]] = [
-            {"role": "user", "content": [{"type": "text", "text": cut.prompt}]}]
-        calls = [*cut.finished, *cut.in_doubt]
-        calls.sort(key=lambda entry: entry.started_at)
-        if calls:
-            added.append({"role": "assistant", "content": [
-                {"type": "tool_call", "id": e.call_id, "name": e.tool, "input": e.input}
-                for e in calls]})
-            added.append({"role": "user", "content": [
-                {"type": "tool_result", "tool_call_id": e.call_id,
-                 "content": self._unknown if e.finished_at is None else (e.result or ""),
-                 "is_error": e.finished_at is None or e.is_error}
-                for e in calls]})
-        # The backends replace a trailing user message (a failed turn's) with the next
-        # prompt: a closing note keeps the repair, and tells the model the turn ended.
-        added.append({"role": "assistant", "content": [{"type": "text", "text": self._note}]})
-        return {**conversation, "history": [*conversation["history"], *added]}
+        """`repair.repaired` of the interrupted turn, in this agent's wording."""
+        return repaired(conversation, self.interrupted, self._unknown, self._note)
 
     def _clear_journal(self) -> None:
         try:
@@ -292,33 +305,24 @@ class Durable:
             self._failed("journal", str(exc.reason))
 
     # ------------------------------------------------------------------ per turn
-    def prefixed(self, prompt: str) -> str:
-        """`prompt` with the interrupted turn's preamble before it, once (an agent that sets
-        `interrupted_preamble = True`, on a backend whose transcript gen_agent cannot
-        repair, e.g. a CLI's)."""
-        text, self._preamble = self._preamble, None
-        return prompt if text is None else f"{text}\n\n{prompt}"
-
     def turn_started(self, request: Any, attempt: int,
                      options: Any = None) -> TurnJournal | None:
         """Write the in-flight marker (a failure is reported, the turn still runs).
 
         Returns:
-            The turn's `TurnJournal` (None when the store keeps no journal).
+            The turn's `TurnJournal` (None when the store keeps no journal, unless the
+            agent repairs cut turns: then a `MemoryJournal`).
         """
         self._ended_task = None
         self._marker = None
-        output = getattr(options if options is not None else request.options, "output", None)
-        ref = ref_text(request.ref)
-        marker = InFlightTurn(ref=ref, origin=request.origin, attempt=attempt,
-                              started_at=time.time(), pid=os.getpid(),
-                              prompt=request.prompt, output=_type_name(output),
-                              tools=self._tools)
+        marker = flight_of(request, attempt, options, self._tools)
+        ref = marker.ref
         self._flight = marker
         self._write("begin", sync=False, in_flight=marker)
         if not self._journals:
-            self.journal = None
-            return None
+            self.journal = (MemoryJournal(self, ref, marker, frozenset(self._tools), None,
+                                          self._unknown) if self.repair_turns else None)
+            return self.journal
         prior = getattr(request.options, "resend_of", None)
         self.journal = TurnJournal(self, ref, marker, frozenset(self._tools),
                                    prior if isinstance(prior, InterruptedTurn) else None,
@@ -368,14 +372,7 @@ class Durable:
             return None
         if not any(e.side_effects for e in entries):
             return None
-        flight = journal.marker
-        return InterruptedTurn(
-            key=self.key, ref=flight.ref, origin=flight.origin, attempt=flight.attempt,
-            started_at=flight.started_at, detected_at=time.time(), prompt=flight.prompt,
-            output=flight.output, tools=flight.tools,
-            finished=tuple(e for e in entries if e.finished_at is not None),
-            in_doubt=tuple(e for e in entries if e.finished_at is None),
-            usage=dict(flight.usage), phase=flight.phase, response=flight.response)
+        return report_of(self.key, journal.marker, entries)
 
     def turn_ended(self, task_id: int, ref: Any, session: Any, response: Any,
                    reason: Any = None) -> str | None:
@@ -422,7 +419,8 @@ class Durable:
         self._unsynced = self.persist_state
         if kind is None and response is not None:
             self.totals = fields["totals"]
-        if kind is None and journal is not None and journal.written and not rolled:
+        if (kind is None and journal is not None and journal.written and not rolled
+                and self._journals):
             self._clear_journal()  # a rolled-back turn's calls stay journalled
         if kind is not None:
             self._marker = None
@@ -520,7 +518,8 @@ class NoDurability:
     def prefixed(self, prompt: str) -> str:
         return prompt
 
-    def turn_started(self, request: Any, attempt: int, options: Any = None) -> None:
+    def turn_started(self, request: Any, attempt: int,
+                     options: Any = None) -> TurnJournal | None:
         return None
 
     def turn_ended(self, task_id: int, ref: Any, session: Any, response: Any,
@@ -529,6 +528,10 @@ class NoDurability:
 
     def rolled_back(self, task_id: int) -> None:
         return None  # no store, no journal: nothing to keep or report
+
+    def cut_short(self, task_id: int, session: Any, backend_opts: dict[str, Any],
+                  reason: Any) -> Any:
+        return session  # the contract's rule: the session from before the turn
 
     def session_replaced(self, session: Any) -> None:
         return None
@@ -540,6 +543,46 @@ class NoDurability:
         return None
 
     def close(self) -> None:
+        return None
+
+
+class InProcessRepair(CutRepair, NoDurability):
+    """The durability of an agent without a store whose class sets
+    `repair_interrupted_turns = True`: nothing is written, but each turn's tool calls are
+    journalled in memory (`MemoryJournal`) so that a turn cut in process is repaired as a
+    resumed one would be (`CutRepair.cut_short`)."""
+
+    def __init__(self, name: Any, backend: Any, log: Any) -> None:
+        self.key = repr(name)
+        self.backend = backend
+        self.log = log
+        self.journal: TurnJournal | None = None
+        self._unknown = OUTCOME_UNKNOWN
+        self._note = INTERRUPTED_NOTE
+        self._preamble: str | None = None
+        self._rollback_task: int | None = None
+        self._tools: tuple[str, ...] = ()
+
+    def open(self, impl: Any, backend_opts: dict[str, Any], state: Any,
+             start_session: Any) -> tuple[Any, Any]:
+        self._wording(impl)
+        self._tools = _tool_names(backend_opts)
+        return start_session(backend_opts), state
+
+    def turn_started(self, request: Any, attempt: int,
+                     options: Any = None) -> TurnJournal | None:
+        marker = flight_of(request, attempt, options, self._tools)
+        self.journal = MemoryJournal(self, marker.ref, marker, frozenset(self._tools), None,
+                                     self._unknown)
+        return self.journal
+
+    def rolled_back(self, task_id: int) -> None:
+        self._rollback_task = task_id  # its exchange is dropped: nothing to repair
+        return None
+
+    def turn_ended(self, task_id: int, ref: Any, session: Any, response: Any,
+                   reason: Any = None) -> str | None:
+        self.journal, self._rollback_task = None, None
         return None
 
 

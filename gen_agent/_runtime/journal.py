@@ -102,6 +102,11 @@ class TurnJournal:
         """Whether any entry was journalled (the turn's end then clears them)."""
         return bool(self.entries)
 
+    def snapshot(self) -> list[ToolCallEntry]:
+        """The entries journalled so far (a copy; any thread)."""
+        with self._lock:
+            return list(self.entries.values())
+
     def idempotency_key(self, call_id: str) -> str:
         """The `ToolContext.idempotency_key` of `call_id` in this turn."""
         key = self._keys.get(call_id)
