@@ -84,11 +84,25 @@ def _type_name(output: Any) -> str | None:
     return name if isinstance(name, str) else repr(output)
 
 
-def preamble(cut: InterruptedTurn, unknown: str, result_chars: int = 2_000) -> str:
-    """The text put before the next prompt about an interrupted turn (see `prefixed`)."""
+def preamble(cut: InterruptedTurn, unknown: str, result_chars: int = 2_000,
+             kept: frozenset[str] = frozenset()) -> str:
+    """The text put before the next prompt about an interrupted turn (see `prefixed`).
+
+    `kept` is what the backend's own transcript keeps of a cut turn (its `keeps_cut_turn`):
+    `"prompt"` leaves the request out, `"tool_calls"` the finished calls (the transcript
+    shows them with their outputs); in-doubt calls are always listed, since a transcript's
+    stand-in for a missing output (Codex: "aborted") does not say the call may have run."""
     lines = ["[Context: your previous turn was interrupted before it was answered (the process "
-             "running it stopped).", f"The request was: {cut.prompt}"]
+             "running it stopped)."]
+    if "prompt" in kept:
+        lines.append("Its request is the unanswered message above.")
+    else:
+        lines.append(f"The request was: {cut.prompt}")
     calls = sorted([*cut.finished, *cut.in_doubt], key=lambda entry: entry.started_at)
+    if "tool_calls" in kept:
+        lines.append("A tool call of it shown above as aborted, or without a result, may have "
+                     "run before the stop: check its effect before repeating it.")
+        calls = [entry for entry in calls if entry.finished_at is None]
     if calls:
         lines.append("Tool calls made in that turn:")
     for entry in calls:
@@ -103,6 +117,12 @@ def preamble(cut: InterruptedTurn, unknown: str, result_chars: int = 2_000) -> s
             outcome = f"{'error' if entry.is_error else 'result'}: {text}"
         lines.append(f"- {entry.tool} {arguments} -> {outcome}")
     return "\n".join(lines) + "]"
+
+
+def _kept(backend: Any) -> frozenset[str]:
+    """The backend's `keeps_cut_turn` (what its own transcript keeps of a cut turn)."""
+    kept = getattr(backend, "keeps_cut_turn", None)
+    return frozenset(kept) if isinstance(kept, frozenset | set | tuple) else frozenset()
 
 
 class Durable:
@@ -203,7 +223,8 @@ class Durable:
                     conversation = self._repaired(conversation)
             if (conversation is record.conversation and self.interrupted is not None
                     and getattr(impl, "interrupted_preamble", False)):
-                self._preamble = preamble(self.interrupted, self._unknown)
+                self._preamble = preamble(self.interrupted, self._unknown,
+                                          kept=_kept(self.backend))
         elif self._journals:
             self._clear_journal()  # a finished turn's entries its owner had no time to clear
         restore = getattr(self.backend, "restore_session", None)
