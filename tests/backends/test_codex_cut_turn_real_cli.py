@@ -22,6 +22,7 @@ from typing import Any
 
 import _agents as agents
 import pytest
+from store.test_claude_crash import _gone
 from store.test_crash import Child
 
 import gen_agent
@@ -91,14 +92,6 @@ def _check_the_finished_call(items: list[tuple[str, ...]]) -> None:
     assert (kind, call_id) == ("output", "call_done")
     assert "Process exited with code 0" in output and "tool-ran" in output
     assert items[3] == ("call", "call_cut")
-
-
-def _gone(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as file:
-            return file.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except OSError:
-        return True
 
 
 def _kill_cli_then_host(child: Child) -> None:
