@@ -430,7 +430,10 @@ class Backend(abc.ABC):
       keeps of a turn cut short, as measured on its real CLI: `"prompt"` (the user message),
       `"tool_calls"` (its tool calls with their outputs, or the CLI's stand-in for a missing
       one). An agent with `interrupted_preamble = True` gets only the rest as the preamble of
-      its next prompt. Default: nothing (`CodexCLI` sets both; docs/pages/durable-sessions.md).
+      its next prompt, when the stored conversation resumes the transcript (its
+      `export_session` data has a `session_id`; a turn cut before one was stored gets the
+      whole preamble). Default: nothing (`CodexCLI` sets both;
+      docs/pages/durable-sessions.md).
     - `check_prompt(session, prompt) -> None`: the CALLER's thread, in `ask`, `tell`,
       `tell_with_completion` and `stream` before anything is queued, with the session the
       agent started with: raise `ValueError` (naming the position) for a prompt the

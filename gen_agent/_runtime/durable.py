@@ -119,10 +119,15 @@ def preamble(cut: InterruptedTurn, unknown: str, result_chars: int = 2_000,
     return "\n".join(lines) + "]"
 
 
-def _kept(backend: Any) -> frozenset[str]:
-    """The backend's `keeps_cut_turn` (what its own transcript keeps of a cut turn)."""
+def _kept(backend: Any, conversation: Any) -> frozenset[str]:
+    """The backend's `keeps_cut_turn` (what its own transcript keeps of a cut turn) when the
+    stored `conversation` resumes that transcript (a `session_id` to resume): a turn cut
+    before any was stored (e.g. the first) resumes nothing, so nothing of it was kept."""
     kept = getattr(backend, "keeps_cut_turn", None)
-    return frozenset(kept) if isinstance(kept, frozenset | set | tuple) else frozenset()
+    if (not isinstance(kept, frozenset | set | tuple) or not isinstance(conversation, dict)
+            or conversation.get("session_id") is None):
+        return frozenset()
+    return frozenset(kept)
 
 
 class Durable:
@@ -224,7 +229,7 @@ class Durable:
             if (conversation is record.conversation and self.interrupted is not None
                     and getattr(impl, "interrupted_preamble", False)):
                 self._preamble = preamble(self.interrupted, self._unknown,
-                                          kept=_kept(self.backend))
+                                          kept=_kept(self.backend, conversation))
         elif self._journals:
             self._clear_journal()  # a finished turn's entries its owner had no time to clear
         restore = getattr(self.backend, "restore_session", None)

@@ -540,7 +540,8 @@ class KeepsCutTurns(MockBackend):
     keeps_cut_turn = frozenset({"prompt", "tool_calls"})
 
 
-def test_the_preamble_leaves_out_what_the_backends_transcript_kept() -> None:
+@pytest.mark.parametrize("stored_turn", [True, False])
+def test_the_preamble_leaves_out_what_the_backends_transcript_kept(stored_turn: bool) -> None:
     store = MemoryStore()
     entered, release = threading.Event(), threading.Event()
     seen: list[str] = []
@@ -562,9 +563,12 @@ def test_the_preamble_leaves_out_what_the_backends_transcript_kept() -> None:
     class Told(Recorder):
         interrupted_preamble = True
 
+    first = [text_turn("hi", session_id="s-1")] if stored_turn else []
     gen_agent.start_agent(Recorder, name="a", backend=KeepsCutTurns, store=store,
                           session_key="k", shutdown_ms=50,
-                          backend_opts={"scripts": [bash_then_hang]})
+                          backend_opts={"scripts": [*first, bash_then_hang]})
+    if stored_turn:
+        gen_agent.ask("a", "hi", timeout=10)
     gen_agent.tell("a", "tidy up")
     assert entered.wait(10)
     try:
@@ -574,11 +578,17 @@ def test_the_preamble_leaves_out_what_the_backends_transcript_kept() -> None:
     finally:
         release.set()
     gen_agent.ask("b", "and now?", timeout=10)
-    # No request and no finished call (the transcript has them); the in-doubt call stays,
-    # since a transcript's "aborted" does not say that it may have run.
-    assert seen == [
-        "[Context: your previous turn was interrupted before it was answered (the process "
-        "running it stopped).\nIts request is the unanswered message above.\nA tool call of "
-        "it shown above as aborted, or without a result, may have run before the stop: check "
-        "its effect before repeating it.\nTool calls made in that turn:\n"
-        f'- Bash {{"command":"rm a.txt"}} -> {OUTCOME_UNKNOWN}]\n\nand now?']
+    in_doubt = f'- Bash {{"command":"rm a.txt"}} -> {OUTCOME_UNKNOWN}]\n\nand now?'
+    head = ("[Context: your previous turn was interrupted before it was answered (the process "
+            "running it stopped).\n")
+    if stored_turn:
+        # The session resumed holds the request and the finished call: neither is repeated;
+        # the in-doubt call stays, since a transcript's "aborted" does not say it may have run.
+        assert seen == [
+            f"{head}Its request is the unanswered message above.\nA tool call of it shown "
+            "above as aborted, or without a result, may have run before the stop: check its "
+            f"effect before repeating it.\nTool calls made in that turn:\n{in_doubt}"]
+    else:  # cut before a session was stored: a fresh one, which kept nothing
+        assert seen == [
+            f"{head}The request was: tidy up\nTool calls made in that turn:\n"
+            f'- Bash {{"command":"ls"}} -> result: a.txt\n{in_doubt}']
