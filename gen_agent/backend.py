@@ -428,6 +428,14 @@ class Backend(abc.ABC):
       given is the whole conversation before the turn, so keeping it drops an interrupted
       turn's exchange; `busy="rollback"` requires it (the HTTP backends and the mock set
       it; a CLI, whose transcript is in its own files, does not).
+    - `keeps_cut_turn: frozenset[str]` (a class attribute): what a backend's own transcript
+      keeps of a turn cut short, as measured on its real CLI: `"prompt"` (the user message),
+      `"tool_calls"` (its tool calls with their outputs, or the CLI's stand-in for a missing
+      one). An agent with `interrupted_preamble = True` gets only the rest as the preamble of
+      its next prompt, when the stored conversation resumes the transcript (its
+      `export_session` data has a `session_id`; a turn cut before one was stored gets the
+      whole preamble). Default: nothing (`CodexCLI` sets both;
+      docs/pages/durable-sessions.md).
     - `check_prompt(session, prompt) -> None`: the CALLER's thread, in `ask`, `tell`,
       `tell_with_completion` and `stream` before anything is queued, with the session the
       agent started with: raise `ValueError` (naming the position) for a prompt the

@@ -26,6 +26,7 @@ from gen_agent._runtime.repair import (
     CUT_REASONS,
     MemoryJournal,
     cut_session,
+    kept_of,
     preamble,
     repaired,
     report_of,
@@ -248,7 +249,8 @@ class Durable(CutRepair):
                     conversation = self._repaired(conversation)
             if (conversation is record.conversation and self.interrupted is not None
                     and getattr(impl, "interrupted_preamble", False)):
-                self._preamble = preamble(self.interrupted, self._unknown)
+                self._preamble = preamble(self.interrupted, self._unknown,
+                                          kept=kept_of(self.backend, conversation))
         elif self._journals:
             self._clear_journal()  # a finished turn's entries its owner had no time to clear
         restore = getattr(self.backend, "restore_session", None)

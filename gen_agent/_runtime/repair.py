@@ -76,11 +76,25 @@ def repaired(conversation: Any, cut: InterruptedTurn | None, unknown: str, note:
     return {**conversation, "history": [*conversation["history"], *added]}
 
 
-def preamble(cut: InterruptedTurn, unknown: str, result_chars: int = 2_000) -> str:
-    """The text put before the next prompt about a cut turn (`Durable.prefixed`)."""
+def preamble(cut: InterruptedTurn, unknown: str, result_chars: int = 2_000,
+             kept: frozenset[str] = frozenset()) -> str:
+    """The text put before the next prompt about an interrupted turn (see `prefixed`).
+
+    `kept` is what the backend's own transcript keeps of a cut turn (its `keeps_cut_turn`):
+    `"prompt"` leaves the request out, `"tool_calls"` the finished calls (the transcript
+    shows them with their outputs); in-doubt calls are always listed, since a transcript's
+    stand-in for a missing output (Codex: "aborted") does not say the call may have run."""
     lines = ["[Context: your previous turn was interrupted before it was answered (the process "
-             "running it stopped).", f"The request was: {cut.prompt}"]
+             "running it stopped)."]
+    if "prompt" in kept:
+        lines.append("Its request is the unanswered message above.")
+    else:
+        lines.append(f"The request was: {cut.prompt}")
     calls = sorted([*cut.finished, *cut.in_doubt], key=lambda entry: entry.started_at)
+    if "tool_calls" in kept:
+        lines.append("A tool call of it shown above as aborted, or without a result, may have "
+                     "run before the stop: check its effect before repeating it.")
+        calls = [entry for entry in calls if entry.finished_at is None]
     if calls:
         lines.append("Tool calls made in that turn:")
     for entry in calls:
@@ -95,6 +109,17 @@ def preamble(cut: InterruptedTurn, unknown: str, result_chars: int = 2_000) -> s
             outcome = f"{'error' if entry.is_error else 'result'}: {text}"
         lines.append(f"- {entry.tool} {arguments} -> {outcome}")
     return "\n".join(lines) + "]"
+
+
+def kept_of(backend: Any, conversation: Any) -> frozenset[str]:
+    """The backend's `keeps_cut_turn` (what its own transcript keeps of a cut turn) when the
+    stored `conversation` resumes that transcript (a `session_id` to resume): a turn cut
+    before any was stored (e.g. the first) resumes nothing, so nothing of it was kept."""
+    kept = getattr(backend, "keeps_cut_turn", None)
+    if (not isinstance(kept, frozenset | set | tuple) or not isinstance(conversation, dict)
+            or conversation.get("session_id") is None):
+        return frozenset()
+    return frozenset(kept)
 
 
 def cut_session(backend: Any, session: Any, backend_opts: dict[str, Any],
@@ -115,8 +140,8 @@ def cut_session(backend: Any, session: Any, backend_opts: dict[str, Any],
     try:
         data = export(session)
         fixed = repaired(data, cut, unknown, note)
-        if fixed is data:
-            return session, preamble(cut, unknown)
+        if fixed is data:  # a CLI's record: its transcript may keep part of the turn
+            return session, preamble(cut, unknown, kept=kept_of(backend, data))
         fresh = restore(fixed, dict(backend_opts))
     except Exception as exc:  # noqa: BLE001 - the cut turn's session is kept; reported
         log.warning("gen_agent could not repair the cut turn's history ({})",

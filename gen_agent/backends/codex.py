@@ -301,6 +301,11 @@ class CodexCLI(CLIBackend[CodexSession]):
     _ESCAPING_MODE = "mode='app_server'"
     _RESUME_FIELD = "thread_id"
     _SESSION_NOT_FOUND = THREAD_NOT_FOUND
+    # What the thread the CLI saved keeps of a turn cut short (its process killed, or an
+    # interrupt), in both modes, measured on 0.171.0: the user message, and every tool call
+    # with its output (a call still running gets "aborted"). `interrupted_preamble` leaves
+    # these out (docs/pages/durable-sessions.md#what-the-clis-keep-of-a-cut-turn).
+    keeps_cut_turn: Final = frozenset({"prompt", "tool_calls"})
 
     @classmethod
     def command(cls, session: CodexSession, prompt: str) -> list[str]:

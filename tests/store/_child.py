@@ -1,9 +1,10 @@
 """A child process for the durable-session tests: one agent on a `SQLiteStore`, some turns.
 
 Run as `python _child.py CONFIG_JSON`. CONFIG keys: `db` (the SQLite file), `key` (the
-session key), `backend` (`"anthropic"`, `"openai"`, `"claude"` or `"mock"`), `opts` (backend
-options), `prompts` (asked in order), `agents` (how many agents, keys `key-0`..., default one
-agent on `key`), `synchronous`. Prints one JSON line per event to stdout, flushed:
+session key), `backend` (`"anthropic"`, `"openai"`, `"claude"`, `"codex"` or `"mock"`),
+`opts` (backend options), `prompts` (asked in order), `agents` (how many agents, keys
+`key-0`..., default one agent on `key`), `synchronous`, `preamble` (the agent sets
+`interrupted_preamble`). Prints one JSON line per event to stdout, flushed:
 `{"started": ..., "resumed": ..., "interrupted": ...}` after the start, `{"turn": i, "text":
 ..., "response_id": ..., "session_id": ...}` after each answered turn, `{"info": ...}` for
 what `handle_info` got, and `{"done": true}` at the end.
@@ -45,6 +46,10 @@ class Durable(gen_agent.GenAgent):
         return gen_agent.NoReply(state)
 
 
+class Told(Durable):
+    interrupted_preamble = True  # config "preamble": an interrupted turn prefixes the next
+
+
 def _backend(name: str) -> Any:
     if name == "anthropic":
         from gen_agent.backends.anthropic import AnthropicAPI
@@ -55,6 +60,9 @@ def _backend(name: str) -> Any:
     if name == "claude":
         from gen_agent.backends.claude import ClaudeCLI
         return ClaudeCLI
+    if name == "codex":
+        from gen_agent.backends.codex import CodexCLI
+        return CodexCLI
     from gen_agent.backends.mock import MockBackend
     return MockBackend
 
@@ -75,7 +83,8 @@ def main() -> int:
     with gen_agent.AgentSystem():
         for key in keys:
             opts = config.get("opts") or _mock_opts(len(prompts))
-            gen_agent.start_agent(Durable, name=key, backend=backend, store=store,
+            agent = Told if config.get("preamble") else Durable
+            gen_agent.start_agent(agent, name=key, backend=backend, store=store,
                                   session_key=key, backend_opts=opts, watchdog_ms=120_000)
             status = gen_agent.status(key)
             if agents is None:

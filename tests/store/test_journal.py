@@ -532,3 +532,63 @@ def test_a_cli_agent_may_ask_for_the_cut_turn_as_a_preamble() -> None:
         '- Bash {"command":"ls"} -> result: a.txt\n'
         f'- Bash {{"command":"rm a.txt"}} -> {OUTCOME_UNKNOWN}]\n\nand now?')
     assert seen[1] == "again"  # once
+
+
+class KeepsCutTurns(MockBackend):
+    """A backend whose own transcript keeps a cut turn's request and calls (as Codex's)."""
+
+    keeps_cut_turn = frozenset({"prompt", "tool_calls"})
+
+
+@pytest.mark.parametrize("stored_turn", [True, False])
+def test_the_preamble_leaves_out_what_the_backends_transcript_kept(stored_turn: bool) -> None:
+    store = MemoryStore()
+    entered, release = threading.Event(), threading.Event()
+    seen: list[str] = []
+
+    def bash_then_hang(prompt: str) -> Any:
+        yield gen_agent.Event.new("tool_use", {"id": "b1", "name": "Bash",
+                                               "input": {"command": "ls"}})
+        yield gen_agent.Event.new("tool_result", {"tool_use_id": "b1", "content": "a.txt"})
+        yield gen_agent.Event.new("tool_use", {"id": "b2", "name": "Bash",
+                                               "input": {"command": "rm a.txt"}})
+        entered.set()
+        release.wait(10)
+        yield from text_turn("late")
+
+    def record(prompt: str) -> Any:
+        seen.append(prompt)
+        return text_turn("ok")
+
+    class Told(Recorder):
+        interrupted_preamble = True
+
+    first = [text_turn("hi", session_id="s-1")] if stored_turn else []
+    gen_agent.start_agent(Recorder, name="a", backend=KeepsCutTurns, store=store,
+                          session_key="k", shutdown_ms=50,
+                          backend_opts={"scripts": [*first, bash_then_hang]})
+    if stored_turn:
+        gen_agent.ask("a", "hi", timeout=10)
+    gen_agent.tell("a", "tidy up")
+    assert entered.wait(10)
+    try:
+        gen_agent.stop("a")
+        gen_agent.start_agent(Told, name="b", backend=KeepsCutTurns, store=store,
+                              session_key="k", backend_opts={"scripts": [record]})
+    finally:
+        release.set()
+    gen_agent.ask("b", "and now?", timeout=10)
+    in_doubt = f'- Bash {{"command":"rm a.txt"}} -> {OUTCOME_UNKNOWN}]\n\nand now?'
+    head = ("[Context: your previous turn was interrupted before it was answered (the process "
+            "running it stopped).\n")
+    if stored_turn:
+        # The session resumed holds the request and the finished call: neither is repeated;
+        # the in-doubt call stays, since a transcript's "aborted" does not say it may have run.
+        assert seen == [
+            f"{head}Its request is the unanswered message above.\nA tool call of it shown "
+            "above as aborted, or without a result, may have run before the stop: check its "
+            f"effect before repeating it.\nTool calls made in that turn:\n{in_doubt}"]
+    else:  # cut before a session was stored: a fresh one, which kept nothing
+        assert seen == [
+            f"{head}The request was: tidy up\nTool calls made in that turn:\n"
+            f'- Bash {{"command":"ls"}} -> result: a.txt\n{in_doubt}']
