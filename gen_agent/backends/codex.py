@@ -290,7 +290,9 @@ class CodexCLI(CLIBackend[CodexSession]):
     Backend options (returned by `init_agent`; see `CodexOptions` for each one's meaning,
     default and unit): `cli_path`, `cwd`, `env`, `inherit_env`, `codex_home`, `model`,
     `profile`, `sandbox`, `config`, `skip_git_repo_check`, `images`, `session_id`,
-    `extra_args`, `max_line_bytes`, `stderr_tail_bytes`, `exit_grace_ms`, `term_grace_ms`.
+    `extra_args`, `max_line_bytes`, `stderr_tail_bytes`, `exit_grace_ms`, `term_grace_ms`;
+    app-server mode also `approval_policy`, `idle_timeout_ms`, `interrupt_grace_ms`,
+    `permission_timeout_ms`, `prewarm` and `fleet` (docs/pages/backends/codex.md).
     `ephemeral` is rejected (resuming needs the saved thread).
 
     Hooks (shared with `ClaudeCLI`): `start_session` validates the options and finds the CLI
@@ -385,7 +387,7 @@ class CodexCLI(CLIBackend[CodexSession]):
     ) -> tuple[Iterator[Event], CodexSession]:
         """Run one turn: per-turn `codex exec` (the default), or on the session's
         `codex app-server` process (`mode="app_server"`: started at the first turn, which
-        starts or resumes the thread; kept across turns).
+        starts or resumes the thread, or before it with `prewarm`; kept across turns).
 
         Structured output (`context.options.output`, see `gen_agent._output`): the type's
         `strict_schema_of` goes to the CLI, which sends it as the Responses API's
