@@ -87,7 +87,8 @@ def methods(fake: FakeApp, pid: int) -> list[str]:
 
 def test_a_prewarmed_app_servers_first_turn_spawns_nothing(fake: FakeApp):
     began = time.monotonic()
-    infos = start(fake, prewarm=True)
+    infos = start(fake, prewarm=True, env={"FAKE_CODEX_DIR": str(fake.dir),
+                                           "FAKE_CODEX_LATE_NOTICE": "1"})
     start_s = time.monotonic() - began
     assert session().wait_warm(WAIT_S)
     calls = fake.calls()
@@ -95,6 +96,8 @@ def test_a_prewarmed_app_servers_first_turn_spawns_nothing(fake: FakeApp):
     pid = calls[0]["pid"]
     assert session().pid == pid
     assert methods(fake, pid) == ["initialize", "thread/start"]  # the thread too
+    # thread/started arrives while the process is idle, before any turn
+    assert wait_until(lambda: (fake.dir / f"notice.{pid}").exists(), WAIT_S)
 
     answer = ask("hello one")
 

@@ -21,7 +21,8 @@ the shapes are those of the recordings and of the app-server protocol:
 - `surrogate`: the turn's answer holds an escaped lone surrogate (`"\\ud800"`).
 
 Scripted mode answers `thread/start` with the `thread/started` notification the real server
-sends after it, and appends every request it reads (`pid`, `method`, `params`) to
+sends after it (with `$FAKE_CODEX_LATE_NOTICE` set: 0.2 s later, then it creates
+`$FAKE_CODEX_DIR/notice.PID`), and appends every request it reads (`pid`, `method`, `params`) to
 `$FAKE_CODEX_DIR/requests.jsonl`.
 
 Every invocation appends `{"pid", "alive_at_start"}` (the pids of earlier invocations still
@@ -33,6 +34,8 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
+import time
 
 THREAD = "01a230b0-eb20-7c52-92d3-a93103f7102f"
 
@@ -42,8 +45,9 @@ def shape(message: dict) -> list[object]:
 
 
 def out(message: dict) -> None:
-    sys.stdout.write(json.dumps(message) + "\n")
-    sys.stdout.flush()
+    with LOCK:
+        sys.stdout.write(json.dumps(message) + "\n")
+        sys.stdout.flush()
 
 
 def replay(path: str, directory: str, invocation: int) -> None:
@@ -89,6 +93,17 @@ def turn_lines(turn_id: str, text: str) -> list[dict]:
     ]
 
 
+STARTED = {"method": "thread/started", "params": {"thread": {"id": THREAD}}}
+LOCK = threading.Lock()
+
+
+def late_notice(directory: str) -> None:
+    time.sleep(0.2)  # after the client read the answer: the client is idle by then
+    out(STARTED)
+    with open(os.path.join(directory, f"notice.{os.getpid()}"), "w"):
+        pass
+
+
 def scripted(scenario: str, directory: str) -> None:
     turns = 0
     for raw in sys.stdin:
@@ -103,8 +118,10 @@ def scripted(scenario: str, directory: str) -> None:
             out({"id": request_id, "result": {"userAgent": "fake/0.171.0"}})
         elif method in ("thread/start", "thread/resume"):
             out({"id": request_id, "result": {"thread": {"id": THREAD}}})
-            if method == "thread/start":
-                out({"method": "thread/started", "params": {"thread": {"id": THREAD}}})
+            if method == "thread/start" and os.environ.get("FAKE_CODEX_LATE_NOTICE"):
+                threading.Thread(target=late_notice, args=(directory,), daemon=True).start()
+            elif method == "thread/start":
+                out(STARTED)
         elif method == "turn/interrupt":
             out({"id": request_id, "result": {}})
         elif method == "turn/start":
