@@ -61,6 +61,7 @@ from gen_agent.backends._option_checks import (
     one_of,
 )
 from gen_agent.backends._subprocess.base import CLI_CHECKS, CLIBackend, CLIOptions, CLISession
+from gen_agent.backends._subprocess.claude_fleet import ClaudePrewarmer, FleetSlot
 from gen_agent.backends._subprocess.claude_mcp import McpServer
 from gen_agent.backends._subprocess.claude_steer import steer as claude_steer
 from gen_agent.backends._subprocess.claude_stream import (
@@ -72,7 +73,7 @@ from gen_agent.backends._subprocess.claude_stream import (
 )
 from gen_agent.backends._subprocess.claude_warm import WarmSlot, warm_turn
 from gen_agent.backends._subprocess.process import ChildProcess
-from gen_agent.backends._subprocess.warm_fleet import FleetSlot, Prewarmer, WarmFleet, wait_ready
+from gen_agent.backends._subprocess.warm_fleet import WarmFleet, wait_ready
 from gen_agent.backends.warm import (
     DEFAULT_IDLE_TIMEOUT_MS,
     DEFAULT_INTERRUPT_GRACE_MS,
@@ -153,7 +154,7 @@ class ClaudeOptions(CLIOptions, frozen=True, kw_only=True):
         prewarm: warm mode: start the process in the background once the agent has started
             (and after `reset_session`), not at the first turn; a process that dies between
             turns is then replaced at once, resuming the session (see
-            `gen_agent.backends._warm_fleet`). Default False (no process before a turn;
+            `gen_agent.backends._subprocess.warm_fleet`). Default False (no process before a turn;
             True when `fleet` is given).
         fleet: warm mode: a `WarmFleet` of spare processes shared with other agents; a new
             session (no id to resume) of an identical configuration takes one at start.
@@ -515,7 +516,7 @@ class ClaudeCLI(CLIBackend[ClaudeSession]):
             mcp = McpServer(o.tools) if o.tools else None
             return cls._warm_spec(turn_session, permission_prompt, mcp)
 
-        slot.prewarm = Prewarmer(
+        slot.prewarm = ClaudePrewarmer(
             spec, lambda: McpServer(o.tools) if o.tools else None, info,
             idle_timeout_ms=o.idle_timeout_ms, tail_bytes=o.stderr_tail_bytes,
             json_schema=schema, fleet=o.fleet, permission_prompt=permission_prompt)

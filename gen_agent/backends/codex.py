@@ -63,7 +63,7 @@ import msgspec
 from gen_agent._event import Event
 from gen_agent._output import strict_schema_of
 from gen_agent._permission import DEFAULT_PERMISSION_TIMEOUT_MS
-from gen_agent.backend import BackendError, DispatchError, TurnContext
+from gen_agent.backend import BackendError, DispatchError, SessionStartError, TurnContext
 from gen_agent.backends._option_checks import (
     duration_ms,
     is_arg,
@@ -73,7 +73,7 @@ from gen_agent.backends._option_checks import (
     one_of,
 )
 from gen_agent.backends._subprocess.base import CLI_CHECKS, CLIBackend, CLIOptions, CLISession
-from gen_agent.backends._subprocess.codex_app import AppSlot, app_turn
+from gen_agent.backends._subprocess.codex_app import AppPrewarmer, AppSlot, app_turn
 from gen_agent.backends._subprocess.codex_stream import (
     PROVIDER,
     THREAD_NOT_FOUND,
@@ -82,6 +82,7 @@ from gen_agent.backends._subprocess.codex_stream import (
 )
 from gen_agent.backends._subprocess.codex_stream import decode_line as decode_line
 from gen_agent.backends._subprocess.process import ChildProcess
+from gen_agent.backends._subprocess.warm_fleet import WarmFleet, wait_ready
 from gen_agent.backends.warm import (
     DEFAULT_IDLE_TIMEOUT_MS,
     DEFAULT_INTERRUPT_GRACE_MS,
@@ -98,6 +99,7 @@ __all__ = [
     "CodexOptions",
     "CodexSession",
     "CodexStreamTranslator",
+    "WarmFleet",
     "translate_lines",
 ]
 
@@ -153,6 +155,15 @@ class CodexOptions(CLIOptions, frozen=True, kw_only=True):
             complete after `turn/interrupt` before the process tree is killed (ms).
         permission_timeout_ms: app-server mode: how long an approval waits for
             `handle_tool_permission` before it is declined (ms).
+        prewarm: app-server mode: start the process, `initialize` it and start (or resume)
+            the thread in the background once the agent has started (and after
+            `reset_session`), not at the first turn; a process that dies between turns is
+            then replaced at once, resuming the thread (see
+            `gen_agent.backends._subprocess.warm_fleet`). Default False (no process before a
+            turn; True when `fleet` is given).
+        fleet: app-server mode: a `WarmFleet` of spare processes shared with other agents
+            (the one class `ClaudeCLI` takes too); a new session (no thread to resume) of an
+            identical configuration takes one, with its started thread, at start.
     """
 
     cli_path: str = "codex"
@@ -168,6 +179,8 @@ class CodexOptions(CLIOptions, frozen=True, kw_only=True):
     idle_timeout_ms: int = DEFAULT_IDLE_TIMEOUT_MS
     interrupt_grace_ms: int = DEFAULT_INTERRUPT_GRACE_MS
     permission_timeout_ms: int = DEFAULT_PERMISSION_TIMEOUT_MS
+    prewarm: bool | None = None
+    fleet: WarmFleet | None = None
 
 
 MODES: Final = frozenset({"exec", "app_server"})
@@ -212,6 +225,8 @@ _CHECKS: Final = {
     "idle_timeout_ms": duration_ms(1),
     "interrupt_grace_ms": duration_ms(0),
     "permission_timeout_ms": duration_ms(1),
+    "prewarm": (is_bool, "a bool"),
+    "fleet": (lambda v: isinstance(v, WarmFleet), "a gen_agent.backends.codex.WarmFleet"),
 }
 
 
@@ -261,6 +276,13 @@ class CodexSession(CLISession, frozen=True, kw_only=True):
         """App-server mode: the live `codex app-server` process id, or None."""
         return self.app.pid
 
+    def wait_warm(self, timeout: float) -> bool:
+        """App-server mode: wait up to `timeout` seconds until the session has an idle live
+        process that answered `initialize` and started its thread (a pre-warm or a
+        replacement is ready). True when it has; False on timeout (for tests and
+        benchmarks)."""
+        return wait_ready(self.app, timeout)
+
 
 class CodexCLI(CLIBackend[CodexSession]):
     """The Codex CLI backend; pass the class itself as the agent's backend.
@@ -268,7 +290,9 @@ class CodexCLI(CLIBackend[CodexSession]):
     Backend options (returned by `init_agent`; see `CodexOptions` for each one's meaning,
     default and unit): `cli_path`, `cwd`, `env`, `inherit_env`, `codex_home`, `model`,
     `profile`, `sandbox`, `config`, `skip_git_repo_check`, `images`, `session_id`,
-    `extra_args`, `max_line_bytes`, `stderr_tail_bytes`, `exit_grace_ms`, `term_grace_ms`.
+    `extra_args`, `max_line_bytes`, `stderr_tail_bytes`, `exit_grace_ms`, `term_grace_ms`;
+    app-server mode also `approval_policy`, `idle_timeout_ms`, `interrupt_grace_ms`,
+    `permission_timeout_ms`, `prewarm` and `fleet` (docs/pages/backends/codex.md).
     `ephemeral` is rejected (resuming needs the saved thread).
 
     Hooks (shared with `ClaudeCLI`): `start_session` validates the options and finds the CLI
@@ -368,7 +392,7 @@ class CodexCLI(CLIBackend[CodexSession]):
     ) -> tuple[Iterator[Event], CodexSession]:
         """Run one turn: per-turn `codex exec` (the default), or on the session's
         `codex app-server` process (`mode="app_server"`: started at the first turn, which
-        starts or resumes the thread; kept across turns).
+        starts or resumes the thread, or before it with `prewarm`; kept across turns).
 
         Structured output (`context.options.output`, see `gen_agent._output`): the type's
         `strict_schema_of` goes to the CLI, which sends it as the Responses API's
@@ -402,27 +426,73 @@ class CodexCLI(CLIBackend[CodexSession]):
             raise TypeError(f"prompt must be a str, got {type(prompt).__name__}")
 
         def spawn() -> ChildProcess:
-            return ChildProcess.spawn(
-                cls.app_server_command(session), provider=PROVIDER, env=cls._child_env(o),
-                cwd=o.cwd, max_line_bytes=o.max_line_bytes,
-                stderr_tail_bytes=o.stderr_tail_bytes, exit_grace_ms=o.exit_grace_ms,
-                term_grace_ms=o.term_grace_ms, install_hint=INSTALL_HINT, stdin_pipe=True,
-                session_id=session.thread_id, owner=session.app)
+            return ChildProcess.spawn(**cls._app_spec(session, session.thread_id),
+                                      owner=session.app)
 
-        thread_params: dict[str, Any] = {}
-        for key, value in (("cwd", o.cwd), ("model", o.model), ("sandbox", o.sandbox),
-                           ("approvalPolicy", o.approval_policy)):
-            if value is not None:
-                thread_params[key] = value
         model = o.model if o.model is not None else _configured_model(o)
         events = app_turn(
-            session.app, prompt, context, spawn=spawn, thread_params=thread_params,
+            session.app, prompt, context, spawn=spawn, thread_params=_thread_params(o),
             resume_id=session.thread_id, model=model, idle_timeout_ms=o.idle_timeout_ms,
             interrupt_grace_ms=o.interrupt_grace_ms,
             permission_timeout_ms=o.permission_timeout_ms,
             output_schema=None if output is None else strict_schema_of(output),
             tail_bytes=o.stderr_tail_bytes)
         return events, session
+
+    @classmethod
+    def _app_spec(cls, session: CodexSession, thread_id: str | None) -> dict[str, Any]:
+        """The `ChildProcess.spawn` keyword arguments of an app-server process for
+        `thread_id` (None: a new thread), owner excluded."""
+        o = session.options
+        return {"argv": cls.app_server_command(session), "provider": PROVIDER,
+                "env": cls._child_env(o), "cwd": o.cwd, "max_line_bytes": o.max_line_bytes,
+                "stderr_tail_bytes": o.stderr_tail_bytes, "exit_grace_ms": o.exit_grace_ms,
+                "term_grace_ms": o.term_grace_ms, "install_hint": INSTALL_HINT,
+                "stdin_pipe": True, "session_id": thread_id}
+
+    @classmethod
+    def start_session(cls, opts: Any) -> CodexSession:
+        """Validate `opts` and find the CLI; no process is started (see
+        `CLIBackend.start_session`).
+
+        Raises:
+            SessionStartError: as `CLIBackend.start_session`; also
+                `("invalid_option", key, value)` for `prewarm` or `fleet` outside app-server
+                mode.
+        """
+        session = super().start_session(opts)
+        o = session.options
+        if o.mode != "app_server" and (o.prewarm or o.fleet is not None):
+            key = "prewarm" if o.prewarm else "fleet"
+            raise SessionStartError(
+                ("invalid_option", key, opts.get(key)),
+                f"CodexCLI option {key!r}: needs app-server mode (mode='app_server')")
+        return session
+
+    @classmethod
+    def prewarm_session(cls, session: CodexSession, *, info: Any,
+                        handles_permissions: bool = False, output: Any = None) -> None:
+        """Start the app-server in the background when the `prewarm` option (or a `fleet`)
+        asks for it: the process, `initialize`, and `thread/start` (or `thread/resume` of
+        the session's thread); otherwise do nothing. Called by the runtime in the agent
+        thread once the agent has started (after `pre_run`); never blocks, never raises for
+        the CLI's failures (the first turn reports them, as a spawn failure).
+        `handles_permissions` and `output` change nothing here: approvals and the output
+        schema are per turn (`turn/start`)."""
+        o = session.options
+        if o.mode != "app_server" or not (
+                o.prewarm or (o.prewarm is None and o.fleet is not None)):
+            return
+        cls._start_prewarm(session, info)
+
+    @classmethod
+    def _start_prewarm(cls, session: CodexSession, info: Any) -> None:
+        o = session.options
+        slot = session.app
+        slot.prewarm = AppPrewarmer(
+            lambda thread_id: cls._app_spec(session, thread_id), _thread_params(o), info,
+            idle_timeout_ms=o.idle_timeout_ms, tail_bytes=o.stderr_tail_bytes, fleet=o.fleet)
+        slot.prewarm.start(slot, session.thread_id)
 
     @classmethod
     def cancel(cls, session: CodexSession) -> None:
@@ -448,11 +518,19 @@ class CodexCLI(CLIBackend[CodexSession]):
     @classmethod
     def reset_session(cls, session: CodexSession) -> CodexSession:
         """Start a new thread on the next turn; app-server mode closes the process (the next
-        turn starts a new one and a new thread: one process start). Mirrors
+        turn starts a new one and a new thread: one process start; pre-warmed, the old
+        process is gone before the new one starts in the background). Mirrors
         `reset_session/1` (§2.15)."""
-        session.app.close()
-        reset = super().reset_session(session)
-        return msgspec.structs.replace(reset, app=AppSlot(), thread_usage=None)
+        old = session.app
+        prewarm = old.prewarm
+        o = session.options
+        old.close(wait_s=None if prewarm is None else
+                  (o.exit_grace_ms + o.term_grace_ms) / 1000 + 1.0)
+        reset = msgspec.structs.replace(super().reset_session(session), app=AppSlot(),
+                                        thread_usage=None)
+        if prewarm is not None:
+            cls._start_prewarm(reset, prewarm.info)
+        return reset
 
     @classmethod
     def update_session(cls, session: CodexSession, result_data: Mapping[str, Any]) -> CodexSession:
@@ -564,6 +642,13 @@ def _removing_after(events: Iterator[Event], path: str) -> Iterator[Event]:
     wrapped = stream()
     remove = weakref.finalize(wrapped, _remove, path)
     return wrapped
+
+
+def _thread_params(o: CodexOptions) -> dict[str, Any]:
+    """The `thread/start` / `thread/resume` parameters of the options."""
+    return {key: value for key, value in (
+        ("cwd", o.cwd), ("model", o.model), ("sandbox", o.sandbox),
+        ("approvalPolicy", o.approval_policy)) if value is not None}
 
 
 def _configured_model(options: CodexOptions) -> str | None:

@@ -10,6 +10,10 @@ reply), with the same environment, model and system prompt for both libraries.
   `prewarm=True`, once its process is ready (an agent started ahead of its first message).
   `first_turn_spare`: the same with `fleet=WarmFleet(1)`, the process a spare. Target: a
   pre-warmed first turn <= 1.5x a warm turn.
+- `codex_warm_turn`, `codex_first_turn_cold`, `codex_first_turn_prewarmed`,
+  `codex_first_turn_spare`: the same four for `CodexCLI(mode="app_server")` on the real `codex
+  app-server` against the same server (its own CODEX_HOME pointing there); pre-warmed and
+  spare processes have answered `initialize` and started their thread.
 - `start_plain` / `start_prewarm`: `start_agent` itself without and with `prewarm=True`
   (the spawn runs in the background; target <= 1.5x, i.e. no slower beyond noise).
 - `gen_agent_N` / `sdk_N` (N concurrent sessions, each `turns` turns in a row, all sessions
@@ -19,14 +23,15 @@ reply), with the same environment, model and system prompt for both libraries.
   process, summed, over N: the CLI, and for gen_agent its launcher). Target: gen_agent's
   turns per minute >= the SDK's.
 
-Needs the real CLI (`make test` installs it into `.venv/npm`, or set GEN_AGENT_CLAUDE_CLI)
-and, for the `sdk_N` rows, `claude-agent-sdk` (`make bench` installs it); without one the
-rows that need it are n/a with the reason.
+Needs the real CLI (`make test` installs it into `.venv/npm`, or set GEN_AGENT_CLAUDE_CLI;
+GEN_AGENT_CODEX_CLI for the `codex_*` rows) and, for the `sdk_N` rows, `claude-agent-sdk`
+(`make bench` installs it); without one the rows that need it are n/a with the reason.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import os
 import tempfile
@@ -39,7 +44,9 @@ from typing import Any
 
 import gen_agent
 from gen_agent.backends.claude import ClaudeCLI, WarmFleet
+from gen_agent.backends.codex import CodexCLI
 from gen_agent.testing._model_server import Reply, ScriptedModelServer
+from gen_agent.testing._openai_protocol import codex_loopback_config
 
 from ._common import MIB, BenchAgent, percentile
 from ._harness import Measured, figure, latency_us
@@ -50,6 +57,8 @@ ORDER = 150
 LEVELS = (5, 10, 20)
 README = ("first_turn_cold", "first_turn_prewarmed", "first_turn_spare",
           "first_turn_prewarmed_vs_warm_turn", "first_turn_spare_vs_warm_turn",
+          "codex_first_turn_cold", "codex_first_turn_prewarmed",
+          "codex_first_turn_prewarmed_vs_codex_warm_turn",
           "start_prewarm_vs_start_plain", "gen_agent_*", "sdk_*")
 FULL: dict[str, Any] = {"levels": list(LEVELS), "turns": 30, "calls": 5, "rounds": 2}
 # `make test` measures the headline and its peer only, once (the rest is n/a there).
@@ -59,6 +68,9 @@ SMOKE: dict[str, Any] = {"levels": [], "turns": 2, "calls": 1, "rounds": 1,
 
 ROOT = Path(__file__).resolve().parents[2]
 _INSTALLED = ROOT / ".venv" / "npm" / "node_modules" / ".bin" / "claude"
+_CODEX_INSTALLED = _INSTALLED.with_name("codex")
+_CODEX_KEYS = ("codex_warm_turn", "codex_first_turn_cold", "codex_first_turn_prewarmed",
+               "codex_first_turn_spare")
 _MODEL = "claude-sonnet-4-5"
 _SYSTEM = "You are a benchmark; answer briefly."
 _TIMEOUT_S = 120.0
@@ -72,6 +84,11 @@ def _cli() -> str | None:
         str(_INSTALLED) if _INSTALLED.exists() else None)
 
 
+def _codex_cli() -> str | None:
+    return os.environ.get("GEN_AGENT_CODEX_CLI") or (
+        str(_CODEX_INSTALLED) if _CODEX_INSTALLED.exists() else None)
+
+
 def _sdk() -> Any:
     try:
         import claude_agent_sdk
@@ -82,22 +99,27 @@ def _sdk() -> Any:
 
 @contextmanager
 def setup(params: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    """The loopback server, a private HOME and work folder, one warm agent, a fleet."""
-    cli = _cli()
-    if cli is None:
-        yield {"cli": None, "notes": {key: "the claude CLI is not installed"
-                                      for key in _keys()}}
-        return
+    """The loopback server, a private HOME and work folder, one warm agent, a fleet (and
+    the same for codex, started by the first `codex_*` figure)."""
+    cli, codex = _cli(), _codex_cli()
     sdk = _sdk()
     notes = {} if sdk is not None else {
         f"sdk_{n}": "claude-agent-sdk is not installed (make bench installs it)"
         for n in LEVELS}
+    if codex is None:
+        notes.update({key: "the codex CLI is not installed" for key in _CODEX_KEYS})
+    if cli is None:
+        notes.update({key: "the claude CLI is not installed" for key in _keys()})
     with tempfile.TemporaryDirectory() as tmp, ScriptedModelServer(
             default=Reply.text("ok", input_tokens=5, output_tokens=1)) as server, \
-            gen_agent.AgentSystem():
+            gen_agent.AgentSystem(), contextlib.ExitStack() as stack:
         home, work = Path(tmp, "home"), Path(tmp, "work")
         home.mkdir()
         work.mkdir()
+        codex_env = {"cli": codex, "stack": stack, "server": server, "tmp": tmp}
+        if cli is None:
+            yield {"cli": None, "codex": codex_env, "notes": notes}
+            return
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home),
                "ANTHROPIC_BASE_URL": server.url, "ANTHROPIC_API_KEY": "sk-ant-bench",
                "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_TELEMETRY": "1",
@@ -109,7 +131,7 @@ def setup(params: dict[str, Any]) -> Iterator[dict[str, Any]]:
                                      backend_opts={**options, "fleet": fleet})
         try:
             yield {"cli": cli, "sdk": sdk, "options": options, "fleet": fleet, "warm": warm,
-                   "work": str(work), "env": env, "notes": notes}
+                   "work": str(work), "env": env, "codex": codex_env, "notes": notes}
         finally:
             warm.stop()
             fleet.close()
@@ -118,18 +140,44 @@ def setup(params: dict[str, Any]) -> Iterator[dict[str, Any]]:
 def _off(env: dict[str, Any], params: dict[str, Any], key: str) -> bool:
     """True when figure `key` is not measured: no CLI, or left out by the `only` param."""
     only = params.get("only")
-    return env["cli"] is None or (only is not None and key not in only)
+    cli = env["codex"]["cli"] if key.startswith("codex_") else env["cli"]
+    return cli is None or (only is not None and key not in only)
 
 
 def _keys() -> list[str]:
     return ["warm_turn", "first_turn_cold", "first_turn_prewarmed", "first_turn_spare",
-            "start_plain", "start_prewarm",
+            *_CODEX_KEYS, "start_plain", "start_prewarm",
             *(f"{lib}_{n}" for n in LEVELS for lib in ("gen_agent", "sdk"))]
 
 
 def _start(env: dict[str, Any], **extra: Any) -> Any:
     return gen_agent.start_agent(BenchAgent, name=f"bench-fleet-{next(_NAMES)}",
-                                 backend=ClaudeCLI, backend_opts={**env["options"], **extra})
+                                 backend=env.get("backend", ClaudeCLI),
+                                 backend_opts={**env["options"], **extra})
+
+
+def _codex(env: dict[str, Any]) -> dict[str, Any]:
+    """The codex part of `env`, started on first use: its CODEX_HOME and work folder, a
+    warm app-server agent and a fleet (closed when `setup` exits)."""
+    codex = env["codex"]
+    if "options" not in codex:
+        root = Path(codex["tmp"], "codex")
+        home, work = root / "codex-home", root / "work"
+        home.mkdir(parents=True)
+        work.mkdir()
+        (home / "config.toml").write_text(codex_loopback_config(codex["server"]))
+        codex["backend"] = CodexCLI
+        codex["options"] = {
+            "cli_path": codex["cli"], "mode": "app_server", "codex_home": str(home),
+            "cwd": str(work), "model": "gpt-test", "inherit_env": False,
+            "env": {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(root),
+                    "GEN_AGENT_LOOP_KEY": "bench-key"}}
+        codex["fleet"] = fleet = WarmFleet(1)
+        codex["stack"].callback(fleet.close)
+        codex["warm"] = warm = _start(codex, fleet=fleet)  # (it starts the spares)
+        codex["stack"].callback(warm.stop)
+        warm.ask("hi", timeout=_TIMEOUT_S)
+    return codex
 
 
 def _first_turn(env: dict[str, Any], params: dict[str, Any], **extra: Any) -> Measured:
@@ -152,8 +200,10 @@ def _first_turn(env: dict[str, Any], params: dict[str, Any], **extra: Any) -> Me
 @figure(unit="us", label="warm turn (reference)")
 def warm_turn(env: dict[str, Any], params: dict[str, Any]) -> Measured | None:
     """p50 of `ask` on an agent whose process is warm."""
-    if _off(env, params, "warm_turn"):
-        return None
+    return None if _off(env, params, "warm_turn") else _warm_turn(env, params)
+
+
+def _warm_turn(env: dict[str, Any], params: dict[str, Any]) -> Measured:
     agent = env["warm"]
     samples = []
     for _ in range(params["calls"]):
@@ -183,6 +233,38 @@ def first_turn_spare(env: dict[str, Any], params: dict[str, Any]) -> Measured | 
     if _off(env, params, "first_turn_spare"):
         return None
     return _first_turn(env, params, fleet=env["fleet"])
+
+
+@figure(unit="us", label="codex app-server: warm turn (reference)")
+def codex_warm_turn(env: dict[str, Any], params: dict[str, Any]) -> Measured | None:
+    """p50 of `ask` on a `CodexCLI` app-server agent whose process is warm."""
+    return None if _off(env, params, "codex_warm_turn") else _warm_turn(_codex(env), params)
+
+
+@figure(unit="us", label="codex app-server: first turn, cold")
+def codex_first_turn_cold(env: dict[str, Any], params: dict[str, Any]) -> Measured | None:
+    """The first `ask` of a just-started app-server agent without pre-warm."""
+    return None if _off(env, params, "codex_first_turn_cold") else _first_turn(
+        _codex(env), params)
+
+
+@figure(unit="us", label="codex app-server: first turn, pre-warmed", peer="codex_warm_turn",
+        target="<= 1.5")
+def codex_first_turn_prewarmed(env: dict[str, Any], params: dict[str, Any]) -> Measured | None:
+    """The first `ask` of an app-server agent started with `prewarm=True`, its process
+    ready (initialized, its thread started)."""
+    return None if _off(env, params, "codex_first_turn_prewarmed") else _first_turn(
+        _codex(env), params, prewarm=True)
+
+
+@figure(unit="us", label="codex app-server: first turn, from a spare",
+        peer="codex_warm_turn", target="<= 1.5")
+def codex_first_turn_spare(env: dict[str, Any], params: dict[str, Any]) -> Measured | None:
+    """The first `ask` of an app-server agent started with the shared `WarmFleet(1)`."""
+    if _off(env, params, "codex_first_turn_spare"):
+        return None
+    codex = _codex(env)
+    return _first_turn(codex, params, fleet=codex["fleet"])
 
 
 def _start_time(env: dict[str, Any], params: dict[str, Any], **extra: Any) -> Measured:

@@ -20,7 +20,13 @@ the shapes are those of the recordings and of the app-server protocol:
   thread (turn id `other-turn`), which completes first with the text "not yours".
 - `surrogate`: the turn's answer holds an escaped lone surrogate (`"\\ud800"`).
 
-Every invocation appends its pid to `$FAKE_CODEX_DIR/calls.jsonl`.
+Scripted mode answers `thread/start` with the `thread/started` notification the real server
+sends after it (with `$FAKE_CODEX_LATE_NOTICE` set: 0.2 s later, then it creates
+`$FAKE_CODEX_DIR/notice.PID`), and appends every request it reads (`pid`, `method`, `params`) to
+`$FAKE_CODEX_DIR/requests.jsonl`.
+
+Every invocation appends `{"pid", "alive_at_start"}` (the pids of earlier invocations still
+running then: /proc) to `$FAKE_CODEX_DIR/calls.jsonl`.
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
+import time
 
 THREAD = "01a230b0-eb20-7c52-92d3-a93103f7102f"
 
@@ -37,8 +45,9 @@ def shape(message: dict) -> list[object]:
 
 
 def out(message: dict) -> None:
-    sys.stdout.write(json.dumps(message) + "\n")
-    sys.stdout.flush()
+    with LOCK:
+        sys.stdout.write(json.dumps(message) + "\n")
+        sys.stdout.flush()
 
 
 def replay(path: str, directory: str, invocation: int) -> None:
@@ -84,17 +93,35 @@ def turn_lines(turn_id: str, text: str) -> list[dict]:
     ]
 
 
-def scripted(scenario: str) -> None:
+STARTED = {"method": "thread/started", "params": {"thread": {"id": THREAD}}}
+LOCK = threading.Lock()
+
+
+def late_notice(directory: str) -> None:
+    time.sleep(0.2)  # after the client read the answer: the client is idle by then
+    out(STARTED)
+    with open(os.path.join(directory, f"notice.{os.getpid()}"), "w"):
+        pass
+
+
+def scripted(scenario: str, directory: str) -> None:
     turns = 0
     for raw in sys.stdin:
         message = json.loads(raw)
         method, request_id = message.get("method"), message.get("id")
         if request_id is None:
             continue  # a notification (`initialized`) or an answer of ours
+        with open(os.path.join(directory, "requests.jsonl"), "a") as log:
+            log.write(json.dumps({"pid": os.getpid(), "method": method,
+                                  "params": message.get("params")}) + "\n")
         if method == "initialize":
             out({"id": request_id, "result": {"userAgent": "fake/0.171.0"}})
         elif method in ("thread/start", "thread/resume"):
             out({"id": request_id, "result": {"thread": {"id": THREAD}}})
+            if method == "thread/start" and os.environ.get("FAKE_CODEX_LATE_NOTICE"):
+                threading.Thread(target=late_notice, args=(directory,), daemon=True).start()
+            elif method == "thread/start":
+                out(STARTED)
         elif method == "turn/interrupt":
             out({"id": request_id, "result": {}})
         elif method == "turn/start":
@@ -121,17 +148,28 @@ def scripted(scenario: str) -> None:
             out({"id": request_id, "error": {"code": -32601, "message": f"no {method}"}})
 
 
+def alive(pid: int) -> bool:
+    """Whether `pid` runs (not a zombie)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def main() -> None:
     directory = os.environ["FAKE_CODEX_DIR"]
     with open(os.path.join(directory, "calls.jsonl"), "a+") as calls:
         calls.seek(0)
-        invocation = sum(1 for _ in calls)
-        calls.write(json.dumps({"pid": os.getpid()}) + "\n")
+        earlier = [json.loads(x)["pid"] for x in calls if x.strip()]
+        invocation = len(earlier)
+        calls.write(json.dumps({"pid": os.getpid(),
+                                "alive_at_start": [p for p in earlier if alive(p)]}) + "\n")
     recording = os.environ.get("FAKE_CODEX_REPLAY")
     if recording:
         replay(recording, directory, invocation)
     else:
-        scripted(os.environ.get("FAKE_CODEX_SCENARIO", ""))
+        scripted(os.environ.get("FAKE_CODEX_SCENARIO", ""), directory)
 
 
 if __name__ == "__main__":

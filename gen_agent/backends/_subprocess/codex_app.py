@@ -37,7 +37,13 @@ which turn is ours, a notification of another turn is not ours; each such turn b
 answer. A line that is not JSON is kept for the turn's diagnostics (`stdout_tail`).
 
 `AppSlot` is the mutable part of a session (shared by its copies): the live process, its
-thread, the turn that owns it.
+thread, the turn that owns it. Pre-warm, replacement and spares (`AppPrewarmer`, the
+machinery in `gen_agent.backends._subprocess.warm_fleet`): what runs before the first turn
+is the process start, `initialize`/`initialized` and `thread/start` (a new session) or
+`thread/resume`; a ready process has a thread. `thread/start` creates nothing visible until
+a turn runs (real CLI 0.171, measured: no rollout file, not in `thread/list`, not
+resumable; only a writer lock under `$CODEX_HOME/thread-writer-locks/`, removed when the
+process exits), so an unused spare leaves no thread behind.
 """
 
 from __future__ import annotations
@@ -58,9 +64,16 @@ from gen_agent.backend import BackendError, DispatchError, TurnContext
 from gen_agent.backends._subprocess.codex_stream import THREAD_NOT_FOUND, usage_since
 from gen_agent.backends._subprocess.jsonl import OutputTail, repair_surrogates
 from gen_agent.backends._subprocess.process import ChildProcess, LineTooLong
+from gen_agent.backends._subprocess.warm_fleet import (
+    START_WAIT_S,
+    Prewarmer,
+    PrewarmSlot,
+    SpareSlot,
+    WarmFleet,
+    spawn_key,
+)
 from gen_agent.backends.warm import (
     LiveProcess,
-    Slot,
     TurnQueue,
     UnrequestedLines,
     WarmExited,
@@ -69,7 +82,7 @@ from gen_agent.backends.warm import (
     with_process,
 )
 
-__all__ = ["AppSlot", "app_turn"]
+__all__ = ["AppPrewarmer", "AppSlot", "app_turn", "start_thread"]
 
 PROVIDER: Final = "codex"
 _CANCEL = object()
@@ -132,6 +145,10 @@ class _AppProcess:
         self._lock = threading.Lock()
         self._pending: dict[int, _Waiter] = {}
         self._others: dict[Any, UnrequestedLines] = {}  # turns of no asked prompt, by id
+        self.ready = threading.Event()  # answered `initialize` and started its thread
+        # No turn has owned it yet: what it prints with no turn is the start's (e.g. the
+        # `thread/started` notification), dropped as a first turn's queue drops it.
+        self.fresh = True
         self.live = LiveProcess(child, provider=PROVIDER, route=self._route,
                                 on_exit=self._exited, idle_timeout_ms=idle_timeout_ms)
 
@@ -204,6 +221,8 @@ class _AppProcess:
                                 is_error=turn.get("status") not in ("completed", None)))
 
     def _unsolicited(self, message: Any, size: int) -> None:
+        if self.fresh:
+            return
         self._tell(WarmOutput(backend=PROVIDER, pid=self.live.pid, line=message,
                               size_bytes=size))
 
@@ -313,9 +332,10 @@ def _ours(lines: _Lines, params: dict[str, Any]) -> bool:
     return turn_id is None or lines.turn_id is None or turn_id == lines.turn_id
 
 
-class AppSlot(Slot[_AppProcess, _Lines]):
+class AppSlot(PrewarmSlot[_AppProcess, _Lines]):
     """The mutable part of a `CodexSession` in app-server mode (the `Slot` bookkeeping of its
-    live process). Thread-safe."""
+    live process; `prewarm`, an `AppPrewarmer` or None, starts one without a turn).
+    Thread-safe."""
 
     provider = PROVIDER
 
@@ -325,27 +345,57 @@ class AppSlot(Slot[_AppProcess, _Lines]):
                 ) -> tuple[_AppProcess, _Lines]:
         """Wait for the previous turn to settle (killing its process past `settle_s`); start
         a process and its thread (`start_thread`) when none is live; make a new turn its
-        owner. Turn task thread.
+        owner. A pre-warm in flight is waited for first; a live process on another thread
+        than `resume_id` (when given) is closed first. Turn task thread.
 
         Raises:
             BackendError: `start_thread` failed (the new process is killed; the error has
                 its diagnostics: exit status, stderr tail, the thread it resumed).
         """
+        starting = self.starting
+        if starting is not None:
+            starting.wait(START_WAIT_S)
         process = self._settle_previous(settle_s)
+        if process is not None and resume_id is not None and process.thread_id != resume_id:
+            process.live.close()
+            if not process.live.wait_exited(settle_s):
+                process.live.kill()
+                process.live.wait_exited(settle_s)
         lines = _Lines(tail_bytes)
+        with self._cond:
+            self._cond.wait_for(lambda: self.starting is None, START_WAIT_S)  # (a replacement)
+            process = self.process
+            if process is None or not process.live.alive:
+                process = None
+                self._turn = lines  # claimed while it starts: no pre-warm starts another
         if process is None:
-            process = _AppProcess(self, spawn(), idle_timeout_ms, info, tail_bytes)
+            try:
+                process = _AppProcess(self, spawn(), idle_timeout_ms, info, tail_bytes)
+            except BaseException:
+                self._unclaim(lines)
+                raise
             process.turn = lines  # what the server says while starting belongs to this turn
             try:
                 process.thread_id = start_thread(process)
-            except BackendError as exc:
+            except BaseException as exc:
+                self._unclaim(lines)
                 process.live.kill()
                 process.live.wait_exited(settle_s)
-                plain = None if lines is None else lines.plain
-                raise with_process(exc, process.live.child, plain, "", resume_id) from None
+                if not isinstance(exc, BackendError):
+                    raise
+                raise with_process(exc, process.live.child, lines.plain, "",
+                                   resume_id) from None
+            process.ready.set()
         with self._cond:
             self._own_locked(process, lines)
+        process.fresh = False
         return process, lines
+
+    def _unclaim(self, lines: _Lines) -> None:
+        with self._cond:
+            if self._turn is lines:
+                self._turn = None
+            self._cond.notify_all()
 
     def cancel(self) -> None:
         """Interrupt the running turn (agent thread; quick): its task ends it."""
@@ -353,6 +403,91 @@ class AppSlot(Slot[_AppProcess, _Lines]):
             lines = self._turn
         if lines is not None:
             lines.put(_CANCEL)
+
+
+def start_thread(process: _AppProcess, thread_params: dict[str, Any],
+                 resume_id: str | None) -> str:
+    """`initialize`, `initialized`, then `thread/start` (`resume_id` None) or `thread/resume`
+    on a new process; returns the thread id.
+
+    Raises:
+        BackendError: as `_AppProcess.request`; `"session_not_found"` for a thread whose
+            rollout is gone; `"rpc_error"` for an answer without a thread id.
+    """
+    process.request("initialize", {"clientInfo": {"name": "gen_agent", "version": "1"}})
+    process.notify("initialized")
+    if resume_id is not None:
+        try:
+            result = process.request("thread/resume", {**thread_params, "threadId": resume_id})
+        except BackendError as exc:
+            if exc.kind == "rpc_error" and THREAD_NOT_FOUND.search(exc.message or ""):
+                raise BackendError.new(
+                    PROVIDER, "session_not_found", exc.raw,
+                    message=f"codex has no thread {resume_id!r} to resume") from None
+            raise
+    else:
+        result = process.request("thread/start", thread_params)
+    thread = result.get("thread") if isinstance(result, dict) else None
+    thread_id = thread.get("id") if isinstance(thread, dict) else None
+    if not isinstance(thread_id, str) or not thread_id:
+        raise BackendError.new(PROVIDER, "rpc_error", result, message="no thread id")
+    return thread_id
+
+
+class AppPrewarmer(Prewarmer):
+    """How one app-server session starts its process without a turn (the process start,
+    `initialize`, and `thread/start` or `thread/resume`); built by
+    `CodexCLI.prewarm_session`.
+
+    Args:
+        spec: `spec(thread_id)` -> the `ChildProcess.spawn` keyword arguments of a process
+            for that thread (None: a new one), `owner` excluded.
+        thread_params: the `thread/start` / `thread/resume` parameters (part of a spare's
+            key: a spare's thread was started with them).
+        info: the agent's `handle_info` sink.
+        idle_timeout_ms, tail_bytes: as `AppSlot.acquire` takes them.
+        fleet: a `WarmFleet` to take a spare from (new sessions only), or None.
+    """
+
+    provider = PROVIDER
+
+    def __init__(self, spec: Callable[[str | None], dict[str, Any]],
+                 thread_params: dict[str, Any], info: Callable[[Any], None] | None, *,
+                 idle_timeout_ms: int | None, tail_bytes: int,
+                 fleet: WarmFleet | None = None) -> None:
+        super().__init__(info, idle_timeout_ms=idle_timeout_ms, tail_bytes=tail_bytes,
+                         fleet=fleet)
+        self.spec = spec
+        self.thread_params = thread_params
+
+    def new_process(self, slot: Any, session_id: str | None, info: Any) -> _AppProcess:
+        child = ChildProcess.spawn(**self.spec(session_id), owner=slot)
+        process = _AppProcess(slot, child, self.idle_timeout_ms, info, self.tail_bytes)
+        process.turn = _Lines(self.tail_bytes)  # what it says while starting: dropped
+        try:
+            process.thread_id = start_thread(process, self.thread_params, session_id)
+        except BaseException:
+            process.live.kill()
+            process.live.wait_exited(5.0)
+            raise
+        process.turn = None
+        process.ready.set()
+        return process
+
+    def spare_slot(self) -> _SpareAppSlot:
+        return _SpareAppSlot()
+
+    def key(self) -> bytes:
+        return spawn_key(self.spec(None), self, thread=sorted(self.thread_params.items()))
+
+    def resume_of(self, dead: _AppProcess) -> str | None:
+        # The thread a turn ran on (`_events` names it), else the one it was started to
+        # resume; a thread started and never used has no rollout: a new one then.
+        return dead.live.child.session_id
+
+
+class _SpareAppSlot(SpareSlot[_AppProcess, _Lines], AppSlot):
+    """The placeholder slot of a spare app-server until a session takes it."""
 
 
 def app_turn(slot: AppSlot, prompt: str, context: TurnContext, *,
@@ -373,30 +508,10 @@ def app_turn(slot: AppSlot, prompt: str, context: TurnContext, *,
             failed; with the diagnostics known then.
     """
     settle_s = interrupt_grace_ms / 1000 + 1.0
-
-    def start_thread(process: _AppProcess) -> str:
-        process.request("initialize", {"clientInfo": {"name": "gen_agent", "version": "1"}})
-        process.notify("initialized")
-        if resume_id is not None:
-            try:
-                result = process.request("thread/resume",
-                                         {**thread_params, "threadId": resume_id})
-            except BackendError as exc:
-                if exc.kind == "rpc_error" and THREAD_NOT_FOUND.search(exc.message or ""):
-                    raise BackendError.new(
-                        PROVIDER, "session_not_found", exc.raw,
-                        message=f"codex has no thread {resume_id!r} to resume") from None
-                raise
-        else:
-            result = process.request("thread/start", thread_params)
-        thread = result.get("thread") if isinstance(result, dict) else None
-        thread_id = thread.get("id") if isinstance(thread, dict) else None
-        if not isinstance(thread_id, str) or not thread_id:
-            raise BackendError.new(PROVIDER, "rpc_error", result, message="no thread id")
-        return thread_id
-
     try:
-        process, lines = slot.acquire(spawn, start_thread, info=context.info_sink,
+        process, lines = slot.acquire(
+            spawn, lambda process: start_thread(process, thread_params, resume_id),
+            info=context.info_sink,
                                       idle_timeout_ms=idle_timeout_ms, settle_s=settle_s,
                                       tail_bytes=tail_bytes, resume_id=resume_id)
     except BackendError as exc:

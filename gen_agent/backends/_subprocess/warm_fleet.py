@@ -1,9 +1,15 @@
-"""Warm Claude processes started before a turn needs them: pre-warm, replacement, spares.
+"""Warm CLI processes started before a turn needs them: pre-warm, replacement, spares.
 
-- **Pre-warm** (`prewarm=True`): the agent's `claude` process starts in a background thread
-  when the agent has started (after `pre_run`, so `start_agent` and a supervisor restart take
-  no longer), and again after `reset_session`. A turn that arrives while it starts waits for
-  it (`WarmSlot.acquire`); a start that failed leaves no process, so the first turn starts
+The machinery is shared by the warm Claude backend (`claude_fleet`: a `claude` process that
+answered its `initialize` control request) and the Codex app-server (`codex_app`: a `codex
+app-server` that answered `initialize` and started or resumed its thread); a backend gives
+a `Prewarmer` subclass (how to start one process) and slot classes built on `PrewarmSlot` and
+`SpareSlot`.
+
+- **Pre-warm** (`prewarm=True`): the agent's process starts in a background thread when the
+  agent has started (after `pre_run`, so `start_agent` and a supervisor restart take no
+  longer), and again after `reset_session`. A turn that arrives while it starts waits for
+  it (the slot's `acquire`); a start that failed leaves no process, so the first turn starts
   one itself and reports the failure exactly as without pre-warm (a `DispatchError`).
 - **Replacement**: a pre-warmed session's process that ends between turns (not closed by
   us, the idle timeout or the live-process cap) is replaced at once, resuming the session,
@@ -11,15 +17,16 @@
   intensity); past that the next turn starts one, as without pre-warm. The agent gets the
   `WarmExited` record first.
 - **Spares** (`WarmFleet`): started, idle processes shared by agents (a `Pool`'s, a host's),
-  keyed by the whole spawn-time configuration (argv, which holds the system prompt, MCP
-  config, allowed tools, schema and permission flags; cwd; the complete environment; the
-  Python tools' listing; the line, tail, grace and idle bounds). A pre-warm of a new session
-  (no id to resume) takes a spare of an identical key, and the fleet starts its replacement
-  in the background. Spares are ordinary warm processes: they count against the live-process
-  cap, get the idle timeout, and run under the launcher (a host SIGKILL leaves none).
+  keyed by the whole spawn-time configuration (`spawn_key`: argv, cwd, the complete
+  environment, the line, tail, grace and idle bounds, and what the backend adds: Claude's
+  Python tools, the app-server's thread parameters). A pre-warm of a new session (no id to
+  resume) takes a spare of an identical key, and the fleet starts its replacement in the
+  background. Spares are ordinary warm processes: they count against the live-process cap,
+  get the idle timeout, and run under the launcher (a host SIGKILL leaves none).
 
-Never two live CLIs on one session: a pre-warm installs its process only while the slot has
-none and is not stopping; `stop`/`close` wait for a start in flight first.
+Never two live CLIs on one session: a pre-warm starts only while no turn owns the slot and
+installs its process only while the slot has none and is not stopping; `stop`/`close` wait
+for a start in flight first.
 
 Mirrors: no Elixir original (GenAgent runs one CLI per turn).
 """
@@ -29,18 +36,16 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 import msgspec
 from loguru import logger
 
 from gen_agent.backend import BackendError
-from gen_agent.backends._subprocess.claude_mcp import McpServer
-from gen_agent.backends._subprocess.claude_warm import WarmSlot, _ClaudeProcess
-from gen_agent.backends._subprocess.process import ChildProcess
+from gen_agent.backends.warm import LinesT, ProcessT, Slot
 
-__all__ = ["REPLACE_MAX", "REPLACE_WINDOW_S", "FleetSlot", "Prewarmer", "WarmFleet", "wait_ready"]
+__all__ = ["REPLACE_MAX", "REPLACE_WINDOW_S", "PrewarmSlot", "Prewarmer", "SpareSlot",
+           "WarmFleet", "spawn_key", "wait_ready"]
 
 REPLACE_MAX: Final = 3
 """Replacements of a dead process allowed within `REPLACE_WINDOW_S` (count)."""
@@ -48,81 +53,100 @@ REPLACE_MAX: Final = 3
 REPLACE_WINDOW_S: Final = 5.0
 """The window of `REPLACE_MAX` (seconds)."""
 
-_START_WAIT_S: Final = 60.0  # the bound on waiting for a start in flight (spawn is bounded)
+START_WAIT_S: Final = 60.0  # the bound on waiting for a start in flight (spawn is bounded)
 
 
 class Prewarmer:
-    """How one session starts its process without a turn. Held by its `WarmSlot`
-    (`slot.prewarm`); built by `ClaudeCLI.prewarm_session`.
+    """How one session starts its process without a turn. Held by its `PrewarmSlot`
+    (`slot.prewarm`); a backend subclasses it (`claude_fleet.ClaudePrewarmer`,
+    `codex_app.AppPrewarmer`) with the hooks `new_process`, `spare_slot`, `key` and
+    `resume_of` (and `adopt`, to hand more of a spare over).
 
     Args:
-        spec: `spec(session_id)` -> the `ChildProcess.spawn` keyword arguments of a process
-            resuming `session_id` (None: a new conversation), `owner` excluded.
-        mcp: `mcp()` -> a new `McpServer` for the agent's Python tools, or None.
         info: the agent's `handle_info` sink.
-        idle_timeout_ms, tail_bytes, json_schema: as `WarmSlot.acquire` takes them.
+        idle_timeout_ms: the processes' idle timeout (ms), or None.
+        tail_bytes: the bound of a turn's kept diagnostics (bytes).
         fleet: a `WarmFleet` to take a spare from (new sessions only), or None.
-        permission_prompt: whether `spec` passes `--permission-prompt-tool stdio`.
     """
 
-    def __init__(self, spec: Callable[[str | None], dict[str, Any]],
-                 mcp: Callable[[], McpServer | None], info: Callable[[Any], None] | None, *,
-                 idle_timeout_ms: int | None, tail_bytes: int, json_schema: str | None,
-                 fleet: WarmFleet | None = None, permission_prompt: bool = False) -> None:
-        self.spec = spec
-        self.mcp = mcp
+    provider: ClassVar[str] = "cli"
+
+    def __init__(self, info: Any, *, idle_timeout_ms: int | None, tail_bytes: int,
+                 fleet: WarmFleet | None = None) -> None:
         self.info = info
         self.idle_timeout_ms = idle_timeout_ms
         self.tail_bytes = tail_bytes
-        self.json_schema = json_schema
         self.fleet = fleet
-        self.permission_prompt = permission_prompt  # (in `spec`'s argv; kept for a reset)
         self.closed = False  # set under the slot's lock by stop/close: start nothing more
         self._replaced: collections.deque[float] = collections.deque()
 
-    def start(self, slot: FleetSlot, session_id: str | None) -> bool:
+    # -- the backend's hooks (background threads) ------------------------------------------
+    def new_process(self, slot: Any, session_id: str | None, info: Any) -> Any:
+        """Start a process for `slot` resuming `session_id` (None: a new session), telling
+        `info` (None: nobody) what it prints between turns; return it once it is ready.
+
+        Raises:
+            BackendError: it could not start (no process is left)."""
+        raise NotImplementedError
+
+    def spare_slot(self) -> SpareSlot[Any, Any]:
+        """A new placeholder slot for a spare."""
+        raise NotImplementedError
+
+    def key(self) -> bytes:
+        """The whole spawn-time configuration of a new session (`spawn_key`)."""
+        raise NotImplementedError
+
+    def resume_of(self, dead: Any) -> str | None:
+        """The session a replacement of `dead` resumes (None: a new one)."""
+        raise NotImplementedError
+
+    def adopt(self, process: Any, slot: Any) -> None:
+        """Make spare `process` the session's: its slot, `handle_info` sink, launcher owner."""
+        process.slot = slot
+        process.info = self.info
+        process.live.child.owner = slot
+
+    # -- the machinery ---------------------------------------------------------------------
+    def start(self, slot: PrewarmSlot[Any, Any], session_id: str | None) -> bool:
         """Start the slot's process in the background (any thread; never blocks). False when
-        the slot is stopping or a start is in flight already."""
+        the slot is stopping, a turn owns it, or a start is in flight already."""
         with slot._cond:
-            if self.closed or slot.starting is not None:
+            if self.closed or slot.starting is not None or slot._turn is not None:
                 return False
             done = slot.starting = threading.Event()
         threading.Thread(target=self._run, args=(slot, session_id, done), daemon=True,
                          name="gen_agent-prewarm").start()
         return True
 
-    def replace(self, slot: FleetSlot, dead: _ClaudeProcess) -> None:
+    def replace(self, slot: PrewarmSlot[Any, Any], dead: Any) -> None:
         """`dead` ended between turns by itself: start its replacement, resuming the latest
         session it ran, within the restart intensity (reader thread)."""
         now = time.monotonic()
         while self._replaced and now - self._replaced[0] > REPLACE_WINDOW_S:
             self._replaced.popleft()
         if len(self._replaced) >= REPLACE_MAX:
-            logger.warning("gen_agent claude: the warm process ended {} times within {} s; "
-                           "the next turn starts one", REPLACE_MAX + 1, REPLACE_WINDOW_S)
+            logger.warning("gen_agent {}: the warm process ended {} times within {} s; "
+                           "the next turn starts one", self.provider, REPLACE_MAX + 1,
+                           REPLACE_WINDOW_S)
             return
         self._replaced.append(now)
-        session_id = dead.live.child.session_id or dead.session_id or dead.resumed
-        self.start(slot, session_id)
+        self.start(slot, self.resume_of(dead))
 
-    def _run(self, slot: FleetSlot, session_id: str | None, done: threading.Event) -> None:
-        process: _ClaudeProcess | None = None
+    def _run(self, slot: PrewarmSlot[Any, Any], session_id: str | None,
+             done: threading.Event) -> None:
+        process: Any = None
         try:
             if session_id is None and self.fleet is not None:
                 process = self.fleet.take(self, slot)
             if process is None:
-                mcp = self.mcp()
-                child = ChildProcess.spawn(**self.spec(session_id), owner=slot)
-                process = _ClaudeProcess(slot, child, self.idle_timeout_ms, self.info, mcp,
-                                         self.json_schema, resumed=session_id,
-                                         tail_bytes=self.tail_bytes)
-                with slot._cond:
-                    slot.processes_started += 1
+                process = self.new_process(slot, session_id, self.info)
         except BackendError as exc:
             # The first turn starts its own process and reports the same failure then.
-            logger.debug("gen_agent claude: pre-warm failed ({})", exc.kind)
+            logger.debug("gen_agent {}: pre-warm failed ({})", self.provider, exc.kind)
         except Exception as exc:  # noqa: BLE001 - a pre-warm never takes the agent down
-            logger.error("gen_agent claude: pre-warm crashed: {}", type(exc).__name__)
+            logger.error("gen_agent {}: pre-warm crashed: {}", self.provider,
+                         type(exc).__name__)
         finally:
             installed = process is not None and _install(slot, self, process)
             if process is not None and not installed:
@@ -134,11 +158,12 @@ class Prewarmer:
             done.set()
 
 
-def _install(slot: FleetSlot, prewarm: Prewarmer, process: _ClaudeProcess) -> bool:
-    """Make `process` the slot's idle live process, unless the slot is stopping or has one
-    (never two live CLIs on one session)."""
+def _install(slot: PrewarmSlot[Any, Any], prewarm: Prewarmer, process: Any) -> bool:
+    """Make `process` the slot's idle live process, unless the slot is stopping, owned by a
+    turn, or has one (never two live CLIs on one session)."""
     with slot._cond:
-        if prewarm.closed or slot.prewarm is not prewarm or not process.live.alive:
+        if (prewarm.closed or slot.prewarm is not prewarm or not process.live.alive
+                or slot._turn is not None):
             return False
         current = slot.process
         if current is not None and current.live.alive:
@@ -148,31 +173,34 @@ def _install(slot: FleetSlot, prewarm: Prewarmer, process: _ClaudeProcess) -> bo
     return True
 
 
-def wait_ready(slot: WarmSlot, timeout: float) -> bool:
-    """Wait up to `timeout` seconds until the slot has an idle live process that answered
-    its `initialize` control request (the CLI is loaded). True when it has."""
+def wait_ready(slot: Slot[Any, Any], timeout: float) -> bool:
+    """Wait up to `timeout` seconds until the slot has an idle live process that is ready
+    (its `ready` event: the CLI answered its start requests). True when it has."""
     deadline = time.monotonic() + timeout
     with slot._cond:
         while True:
             process = slot.process
-            if process is not None and process.live.alive and slot.starting is None:
+            if (process is not None and process.live.alive
+                    and getattr(slot, "starting", None) is None):
                 break
             left = deadline - time.monotonic()
             if left <= 0:
                 return False
             slot._cond.wait(min(left, 0.05))
-    return process.ready.wait(max(0.0, deadline - time.monotonic()))
+    return bool(process.ready.wait(max(0.0, deadline - time.monotonic())))
 
 
-class FleetSlot(WarmSlot):
-    """The `WarmSlot` of a `ClaudeSession`: with `prewarm` (a `Prewarmer`, or None) it
-    replaces a process that died between turns and ends a start in flight when it stops."""
+class PrewarmSlot(Slot[ProcessT, LinesT]):
+    """A `Slot` that can be pre-warmed: with `prewarm` (a `Prewarmer`, or None) it replaces
+    a process that died between turns and ends a start in flight when it stops. `starting`
+    is the event of a start in flight (None: none); a turn's `acquire` waits for it."""
 
     def __init__(self) -> None:
         super().__init__()
         self.prewarm: Prewarmer | None = None
+        self.starting: threading.Event | None = None
 
-    def _process_gone(self, process: _ClaudeProcess) -> None:
+    def _process_gone(self, process: ProcessT) -> None:
         super()._process_gone(process)
         prewarm = self.prewarm
         if prewarm is not None and process.turn is None and not process.live.close_requested:
@@ -186,7 +214,7 @@ class FleetSlot(WarmSlot):
             if prewarm is not None:
                 prewarm.closed = True
         if starting is not None:
-            starting.wait(_START_WAIT_S if wait_s is None else wait_s)
+            starting.wait(START_WAIT_S if wait_s is None else wait_s)
 
     def stop(self, *, grace_s: float, wait_s: float) -> None:
         """As `Slot.stop`, after ending pre-warm."""
@@ -199,21 +227,22 @@ class FleetSlot(WarmSlot):
         super().close(kill=kill, wait_s=wait_s)
 
 
-class _SpareSlot(WarmSlot):
-    """The placeholder slot of a spare until a session takes it."""
+class SpareSlot(Slot[ProcessT, LinesT]):
+    """The placeholder slot of a spare until a session takes it (mixed into the backend's
+    slot class); tells its `fleet` when the spare ended."""
 
-    def __init__(self, fleet: WarmFleet) -> None:
-        super().__init__()
-        self.fleet = fleet
+    fleet: WarmFleet | None = None
 
-    def _process_gone(self, process: _ClaudeProcess) -> None:
+    def _process_gone(self, process: ProcessT) -> None:
         super()._process_gone(process)
-        self.fleet._forget(process)
+        if self.fleet is not None:
+            self.fleet._forget(process)
 
 
 class WarmFleet:
-    """A reserve of started, idle `claude` processes for new sessions, shared by the agents
-    given it as their `fleet` option (a `Pool`'s, an `AgentHost`'s). Thread-safe.
+    """A reserve of started, idle CLI processes for new sessions (warm `claude`, `codex
+    app-server`), shared by the agents given it as their `fleet` option (a `Pool`'s, an
+    `AgentHost`'s). Thread-safe.
 
     A pre-warming agent with no session to resume takes a spare whose spawn-time
     configuration is identical to its own, compared as a whole (see the module docstring),
@@ -245,8 +274,7 @@ class WarmFleet:
         self.started = 0
         self.used = 0
         self._cond = threading.Condition(threading.Lock())
-        self._idle: collections.OrderedDict[bytes, list[_ClaudeProcess]] = (
-            collections.OrderedDict())
+        self._idle: collections.OrderedDict[bytes, list[Any]] = collections.OrderedDict()
         self._filling: dict[bytes, int] = {}
         self._closed = False
 
@@ -259,8 +287,8 @@ class WarmFleet:
             return sum(1 for group in self._idle.values() for p in group if p.live.alive)
 
     def wait_spares(self, count: int, timeout: float) -> bool:
-        """Wait up to `timeout` seconds until `count` spares are live and have answered
-        `initialize`. True when they are."""
+        """Wait up to `timeout` seconds until `count` spares are live and ready. True when
+        they are."""
         deadline = time.monotonic() + timeout
         with self._cond:
             while True:
@@ -273,12 +301,10 @@ class WarmFleet:
                     return False
                 self._cond.wait(min(left, 0.05))
 
-    def take(self, prewarm: Prewarmer, slot: FleetSlot) -> _ClaudeProcess | None:
+    def take(self, prewarm: Prewarmer, slot: Any) -> Any:
         """A spare for a new session of `prewarm`'s configuration, handed to `slot` (or None:
         none is idle); tops the configuration's spares up in the background."""
-        spec = prewarm.spec(None)
-        mcp = prewarm.mcp()
-        key = _key(spec, mcp, prewarm)
+        key = prewarm.key()
         process = None
         with self._cond:
             if self._closed:
@@ -294,12 +320,8 @@ class WarmFleet:
                 self._idle.move_to_end(key)
             self._cond.notify_all()
         if process is not None:
-            # Now the session's: its slot, handle_info sink, tools, and launcher owner.
-            process.slot = slot
-            process.info = prewarm.info
-            process.mcp = mcp
-            process.live.child.owner = slot
-        self._fill(key, spec, prewarm)
+            prewarm.adopt(process, slot)  # now the session's
+        self._fill(key, prewarm)
         return process
 
     def close(self, wait_s: float = 5.0) -> None:
@@ -320,7 +342,7 @@ class WarmFleet:
         for process in spares:
             process.live.wait_exited(max(0.0, deadline - time.monotonic()))
 
-    def _fill(self, key: bytes, spec: dict[str, Any], prewarm: Prewarmer) -> None:
+    def _fill(self, key: bytes, prewarm: Prewarmer) -> None:
         with self._cond:
             if self._closed:
                 return
@@ -333,46 +355,45 @@ class WarmFleet:
         for process in evicted:
             process.live.close()
         for _ in range(missing):
-            threading.Thread(target=self._start_spare, args=(key, spec, prewarm), daemon=True,
+            threading.Thread(target=self._start_spare, args=(key, prewarm), daemon=True,
                              name="gen_agent-spare").start()
 
-    def _evict_locked(self, key: bytes) -> list[_ClaudeProcess]:
+    def _evict_locked(self, key: bytes) -> list[Any]:
         self._idle.setdefault(key, [])
         self._idle.move_to_end(key)
-        evicted: list[_ClaudeProcess] = []
+        evicted: list[Any] = []
         while len(self._idle) > self.max_configs:
             _, group = self._idle.popitem(last=False)
             evicted += group
         return evicted
 
-    def _start_spare(self, key: bytes, spec: dict[str, Any], prewarm: Prewarmer) -> None:
+    def _start_spare(self, key: bytes, prewarm: Prewarmer) -> None:
         process = None
         try:
-            holder = _SpareSlot(self)
-            child = ChildProcess.spawn(**spec, owner=holder)
-            process = _ClaudeProcess(holder, child, prewarm.idle_timeout_ms, None,
-                                     prewarm.mcp(), prewarm.json_schema,
-                                     tail_bytes=prewarm.tail_bytes)
+            holder = prewarm.spare_slot()
+            holder.fleet = self
+            process = prewarm.new_process(holder, None, None)
             holder.process = process
             process.live.mark_busy(False)
         except BackendError as exc:
-            logger.debug("gen_agent claude: a spare failed to start ({})", exc.kind)
+            logger.debug("gen_agent {}: a spare failed to start ({})", prewarm.provider,
+                         exc.kind)
         except Exception as exc:  # noqa: BLE001 - a spare never takes anything down
-            logger.error("gen_agent claude: a spare crashed at start: {}", type(exc).__name__)
+            logger.error("gen_agent {}: a spare crashed at start: {}", prewarm.provider,
+                         type(exc).__name__)
         with self._cond:
             self._filling[key] -= 1
             if not self._filling[key]:
                 del self._filling[key]
             keep = process is not None and not self._closed and key in self._idle
             if keep:
-                assert process is not None
                 self._idle[key].append(process)
                 self.started += 1
             self._cond.notify_all()
         if process is not None and not keep:
             process.live.close()
 
-    def _forget(self, process: _ClaudeProcess) -> None:
+    def _forget(self, process: Any) -> None:
         with self._cond:
             for group in self._idle.values():
                 if process in group:
@@ -380,8 +401,10 @@ class WarmFleet:
             self._cond.notify_all()
 
 
-def _key(spec: dict[str, Any], mcp: McpServer | None, prewarm: Prewarmer) -> bytes:
-    """The whole spawn-time configuration of a new session, as one comparable value."""
+def spawn_key(spec: dict[str, Any], prewarm: Prewarmer, **extra: Any) -> bytes:
+    """The whole spawn-time configuration of a new session, as one comparable value:
+    `spec` (the `ChildProcess.spawn` keyword arguments), the prewarmer's bounds, and what
+    the backend adds (`extra`, JSON-encodable)."""
     env = spec.get("env") or {}
     whole = {
         "argv": list(spec["argv"]), "cwd": spec.get("cwd"),
@@ -389,6 +412,6 @@ def _key(spec: dict[str, Any], mcp: McpServer | None, prewarm: Prewarmer) -> byt
         "bounds": [spec.get(k) for k in ("max_line_bytes", "stderr_tail_bytes",
                                          "exit_grace_ms", "term_grace_ms")],
         "idle_timeout_ms": prewarm.idle_timeout_ms, "tail_bytes": prewarm.tail_bytes,
-        "tools": None if mcp is None else mcp._listing,
+        **extra,
     }
     return msgspec.json.encode(whole)
