@@ -18,6 +18,15 @@
   in the background. Spares are ordinary warm processes: they count against the live-process
   cap, get the idle timeout, and run under the launcher (a host SIGKILL leaves none).
 
+- **Context warm-up** (`prewarm_context=True`): a process started ahead of a new session's
+  first turn (a pre-warm with no id to resume, a spare) is asked `get_context_usage` once it
+  answered `initialize`, before it is installed or offered (`warm_up`). That makes the CLI
+  build and cache its tool schemas (measured on 2.1.197 with `CLAUDE_CODE_PROFILE_QUERY=1`:
+  the first turn's "Tool schemas" phase, its largest one-time cost, drops to the ~1 ms of
+  a later turn; its model request, tools and system prompt byte-identical, nothing in the
+  transcript); the CLI sends `count_tokens` requests for it. A turn that arrives meanwhile
+  waits for it (bounded by `WARM_UP_S`), as it waits for the start.
+
 Never two live CLIs on one session: a pre-warm installs its process only while the slot has
 none and is not stopping; `stop`/`close` wait for a start in flight first.
 
@@ -40,13 +49,17 @@ from gen_agent.backends._subprocess.claude_mcp import McpServer
 from gen_agent.backends._subprocess.claude_warm import WarmSlot, _ClaudeProcess
 from gen_agent.backends._subprocess.process import ChildProcess
 
-__all__ = ["REPLACE_MAX", "REPLACE_WINDOW_S", "FleetSlot", "Prewarmer", "WarmFleet", "wait_ready"]
+__all__ = ["REPLACE_MAX", "REPLACE_WINDOW_S", "WARM_UP_S", "FleetSlot", "Prewarmer", "WarmFleet",
+           "wait_ready", "warm_up"]
 
 REPLACE_MAX: Final = 3
 """Replacements of a dead process allowed within `REPLACE_WINDOW_S` (count)."""
 
 REPLACE_WINDOW_S: Final = 5.0
 """The window of `REPLACE_MAX` (seconds)."""
+
+WARM_UP_S: Final = 15.0
+"""The bound on each wait of `warm_up` (`initialize`, then `get_context_usage`; seconds)."""
 
 _START_WAIT_S: Final = 60.0  # the bound on waiting for a start in flight (spawn is bounded)
 
@@ -63,12 +76,15 @@ class Prewarmer:
         idle_timeout_ms, tail_bytes, json_schema: as `WarmSlot.acquire` takes them.
         fleet: a `WarmFleet` to take a spare from (new sessions only), or None.
         permission_prompt: whether `spec` passes `--permission-prompt-tool stdio`.
+        context: run `warm_up` on a process started for a new session (the
+            `prewarm_context` option).
     """
 
     def __init__(self, spec: Callable[[str | None], dict[str, Any]],
                  mcp: Callable[[], McpServer | None], info: Callable[[Any], None] | None, *,
                  idle_timeout_ms: int | None, tail_bytes: int, json_schema: str | None,
-                 fleet: WarmFleet | None = None, permission_prompt: bool = False) -> None:
+                 fleet: WarmFleet | None = None, permission_prompt: bool = False,
+                 context: bool = False) -> None:
         self.spec = spec
         self.mcp = mcp
         self.info = info
@@ -77,6 +93,7 @@ class Prewarmer:
         self.json_schema = json_schema
         self.fleet = fleet
         self.permission_prompt = permission_prompt  # (in `spec`'s argv; kept for a reset)
+        self.context = context
         self.closed = False  # set under the slot's lock by stop/close: start nothing more
         self._replaced: collections.deque[float] = collections.deque()
 
@@ -118,6 +135,8 @@ class Prewarmer:
                                          tail_bytes=self.tail_bytes)
                 with slot._cond:
                     slot.processes_started += 1
+                if self.context and session_id is None:
+                    warm_up(process)
         except BackendError as exc:
             # The first turn starts its own process and reports the same failure then.
             logger.debug("gen_agent claude: pre-warm failed ({})", exc.kind)
@@ -146,6 +165,20 @@ def _install(slot: FleetSlot, prewarm: Prewarmer, process: _ClaudeProcess) -> bo
         slot.process = process
     process.live.mark_busy(False)  # idle from now: the idle timeout applies
     return True
+
+
+def warm_up(process: _ClaudeProcess, wait_s: float = WARM_UP_S) -> bool:
+    """Once `process` answered `initialize` (waited for up to `wait_s` seconds), send it the
+    `get_context_usage` control request and wait up to `wait_s` seconds for the answer,
+    which is dropped. True when it answered; False on a timeout or when the CLI is gone (the
+    process is used as it is then). Any thread but the process's reader."""
+    if not process.ready.wait(wait_s):
+        return False
+    try:
+        answer = process.send_control({"subtype": "get_context_usage"}, wait_s=wait_s)
+    except OSError:
+        return False
+    return answer is not None
 
 
 def wait_ready(slot: WarmSlot, timeout: float) -> bool:
@@ -355,22 +388,32 @@ class WarmFleet:
                                      tail_bytes=prewarm.tail_bytes)
             holder.process = process
             process.live.mark_busy(False)
+            if prewarm.context:
+                warm_up(process)
         except BackendError as exc:
             logger.debug("gen_agent claude: a spare failed to start ({})", exc.kind)
         except Exception as exc:  # noqa: BLE001 - a spare never takes anything down
             logger.error("gen_agent claude: a spare crashed at start: {}", type(exc).__name__)
         with self._cond:
-            self._filling[key] -= 1
-            if not self._filling[key]:
-                del self._filling[key]
             keep = process is not None and not self._closed and key in self._idle
             if keep:
                 assert process is not None
                 self._idle[key].append(process)
                 self.started += 1
-            self._cond.notify_all()
-        if process is not None and not keep:
+                self._filled_locked(key)
+        if keep:
+            return
+        if process is not None:  # ended before `close` stops waiting for the fill
             process.live.close()
+            process.live.wait_exited(5.0)
+        with self._cond:
+            self._filled_locked(key)
+
+    def _filled_locked(self, key: bytes) -> None:
+        self._filling[key] -= 1
+        if not self._filling[key]:
+            del self._filling[key]
+        self._cond.notify_all()
 
     def _forget(self, process: _ClaudeProcess) -> None:
         with self._cond:
@@ -390,5 +433,6 @@ def _key(spec: dict[str, Any], mcp: McpServer | None, prewarm: Prewarmer) -> byt
                                          "exit_grace_ms", "term_grace_ms")],
         "idle_timeout_ms": prewarm.idle_timeout_ms, "tail_bytes": prewarm.tail_bytes,
         "tools": None if mcp is None else mcp._listing,
+        "context": prewarm.context,
     }
     return msgspec.json.encode(whole)
