@@ -161,10 +161,10 @@ class ClaudeOptions(CLIOptions, frozen=True, kw_only=True):
             session's first turn (no id to resume) answered `initialize`, ask it for its
             context usage (the `get_context_usage` control request) before it counts as
             ready. The CLI then builds and caches its tool schemas, the main one-time cost
-            of its first turn (docs/pages/backends.md#a-warm-fleet); the turn's request and
-            the transcript are unchanged (checked on 2.1.197), but the CLI sends
-            `count_tokens` requests to the model API for it (7 on 2.1.197; it falls back
-            to a small model request when that endpoint fails). Default False.
+            of its first turn (docs/pages/backends/claude.md#pre-warm-and-spares); the
+            turn's request and the transcript are unchanged (checked on 2.1.197), but the
+            CLI sends `count_tokens` requests to the model API for it (7 on 2.1.197; it
+            falls back to a small model request when that endpoint fails). Default False.
     """
 
     cli_path: str = "claude"
