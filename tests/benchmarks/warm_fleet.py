@@ -112,16 +112,19 @@ def setup(params: dict[str, Any]) -> Iterator[dict[str, Any]]:
         warm = gen_agent.start_agent(BenchAgent, name="bench-fleet-warm", backend=ClaudeCLI,
                                      backend_opts={**options, "fleet": fleet})
         # The first agent of a configuration starts the fleet's spares of it.
-        seed = gen_agent.start_agent(BenchAgent, name="bench-fleet-seed", backend=ClaudeCLI,
-                                     backend_opts={**options, "fleet": fleet_context,
-                                                   "prewarm_context": True})
+        only = params.get("only")
+        seed = None if only is not None and "first_turn_spare_context" not in only else (
+            gen_agent.start_agent(BenchAgent, name="bench-fleet-seed", backend=ClaudeCLI,
+                                  backend_opts={**options, "fleet": fleet_context,
+                                                "prewarm_context": True}))
         try:
             yield {"cli": cli, "sdk": sdk, "options": options, "fleet": fleet,
                    "fleet_context": fleet_context, "warm": warm, "work": str(work), "env": env,
                    "notes": notes}
         finally:
             warm.stop()
-            seed.stop()
+            if seed is not None:
+                seed.stop()
             fleet.close()
             fleet_context.close()
 
