@@ -158,6 +158,14 @@ class ClaudeOptions(CLIOptions, frozen=True, kw_only=True):
             True when `fleet` is given).
         fleet: warm mode: a `WarmFleet` of spare processes shared with other agents; a new
             session (no id to resume) of an identical configuration takes one at start.
+        prewarm_context: with `prewarm` or `fleet`: once a process started ahead of a new
+            session's first turn (no id to resume) answered `initialize`, ask it for its
+            context usage (the `get_context_usage` control request) before it counts as
+            ready. The CLI then builds and caches its tool schemas, the main one-time cost
+            of its first turn (docs/pages/backends/claude.md#pre-warm-and-spares); the
+            turn's request and the transcript are unchanged (checked on 2.1.197), but the
+            CLI sends `count_tokens` requests to the model API for it (7 on 2.1.197; it
+            falls back to a small model request when that endpoint fails). Default False.
     """
 
     cli_path: str = "claude"
@@ -180,6 +188,7 @@ class ClaudeOptions(CLIOptions, frozen=True, kw_only=True):
     tools: tuple[Any, ...] = ()
     prewarm: bool | None = None
     fleet: WarmFleet | None = None
+    prewarm_context: bool = False
 
 
 MODES: Final = frozenset({"warm", "per_turn"})
@@ -210,6 +219,7 @@ _CHECKS: Final = {
               "a list of functions or gen_agent.tools.Tool"),
     "prewarm": (is_bool, "a bool"),
     "fleet": (lambda v: isinstance(v, WarmFleet), "a gen_agent.backends.claude.WarmFleet"),
+    "prewarm_context": (is_bool, "a bool"),
 }
 
 
@@ -267,8 +277,9 @@ class ClaudeCLI(CLIBackend[ClaudeSession]):
     `include_partial_messages`, `session_id`, `extra_args`, `max_line_bytes`,
     `stderr_tail_bytes`, `exit_grace_ms`, `term_grace_ms`, `mode`, `idle_timeout_ms`,
     `interrupt_grace_ms`, `permission_timeout_ms`, `tools` (Python tools, warm mode),
-    `prewarm` and `fleet` (warm mode: start the process before the first turn, spares).
-    `no_session_persistence` is rejected (resuming needs the CLI's saved session).
+    `prewarm`, `fleet` and `prewarm_context` (warm mode: start the process before the first
+    turn, spares, and have it build its tool schemas then). `no_session_persistence` is
+    rejected (resuming needs the CLI's saved session).
 
     Hooks (shared with `CodexCLI`): `start_session` validates the options and finds the CLI
     (no process); `resume_session(session_id, opts)` starts resuming that conversation;
@@ -318,6 +329,10 @@ class ClaudeCLI(CLIBackend[ClaudeSession]):
             raise SessionStartError(
                 ("invalid_option", key, opts.get(key)),
                 f"ClaudeCLI option {key!r}: needs warm mode (mode='warm', the default)")
+        if o.prewarm_context and not _prewarms(o):
+            raise SessionStartError(
+                ("invalid_option", "prewarm_context", True),
+                "ClaudeCLI option 'prewarm_context': needs prewarm=True or a fleet")
         if not o.tools:
             return session
         if o.mode != "warm":
@@ -497,7 +512,7 @@ class ClaudeCLI(CLIBackend[ClaudeSession]):
                 None: the process starts with its `--json-schema`.
         """
         o = session.options
-        if o.mode != "warm" or not (o.prewarm or (o.prewarm is None and o.fleet is not None)):
+        if o.mode != "warm" or not _prewarms(o):
             return
         schema = None if output is None else msgspec.json.encode(schema_of(output)).decode()
         cls._start_prewarm(session, info, handles_permissions, schema)
@@ -519,7 +534,8 @@ class ClaudeCLI(CLIBackend[ClaudeSession]):
         slot.prewarm = ClaudePrewarmer(
             spec, lambda: McpServer(o.tools) if o.tools else None, info,
             idle_timeout_ms=o.idle_timeout_ms, tail_bytes=o.stderr_tail_bytes,
-            json_schema=schema, fleet=o.fleet, permission_prompt=permission_prompt)
+            json_schema=schema, fleet=o.fleet, permission_prompt=permission_prompt,
+            context=o.prewarm_context)
         slot.prewarm.start(slot, session.session_id)
 
     @classmethod
@@ -640,6 +656,11 @@ class ClaudeCLI(CLIBackend[ClaudeSession]):
     @classmethod
     def _translator(cls, session: ClaudeSession) -> ClaudeStreamTranslator:
         return ClaudeStreamTranslator()
+
+
+def _prewarms(o: ClaudeOptions) -> bool:
+    """Whether a session of these options starts its process ahead of its first turn."""
+    return bool(o.prewarm or (o.prewarm is None and o.fleet is not None))
 
 
 def _json_schema(context: TurnContext) -> str | None:

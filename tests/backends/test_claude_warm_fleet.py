@@ -4,6 +4,7 @@ which appends one line to calls.jsonl per process it starts)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -164,3 +165,67 @@ def test_prewarm_options_are_checked():
     assert info.value.reason == ("invalid_option", "prewarm", True)
     with pytest.raises(ValueError, match="spares"):
         WarmFleet(0)
+
+
+def _controls(fake: FakeWarm) -> list[tuple[int, str]]:
+    path = fake.dir / "controls.jsonl"
+    lines = path.read_text().splitlines() if path.exists() else []
+    return [(r["pid"], r["subtype"]) for r in map(json.loads, lines)]
+
+
+def test_prewarm_context_asks_for_context_usage_before_the_process_is_ready(fake: FakeWarm):
+    start(fake, "plain", backend={"prewarm": True})
+    start(fake, "ctx", backend={"prewarm": True, "prewarm_context": True})
+    assert session("plain").wait_warm(WAIT_S) and session("ctx").wait_warm(WAIT_S)
+    plain, ctx = session("plain").pid, session("ctx").pid
+    # wait_warm returned only after the warm-up was answered: it is logged already.
+    assert [s for p, s in _controls(fake) if p == ctx] == ["initialize", "get_context_usage"]
+    assert [s for p, s in _controls(fake) if p == plain] == ["initialize"]  # opt-in
+
+    assert ask("hello ctx", "ctx").text == "echo: hello ctx"
+    assert session("ctx").pid == ctx and session("ctx").warm.processes_started == 1
+    assert session("ctx").cost_usd == 0.25  # the warm-up is no turn: only the one's cost
+    gen_agent.stop("plain")
+    gen_agent.stop("ctx")
+    assert warm.live_processes() == []
+
+
+def test_prewarm_context_skips_a_resumed_session_and_warms_spares(fake: FakeWarm):
+    fleet = WarmFleet(1)
+    try:
+        start(fake, "r", backend={"prewarm": True, "prewarm_context": True,
+                                  "session_id": "warm-session-0001"})
+        start(fake, "a", backend={"fleet": fleet, "prewarm_context": True})
+        assert session("r").wait_warm(WAIT_S) and session("a").wait_warm(WAIT_S)
+        assert fleet.wait_spares(1, WAIT_S)
+        resumed = session("r").pid
+        assert [s for p, s in _controls(fake) if p == resumed] == ["initialize"]
+        (spare,) = {c["pid"] for c in fake.calls()} - {resumed, session("a").pid}
+        assert [s for p, s in _controls(fake) if p == spare] == [
+            "initialize", "get_context_usage"]  # offered only once warmed
+
+        # A spare warmed so serves only sessions that ask for it (part of the key).
+        start(fake, "b", backend={"fleet": fleet})
+        assert session("b").wait_warm(WAIT_S)
+        assert fleet.used == 0 and session("b").pid != spare
+        start(fake, "c", backend={"fleet": fleet, "prewarm_context": True})
+        assert session("c").wait_warm(WAIT_S)
+        assert fleet.used == 1 and session("c").pid == spare
+        for name in "rabc":
+            gen_agent.stop(name)
+    finally:
+        fleet.close()
+    assert warm.live_processes() == []
+
+
+def test_prewarm_context_needs_a_prewarm():
+    from gen_agent.backend import SessionStartError
+
+    with pytest.raises(SessionStartError) as info:
+        ClaudeCLI.start_session({"cli_path": "/bin/sh", "prewarm_context": True})
+    assert info.value.reason == ("invalid_option", "prewarm_context", True)
+    with pytest.raises(SessionStartError) as info:
+        ClaudeCLI.start_session({"cli_path": "/bin/sh", "prewarm_context": 1})
+    assert info.value.reason == ("invalid_option", "prewarm_context", 1)
+    assert ClaudeCLI.start_session({"cli_path": "/bin/sh", "prewarm": True,
+                                    "prewarm_context": True}).options.prewarm_context

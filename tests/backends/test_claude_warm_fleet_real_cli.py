@@ -3,9 +3,11 @@ ScriptedModelServer (skipped, with what to install, where the CLI is absent)."""
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import signal
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -73,3 +75,37 @@ def test_a_spare_serves_a_new_session_and_is_replaced(server: ScriptedModelServe
     finally:
         fleet.close()
     assert warm.live_processes() == []  # spares included
+
+
+def _transcript(home: Path, session_id: str) -> list[tuple[Any, ...]]:
+    (path,) = home.glob(f".claude/projects/*/{session_id}.jsonl")
+    entries = [json.loads(line) for line in path.read_text().splitlines()]
+    return [(e.get("type"), e.get("operation"), (e.get("attachment") or {}).get("type"))
+            for e in entries]
+
+
+def test_prewarm_context_warms_without_a_model_request_and_changes_no_turn(
+        server: ScriptedModelServer, warm_options, tmp_path: Path):  # noqa: F811
+    server.enqueue(Reply.text("Plain."), Reply.text("Warmed."))
+    gen_agent.start_agent(WarmAgent, name="plain", backend=ClaudeCLI,
+                          backend_opts=warm_options(prewarm=True))
+    assert session_of("plain").wait_warm(TURN_TIMEOUT_S)
+    before = len(server.requests)
+    gen_agent.start_agent(WarmAgent, name="ctx", backend=ClaudeCLI,
+                          backend_opts=warm_options(prewarm=True, prewarm_context=True))
+    assert session_of("ctx").wait_warm(TURN_TIMEOUT_S)  # after get_context_usage's answer
+    warm_up = [r.path for r in server.requests[before:] if r.method == "POST"]
+    assert warm_up and set(warm_up) == {"/v1/messages/count_tokens"}
+    assert server.model_requests() == []  # no model call, no turn
+
+    plain, ctx = ask("plain", "Hello."), ask("ctx", "Hello.")
+    assert (plain.text, ctx.text) == ("Plain.", "Warmed.")
+    first, warmed = (r.body for r in server.model_requests())
+    for key in ("model", "system", "tools", "max_tokens"):
+        assert first[key] == warmed[key], key  # the cached schemas are the turn's own
+    assert len(first["messages"]) == len(warmed["messages"]) == 1
+    home = tmp_path / "home"
+    assert _transcript(home, ctx.session_id) == _transcript(home, plain.session_id)
+    gen_agent.stop("plain")
+    gen_agent.stop("ctx")
+    assert warm.live_processes() == []

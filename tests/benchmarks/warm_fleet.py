@@ -9,7 +9,9 @@ reply), with the same environment, model and system prompt for both libraries.
   starts in that turn). `first_turn_prewarmed`: the first `ask` of an agent started with
   `prewarm=True`, once its process is ready (an agent started ahead of its first message).
   `first_turn_spare`: the same with `fleet=WarmFleet(1)`, the process a spare. Target: a
-  pre-warmed first turn <= 1.5x a warm turn.
+  pre-warmed first turn <= 1.5x a warm turn. `first_turn_prewarmed_context` /
+  `first_turn_spare_context`: the same with `prewarm_context=True` (the process built its
+  tool schemas before it counted as ready; it sends `count_tokens` requests for that).
 - `codex_warm_turn`, `codex_first_turn_cold`, `codex_first_turn_prewarmed`,
   `codex_first_turn_spare`: the same four for `CodexCLI(mode="app_server")` on the real `codex
   app-server` against the same server (its own CODEX_HOME pointing there); pre-warmed and
@@ -59,6 +61,8 @@ README = ("first_turn_cold", "first_turn_prewarmed", "first_turn_spare",
           "first_turn_prewarmed_vs_warm_turn", "first_turn_spare_vs_warm_turn",
           "codex_first_turn_cold", "codex_first_turn_prewarmed",
           "codex_first_turn_prewarmed_vs_codex_warm_turn",
+          "first_turn_prewarmed_context", "first_turn_spare_context",
+          "first_turn_prewarmed_context_vs_warm_turn", "first_turn_spare_context_vs_warm_turn",
           "start_prewarm_vs_start_plain", "gen_agent_*", "sdk_*")
 FULL: dict[str, Any] = {"levels": list(LEVELS), "turns": 30, "calls": 5, "rounds": 2}
 # `make test` measures the headline and its peer only, once (the rest is n/a there).
@@ -126,15 +130,25 @@ def setup(params: dict[str, Any]) -> Iterator[dict[str, Any]]:
                "DISABLE_AUTOUPDATER": "1"}
         options = {"cli_path": cli, "cwd": str(work), "env": env, "inherit_env": False,
                    "model": _MODEL, "system_prompt": _SYSTEM}
-        fleet = WarmFleet(1)
+        fleet, fleet_context = WarmFleet(1), WarmFleet(1)
         warm = gen_agent.start_agent(BenchAgent, name="bench-fleet-warm", backend=ClaudeCLI,
                                      backend_opts={**options, "fleet": fleet})
+        # The first agent of a configuration starts the fleet's spares of it.
+        only = params.get("only")
+        seed = None if only is not None and "first_turn_spare_context" not in only else (
+            gen_agent.start_agent(BenchAgent, name="bench-fleet-seed", backend=ClaudeCLI,
+                                  backend_opts={**options, "fleet": fleet_context,
+                                                "prewarm_context": True}))
         try:
-            yield {"cli": cli, "sdk": sdk, "options": options, "fleet": fleet, "warm": warm,
-                   "work": str(work), "env": env, "codex": codex_env, "notes": notes}
+            yield {"cli": cli, "sdk": sdk, "options": options, "fleet": fleet,
+                   "fleet_context": fleet_context, "warm": warm, "work": str(work), "env": env,
+                   "codex": codex_env, "notes": notes}
         finally:
             warm.stop()
+            if seed is not None:
+                seed.stop()
             fleet.close()
+            fleet_context.close()
 
 
 def _off(env: dict[str, Any], params: dict[str, Any], key: str) -> bool:
@@ -146,7 +160,8 @@ def _off(env: dict[str, Any], params: dict[str, Any], key: str) -> bool:
 
 def _keys() -> list[str]:
     return ["warm_turn", "first_turn_cold", "first_turn_prewarmed", "first_turn_spare",
-            *_CODEX_KEYS, "start_plain", "start_prewarm",
+            *_CODEX_KEYS, "first_turn_prewarmed_context", "first_turn_spare_context",
+            "start_plain", "start_prewarm",
             *(f"{lib}_{n}" for n in LEVELS for lib in ("gen_agent", "sdk"))]
 
 
@@ -183,7 +198,7 @@ def _codex(env: dict[str, Any]) -> dict[str, Any]:
 def _first_turn(env: dict[str, Any], params: dict[str, Any], **extra: Any) -> Measured:
     samples = []
     for _ in range(params["calls"]):
-        if "fleet" in extra and not env["fleet"].wait_spares(1, _TIMEOUT_S):
+        if "fleet" in extra and not extra["fleet"].wait_spares(1, _TIMEOUT_S):
             raise RuntimeError("no spare became ready")
         agent = _start(env, **extra)
         try:
@@ -265,6 +280,25 @@ def codex_first_turn_spare(env: dict[str, Any], params: dict[str, Any]) -> Measu
         return None
     codex = _codex(env)
     return _first_turn(codex, params, fleet=codex["fleet"])
+
+
+@figure(unit="us", label="first turn, pre-warmed, prewarm_context", peer="warm_turn",
+        target="<= 1.5")
+def first_turn_prewarmed_context(env: dict[str, Any], params: dict[str, Any]) -> Measured | None:
+    """The first `ask` of an agent started with `prewarm=True, prewarm_context=True`."""
+    if _off(env, params, "first_turn_prewarmed_context"):
+        return None
+    return _first_turn(env, params, prewarm=True, prewarm_context=True)
+
+
+@figure(unit="us", label="first turn, from a spare, prewarm_context", peer="warm_turn",
+        target="<= 1.5")
+def first_turn_spare_context(env: dict[str, Any], params: dict[str, Any]) -> Measured | None:
+    """The first `ask` of an agent started with a shared `WarmFleet(1)` and
+    `prewarm_context=True` (its spares warmed so)."""
+    if _off(env, params, "first_turn_spare_context"):
+        return None
+    return _first_turn(env, params, fleet=env["fleet_context"], prewarm_context=True)
 
 
 def _start_time(env: dict[str, Any], params: dict[str, Any], **extra: Any) -> Measured:

@@ -46,7 +46,8 @@ after the turn's init line, with its `uuid` and `isReplay: true`, as the real CL
   ...`: the interrupt ends the turn but leaves the command running (as codex 0.171's
   app-server sometimes does).
 
-Exits at EOF on stdin. Every start appends `{"argv", "pid", "alive_at_start"}` to
+Exits at EOF on stdin. Each control request read between turns appends `{"pid", "subtype"}`
+to `$FAKE_CLAUDE_DIR/controls.jsonl`. Every start appends `{"argv", "pid", "alive_at_start"}` to
 `$FAKE_CLAUDE_DIR/calls.jsonl` (the pids of earlier starts still running then: /proc).
 
 With `FAKE_CLAUDE_REPLAY` naming a recorded session (tests/fixtures/claude-cli/warm/*.jsonl),
@@ -373,6 +374,10 @@ def main() -> None:
         message = read()
         assert message is not None
         if message.get("type") == "control_request":
+            if directory:  # the requests taken between turns, in order
+                with open(os.path.join(directory, "controls.jsonl"), "a") as controls:
+                    subtype = message["request"].get("subtype")  # type: ignore[union-attr]
+                    controls.write(json.dumps({"pid": os.getpid(), "subtype": subtype}) + "\n")
             ack(message)
             continue
         if message.get("type") != "user":

@@ -10,7 +10,7 @@ Mirrors: no Elixir original (GenAgent runs one CLI per turn).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 from gen_agent.backends._subprocess.claude_mcp import McpServer
 from gen_agent.backends._subprocess.claude_warm import (
@@ -28,7 +28,26 @@ from gen_agent.backends._subprocess.warm_fleet import (
     spawn_key,
 )
 
-__all__ = ["ClaudePrewarmer", "FleetSlot"]
+__all__ = ["WARM_UP_S", "ClaudePrewarmer", "FleetSlot", "warm_up"]
+
+WARM_UP_S: Final = 15.0
+"""The bound on each wait of `warm_up` (`initialize`, then `get_context_usage`; seconds)."""
+
+
+def warm_up(process: _ClaudeProcess, wait_s: float = WARM_UP_S) -> bool:
+    """Once `process` answered `initialize` (waited for up to `wait_s` seconds), send it the
+    `get_context_usage` control request and wait up to `wait_s` seconds for the answer,
+    which is dropped: the CLI builds and caches its tool schemas for it (on 2.1.197 the
+    first turn's largest one-time cost), sending `count_tokens` requests of its own. True
+    when it answered; False on a timeout or when the CLI is gone (the process is used as
+    it is then). Any thread but the process's reader."""
+    if not process.ready.wait(wait_s):
+        return False
+    try:
+        answer = process.send_control({"subtype": "get_context_usage"}, wait_s=wait_s)
+    except OSError:
+        return False
+    return answer is not None
 
 
 class ClaudePrewarmer(Prewarmer):
@@ -43,6 +62,8 @@ class ClaudePrewarmer(Prewarmer):
         idle_timeout_ms, tail_bytes, json_schema: as `WarmSlot.acquire` takes them.
         fleet: a `WarmFleet` to take a spare from (new sessions only), or None.
         permission_prompt: whether `spec` passes `--permission-prompt-tool stdio`.
+        context: run `warm_up` on a process started for a new session (the
+            `prewarm_context` option).
     """
 
     provider = PROVIDER
@@ -50,13 +71,15 @@ class ClaudePrewarmer(Prewarmer):
     def __init__(self, spec: Callable[[str | None], dict[str, Any]],
                  mcp: Callable[[], McpServer | None], info: Callable[[Any], None] | None, *,
                  idle_timeout_ms: int | None, tail_bytes: int, json_schema: str | None,
-                 fleet: WarmFleet | None = None, permission_prompt: bool = False) -> None:
+                 fleet: WarmFleet | None = None, permission_prompt: bool = False,
+                 context: bool = False) -> None:
         super().__init__(info, idle_timeout_ms=idle_timeout_ms, tail_bytes=tail_bytes,
                          fleet=fleet)
         self.spec = spec
         self.mcp = mcp
         self.json_schema = json_schema
         self.permission_prompt = permission_prompt  # (in `spec`'s argv; kept for a reset)
+        self.context = context
 
     def new_process(self, slot: Any, session_id: str | None, info: Any) -> _ClaudeProcess:
         mcp = self.mcp()
@@ -68,13 +91,17 @@ class ClaudePrewarmer(Prewarmer):
             slot.processes_started += 1
         return process
 
+    def warm(self, process: _ClaudeProcess) -> None:
+        if self.context:
+            warm_up(process)
+
     def spare_slot(self) -> _SpareSlot:
         return _SpareSlot()
 
     def key(self) -> bytes:
         mcp = self.mcp()
         return spawn_key(self.spec(None), self,
-                         tools=None if mcp is None else mcp._listing)
+                         tools=None if mcp is None else mcp._listing, context=self.context)
 
     def resume_of(self, dead: _ClaudeProcess) -> str | None:
         return dead.live.child.session_id or dead.session_id or dead.resumed

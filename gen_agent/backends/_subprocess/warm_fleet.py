@@ -24,6 +24,11 @@ a `Prewarmer` subclass (how to start one process) and slot classes built on `Pre
   background. Spares are ordinary warm processes: they count against the live-process cap,
   get the idle timeout, and run under the launcher (a host SIGKILL leaves none).
 
+- **Warm-up** (`Prewarmer.warm`): a backend may do more with a process started ahead of a
+  new session's first turn (a pre-warm with no id to resume, a spare) before it is installed
+  or offered; a turn that arrives meanwhile waits for it, as it waits for the start (Claude's
+  `prewarm_context`: `claude_fleet.warm_up`).
+
 Never two live CLIs on one session: a pre-warm starts only while no turn owns the slot and
 installs its process only while the slot has none and is not stopping; `stop`/`close` wait
 for a start in flight first.
@@ -101,6 +106,11 @@ class Prewarmer:
         """The session a replacement of `dead` resumes (None: a new one)."""
         raise NotImplementedError
 
+    def warm(self, process: Any) -> None:
+        """Do more with `process`, started ahead of a new session's first turn (a pre-warm
+        without an id to resume, a spare), before it is installed or offered; by default
+        nothing. Must not raise for a CLI that is gone (the process is used as it is)."""
+
     def adopt(self, process: Any, slot: Any) -> None:
         """Make spare `process` the session's: its slot, `handle_info` sink, launcher owner."""
         process.slot = slot
@@ -141,6 +151,8 @@ class Prewarmer:
                 process = self.fleet.take(self, slot)
             if process is None:
                 process = self.new_process(slot, session_id, self.info)
+                if session_id is None:
+                    self.warm(process)
         except BackendError as exc:
             # The first turn starts its own process and reports the same failure then.
             logger.debug("gen_agent {}: pre-warm failed ({})", self.provider, exc.kind)
@@ -375,6 +387,7 @@ class WarmFleet:
             process = prewarm.new_process(holder, None, None)
             holder.process = process
             process.live.mark_busy(False)
+            prewarm.warm(process)
         except BackendError as exc:
             logger.debug("gen_agent {}: a spare failed to start ({})", prewarm.provider,
                          exc.kind)
@@ -382,16 +395,24 @@ class WarmFleet:
             logger.error("gen_agent {}: a spare crashed at start: {}", prewarm.provider,
                          type(exc).__name__)
         with self._cond:
-            self._filling[key] -= 1
-            if not self._filling[key]:
-                del self._filling[key]
             keep = process is not None and not self._closed and key in self._idle
             if keep:
                 self._idle[key].append(process)
                 self.started += 1
-            self._cond.notify_all()
-        if process is not None and not keep:
+                self._filled_locked(key)
+        if keep:
+            return
+        if process is not None:  # ended before `close` stops waiting for the fill
             process.live.close()
+            process.live.wait_exited(5.0)
+        with self._cond:
+            self._filled_locked(key)
+
+    def _filled_locked(self, key: bytes) -> None:
+        self._filling[key] -= 1
+        if not self._filling[key]:
+            del self._filling[key]
+        self._cond.notify_all()
 
     def _forget(self, process: Any) -> None:
         with self._cond:
