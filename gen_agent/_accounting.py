@@ -26,11 +26,12 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import msgspec
 
-__all__ = ["BudgetExceeded", "SharedBudget", "Spend", "add_turn", "check_budget", "total_tokens"]
+__all__ = ["BudgetExceeded", "SharedBudget", "Spend", "SpendCap", "add_turn", "check_budget",
+           "own_budget", "total_tokens"]
 
 
 class Spend(msgspec.Struct, frozen=True, kw_only=True):
@@ -162,6 +163,58 @@ class SharedBudget:
     def exceeded(self) -> BudgetExceeded | None:
         """The cap reached so far, or None."""
         return check_budget(self.spend, self.max_cost_usd, self.max_total_tokens)
+
+    def total(self) -> Spend:
+        """What every agent under the budget spent so far (a `Spend`; the `spend` field)."""
+        return self.spend
+
+
+@runtime_checkable
+class SpendCap(Protocol):
+    """What the runtime asks of a shared spend cap (the `budgets` start option, the `budget=`
+    of `Supervisor`, `Pool` and `AgentHost`): `SharedBudget` (one process) and
+    `gen_agent.ray.ClusterBudget` (every node of a Ray cluster) are the two.
+
+    - `charge(usage, cost_usd, turns)`: add one agent's new spend (token counts per key, US
+      dollars or None, turns), when a turn ends; must be quick (called in the agent's thread).
+    - `exceeded()`: the `BudgetExceeded` of the cap reached so far, or None; asked at dispatch.
+    - `total()`: the `Spend` so far.
+    - `max_cost_usd` (US dollars) / `max_total_tokens` (tokens): the caps (None: no cap).
+
+    Checked with `isinstance` (method and attribute names only, as `runtime_checkable` does).
+    """
+
+    max_cost_usd: float | None
+    max_total_tokens: int | None
+
+    def charge(self, usage: Mapping[str, int], cost_usd: float | None, turns: int) -> None: ...
+
+    def exceeded(self) -> BudgetExceeded | None: ...
+
+    def total(self) -> Spend: ...
+
+
+def own_budget(owner: str, budget: Any, max_cost_usd: float | None,
+               max_total_tokens: int | None) -> Any:
+    """The spend cap of a `Supervisor`, `Pool` or `AgentHost` (`owner`, for messages): its
+    `budget=` (a `SpendCap`, e.g. a `gen_agent.ray.ClusterBudget` shared with other nodes),
+    else a new `SharedBudget` of the caps, else None (no cap).
+
+    Raises:
+        TypeError: `budget` is not a `SpendCap`.
+        ValueError: `budget` given with `max_cost_usd` / `max_total_tokens`, or a bad cap.
+    """
+    if budget is None:
+        if max_cost_usd is None and max_total_tokens is None:
+            return None
+        return SharedBudget(max_cost_usd, max_total_tokens)
+    if not isinstance(budget, SpendCap):
+        raise TypeError(f"{owner} budget= must be a gen_agent.SharedBudget or "
+                        f"gen_agent.ray.ClusterBudget, got {type(budget).__name__}")
+    if max_cost_usd is not None or max_total_tokens is not None:
+        raise ValueError(f"{owner} takes budget= or max_cost_usd/max_total_tokens, not both "
+                         "(the budget has its own caps)")
+    return budget
 
 
 def spend_since(now: Spend, before: Spend) -> tuple[dict[str, int], float | None, int]:

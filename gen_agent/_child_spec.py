@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from gen_agent._accounting import own_budget
 from gen_agent._errors import GenAgentError
 from gen_agent._reasons import describe_reason
 from gen_agent._runtime import (
@@ -75,6 +76,7 @@ class SupervisorSpec(msgspec.Struct, frozen=True, kw_only=True):
         strategy, max_restarts, max_seconds: as for `Supervisor`.
         restart: restart type of the nested supervisor (default `"permanent"`).
         shutdown_ms: how long to wait for it to stop, in milliseconds; None = forever.
+        budget: the nested supervisor's spend cap (`Supervisor(budget=)`), or None.
         type: `"supervisor"`.
     """
 
@@ -85,6 +87,7 @@ class SupervisorSpec(msgspec.Struct, frozen=True, kw_only=True):
     max_seconds: float = 5.0
     restart: RestartType = "permanent"
     shutdown_ms: int | None = None
+    budget: Any = None
     type: Literal["supervisor"] = "supervisor"
 
 
@@ -234,14 +237,18 @@ def name_of(backend: Any) -> str:
 def supervisor_spec(children: Iterable[ChildSpec | SupervisorSpec], *, name: Any,
                     strategy: Strategy = "one_for_one", max_restarts: int = 3,
                     max_seconds: float = 5.0, restart: RestartType = "permanent",
-                    shutdown_ms: Any = "infinity") -> SupervisorSpec:
+                    shutdown_ms: Any = "infinity", budget: Any = None) -> SupervisorSpec:
     """Describe a nested `Supervisor` child (a supervisor under a supervisor).
 
     Args: as `Supervisor`, plus `restart` (default `"permanent"`) and `shutdown_ms` (how
     long the parent waits for it to stop, milliseconds or "infinity", the default).
+    `budget`: a spend cap over every agent below it (a `gen_agent.SharedBudget`, or a
+    `gen_agent.ray.ClusterBudget`: the subtrees started on several Ray nodes with it hold one
+    cap; docs/pages/scale-out.md#limits-and-budgets-across-nodes), next to the parents'.
 
     Raises:
         ValueError: an invalid strategy, restart, intensity or `shutdown_ms`.
+        TypeError: `budget` is not a spend cap.
 
     Mirrors: a `type: :supervisor` child spec in OTP.
     """
@@ -250,7 +257,8 @@ def supervisor_spec(children: Iterable[ChildSpec | SupervisorSpec], *, name: Any
     return SupervisorSpec(id=name, children=children, strategy=strategy,
                           max_restarts=max_restarts, max_seconds=max_seconds,
                           restart=restart_type(restart),
-                          shutdown_ms=validate_shutdown(shutdown_ms))
+                          shutdown_ms=validate_shutdown(shutdown_ms),
+                          budget=own_budget("supervisor_spec", budget, None, None))
 
 
 def check_tree_args(children: Sequence[Any], strategy: Any, max_restarts: Any,

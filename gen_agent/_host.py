@@ -62,7 +62,7 @@ from typing import Any
 
 import msgspec
 
-from gen_agent._accounting import SharedBudget
+from gen_agent._accounting import own_budget
 from gen_agent._agent import GenAgent, NoReply
 from gen_agent._errors import AgentDown, AgentNotFound, CallTimeout, TurnError
 from gen_agent._host_aio import AsyncHost
@@ -164,6 +164,10 @@ class AgentHost:
         max_live: the most live agents (int >= 1; None: no bound).
         max_cost_usd (US dollars) / max_total_tokens (tokens): a cap over every agent of the
             host together (`gen_agent.SharedBudget`), next to any per-agent cap.
+        budget: that cap given instead (`self.budget`; not with `max_cost_usd` /
+            `max_total_tokens`): a `gen_agent.SharedBudget` shared with other hosts, or a
+            `gen_agent.ray.ClusterBudget` (one cap for the host on every node of a
+            `gen_agent.ray.RayHost`: docs/pages/scale-out.md#limits-and-budgets-across-nodes).
         replay_turns: finished turns each agent keeps for `attach` (default 1).
         busy: the agents' policy for a request that arrives while a turn runs (`"enqueue"`,
             the default, `"reject"`, `"interrupt"`, `"rollback"`, `"steer"`; see the
@@ -184,7 +188,7 @@ class AgentHost:
     def __init__(self, module: type, *, backend: Any, store: Any = None, name: Any = None,
                  deactivate_after_ms: int | None = None, max_live: int | None = None,
                  max_cost_usd: float | None = None, max_total_tokens: int | None = None,
-                 replay_turns: int = 1, agent_system: AgentSystem | None = None,
+                 budget: Any = None, replay_turns: int = 1, agent_system: AgentSystem | None = None,
                  busy: str = "enqueue", key_limit: Callable[[str], Any] | None = None,
                  **options: Any) -> None:
         clash = [key for key in _NOT_HOST_OPTIONS if key in options]
@@ -199,8 +203,7 @@ class AgentHost:
         self.name = name if name is not None else f"host-{next(_HOST_IDS)}"
         self.deactivate_after_ms = _positive_ms("deactivate_after_ms", deactivate_after_ms)
         self.max_live = max_live
-        self.budget = (None if max_cost_usd is None and max_total_tokens is None
-                       else SharedBudget(max_cost_usd, max_total_tokens))
+        self.budget = own_budget("AgentHost", budget, max_cost_usd, max_total_tokens)
         budgets = tuple(options.pop("budgets", ()) or ())
         if self.budget is not None:
             budgets += (self.budget,)

@@ -36,6 +36,7 @@ import msgspec
 from loguru import logger
 
 from gen_agent import telemetry
+from gen_agent._accounting import own_budget
 from gen_agent._agent_ref import AgentRef
 from gen_agent._child_spec import build_child_spec
 from gen_agent._context import capture_trace_context
@@ -238,7 +239,8 @@ class Pool(PoolDispatchMixin):
             session and a restarted worker resumes it. `max_cost_usd` (US dollars) and
             `max_total_tokens` (tokens) are not given to each worker: they cap the pool as a
             whole (its supervisor's `SharedBudget`); once reached, every worker refuses new
-            tasks with `("budget_exceeded", BudgetExceeded)`.
+            tasks with `("budget_exceeded", BudgetExceeded)`. `budget=` is that cap given
+            instead (`Supervisor(budget=)`: a `gen_agent.ray.ClusterBudget` spans nodes).
 
     Task outcomes: `result(ref)` returns the `Response`, or raises `TurnError` whose reason
     is the turn's own reason, `("overloaded", info)`, `"halted"`, `("worker_down", reason)`
@@ -283,7 +285,8 @@ class Pool(PoolDispatchMixin):
         self._module, self._backend = module, backend
         # The spend caps cover the pool as a whole: its supervisor's shared budget, which
         # every worker (and each restart) checks at dispatch, not a cap per worker.
-        pool_cost, pool_tokens = opts.pop("max_cost_usd", None), opts.pop("max_total_tokens", None)
+        budget = own_budget("Pool", opts.pop("budget", None), opts.pop("max_cost_usd", None),
+                            opts.pop("max_total_tokens", None))
         self._worker_opts = {"shutdown_ms": shutdown_ms, **opts}
         self._indices = itertools.count(0)
         self._cond = threading.Condition()
@@ -305,7 +308,7 @@ class Pool(PoolDispatchMixin):
         self._supervisor = Supervisor(
             specs, strategy="one_for_one", max_restarts=max_restarts, max_seconds=max_seconds,
             name=f"{self.name_prefix}-supervisor", listener=self._on_child_event,
-            system=self._system, max_cost_usd=pool_cost, max_total_tokens=pool_tokens)
+            system=self._system, budget=budget)
         post = self._dispatcher.post
         self._supervisor.on_exit(lambda _s, reason: post(SupervisorDownMsg(reason)))
         self._dispatcher.launch()

@@ -37,7 +37,7 @@ import msgspec
 from loguru import logger
 
 from gen_agent import telemetry
-from gen_agent._accounting import SharedBudget
+from gen_agent._accounting import SpendCap, own_budget
 from gen_agent._child_spec import (
     INTENSITY_REASON,
     ChildEvent,
@@ -182,6 +182,10 @@ class Supervisor:
             this supervisor together, nested supervisors' included (`self.budget`, a
             `gen_agent.SharedBudget`); once reached, their new turns are refused
             with `("budget_exceeded", BudgetExceeded)`. None (default): no shared cap.
+        budget: a spend cap to use as `self.budget` instead (not with `max_cost_usd` /
+            `max_total_tokens`): a `gen_agent.SharedBudget` shared with other trees, or a
+            `gen_agent.ray.ClusterBudget`, so supervisors on several Ray nodes hold one cap
+            (docs/pages/scale-out.md#limits-and-budgets-across-nodes). Default None.
 
     Raises:
         AgentStartError: `("failed_to_start_child", id, reason)` where `reason` is the child's
@@ -208,13 +212,12 @@ class Supervisor:
                  max_seconds: float = 5.0, name: Any = None,
                  listener: Callable[[ChildEvent], Any] | None = None,
                  system: AgentSystem | None = None, max_cost_usd: float | None = None,
-                 max_total_tokens: int | None = None, _nested: bool = False,
-                 _budgets: tuple[SharedBudget, ...] = ()) -> None:
+                 max_total_tokens: int | None = None, budget: SpendCap | None = None,
+                 _nested: bool = False, _budgets: tuple[SpendCap, ...] = ()) -> None:
         specs = tuple(children)
         check_tree_args(specs, strategy, max_restarts, max_seconds)
         # A cap over every agent below (nested supervisors' too): gen_agent._accounting.
-        self.budget = (None if max_cost_usd is None and max_total_tokens is None
-                       else SharedBudget(max_cost_usd, max_total_tokens))
+        self.budget = own_budget("Supervisor", budget, max_cost_usd, max_total_tokens)
         self._budgets = _budgets + ((self.budget,) if self.budget is not None else ())
         self._seq = next(_names)
         self.name = name if name is not None else f"supervisor-{self._seq}"
@@ -461,8 +464,8 @@ class Supervisor:
         if isinstance(spec, SupervisorSpec):
             proc = Supervisor(spec.children, strategy=spec.strategy,
                               max_restarts=spec.max_restarts, max_seconds=spec.max_seconds,
-                              name=spec.id, system=self._system, _nested=True,
-                              _budgets=self._budgets)
+                              name=spec.id, system=self._system, budget=spec.budget,
+                              _nested=True, _budgets=self._budgets)
             ref = proc
         else:
             opts = dict(spec.opts)

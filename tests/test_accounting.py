@@ -99,3 +99,86 @@ def test_the_pure_helpers() -> None:
     assert check_budget(spend, 0.5, None) == BudgetExceeded(limit="cost_usd", maximum=0.5,
                                                             spent=0.5)
     assert check_budget(spend, 1.0, 4) is None
+
+
+class _CountingCap:
+    """A spend cap of its own (not a SharedBudget): the `SpendCap` protocol is all it has."""
+
+    def __init__(self, max_total_tokens: int) -> None:
+        self.max_cost_usd: float | None = None
+        self.max_total_tokens: int | None = max_total_tokens
+        self.spent = Spend()
+        self.charges = 0
+
+    def charge(self, usage: Any, cost_usd: float | None, turns: int) -> None:
+        self.charges += 1
+        self.spent = add_turn(self.spent, dict(usage), cost_usd)
+
+    def exceeded(self) -> BudgetExceeded | None:
+        return check_budget(self.spent, None, self.max_total_tokens)
+
+    def total(self) -> Spend:
+        return self.spent
+
+
+def test_one_budget_given_to_two_supervisors_is_one_cap_over_both() -> None:
+    from gen_agent._supervisor import child_spec, supervisor_spec
+
+    shared = gen_agent.SharedBudget(max_total_tokens=10)
+    backend = MockBackend.with_options(fallback=turn("x", (6, 6), None))
+    left = gen_agent.Supervisor([child_spec(Scripted, name="left", backend=backend)],
+                                budget=shared)
+    right = gen_agent.Supervisor([supervisor_spec(
+        [child_spec(Scripted, name="right", backend=backend)], name="inner", budget=shared)])
+    try:
+        assert left.budget is shared and right.budget is None
+        gen_agent.ask("left", "1", timeout=T)  # 12 tokens: the shared cap of 10 is reached
+        with pytest.raises(TurnError) as refused:
+            gen_agent.ask("right", "2", timeout=T)
+        assert MockBackend.history("right") == []  # refused at dispatch
+    finally:
+        left.stop()
+        right.stop()
+    assert refused.value.reason == ("budget_exceeded",
+                                    BudgetExceeded(limit="tokens", maximum=10, spent=12))
+    assert shared.total().turns == 1
+
+
+def test_a_pool_and_a_host_take_any_spend_cap_as_their_budget() -> None:
+    cap = _CountingCap(max_total_tokens=5)
+    backend = MockBackend.with_options(fallback=turn("x", (3, 3), None))
+    pool = gen_agent.Pool(Scripted, size=2, backend=backend, budget=cap)
+    try:
+        assert pool.supervisor.budget is cap
+        pool.result(pool.submit("q"), timeout=T)
+        with pytest.raises(TurnError) as refused:
+            pool.result(pool.submit("q"), timeout=T)
+    finally:
+        pool.stop()
+    assert refused.value.reason[0] == "budget_exceeded"
+    assert (cap.charges, cap.total().turns) == (1, 1)
+    with gen_agent.AgentHost(Scripted, backend=backend, budget=cap) as host:
+        assert host.budget is cap
+        with pytest.raises(TurnError) as by_host:
+            host.ask("k", "q")
+    assert by_host.value.reason == ("budget_exceeded",
+                                    BudgetExceeded(limit="tokens", maximum=5, spent=6))
+
+
+@pytest.mark.parametrize(("make", "error", "message"), [
+    (lambda: gen_agent.Supervisor([], budget=gen_agent.SharedBudget(1.0), max_cost_usd=2.0),
+     ValueError, "Supervisor takes budget= or max_cost_usd/max_total_tokens, not both"),
+    (lambda: gen_agent.Supervisor([], budget={"max_cost_usd": 1.0}),
+     TypeError, "Supervisor budget= must be a gen_agent.SharedBudget or"),
+    (lambda: gen_agent.supervisor_spec([], name="s", budget=5),
+     TypeError, "supervisor_spec budget= must be"),
+    (lambda: gen_agent.Pool(Scripted, size=1, backend=MockBackend, budget="cap"),
+     TypeError, "Pool budget= must be"),
+    (lambda: gen_agent.AgentHost(Scripted, backend=MockBackend, max_total_tokens=3,
+                                 budget=gen_agent.SharedBudget(max_total_tokens=3)),
+     ValueError, "AgentHost takes budget= or"),
+])
+def test_a_budget_that_is_no_spend_cap_or_comes_with_caps_is_refused(
+        make: Any, error: type[Exception], message: str) -> None:
+    with pytest.raises(error, match=message):
+        make()

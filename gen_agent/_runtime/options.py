@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from gen_agent._accounting import SharedBudget, Spend
+from gen_agent._accounting import SharedBudget, Spend, SpendCap
 from gen_agent._limits import ProviderLimit
 from gen_agent._output import check_output_type
 from gen_agent._request_options import check_busy
@@ -259,12 +259,13 @@ def _check_accounting(values: dict[str, Any]) -> None:
     if tokens is not None and not (_is_int(tokens) and tokens >= 0):
         raise ValueError(f"max_total_tokens must be an int >= 0 (tokens), got {tokens!r}")
     budgets = values["budgets"]
-    if isinstance(budgets, SharedBudget):
+    if isinstance(budgets, SharedBudget) or (
+            not isinstance(budgets, tuple | list) and isinstance(budgets, SpendCap)):
         budgets = (budgets,)
-    if not (isinstance(budgets, tuple | list)
-            and all(isinstance(b, SharedBudget) for b in budgets)):
-        raise ValueError("budgets must be a tuple of gen_agent.SharedBudget, "
-                         f"got {type(budgets).__name__}")
+    if not (isinstance(budgets, tuple | list) and all(
+            isinstance(b, (SharedBudget, SpendCap)) for b in budgets)):
+        raise ValueError("budgets must be a tuple of gen_agent.SharedBudget (or other spend "
+                         f"caps: gen_agent.ray.ClusterBudget), got {type(budgets).__name__}")
     values["budgets"] = tuple(budgets)
     spend = values["spend"]
     if spend is not None and type(spend) is not Spend:

@@ -30,6 +30,7 @@ from ray.exceptions import (
     RayActorError,
 )
 
+from gen_agent._accounting import own_budget
 from gen_agent._errors import AgentDown, AgentNotFound, CallTimeout, RequestError, TurnError
 from gen_agent._portable import from_portable, to_exception
 from gen_agent._response import Response
@@ -289,7 +290,7 @@ def start_node(name: Any, children: Iterable[ChildSpec | SupervisorSpec] = (), *
                node_max_restarts: int = 3, node_max_seconds: float = 60.0,
                namespace: str = DEFAULT_NAMESPACE, max_concurrency: int = 128,
                ray_options: dict[str, Any] | None = None,
-               timeout: float | None = _NODE_READY_TIMEOUT_S) -> Node:
+               timeout: float | None = _NODE_READY_TIMEOUT_S, budget: Any = None) -> Node:
     """Start a node: a Ray actor process hosting an `AgentSystem` and a `Supervisor` of
     `children`, registered in the cluster's directory.
 
@@ -313,6 +314,10 @@ def start_node(name: Any, children: Iterable[ChildSpec | SupervisorSpec] = (), *
             `scheduling_strategy`, `runtime_env`...); `name`, `namespace`, `max_restarts`,
             `max_task_retries` and `max_concurrency` are owned by gen_agent.
         timeout: seconds to wait for the node and its children to start; default 120.
+        budget: a spend cap over every agent of the node (its supervisor's `budget=`, see
+            `gen_agent.Supervisor`): a `ClusterBudget` given to several nodes is one cap over
+            all of them; once reached, their new turns are refused with
+            `("budget_exceeded", BudgetExceeded)`. Default None.
 
     Returns:
         A `Node`. Keeping it is not needed: the node runs until `stop_node`, or until this
@@ -336,13 +341,14 @@ def start_node(name: Any, children: Iterable[ChildSpec | SupervisorSpec] = (), *
         raise ValueError(f"ray_options must not set {sorted(owned & options.keys())}")
     options.setdefault("num_cpus", 0)
     specs = tuple(children)
+    own_budget("start_node", budget, None, None)  # a TypeError here, not on the node
     actor_cls: Any = ray.remote(NodeServer)
     try:
         actor: Any = actor_cls.options(
             name=node_actor_name(name), namespace=namespace, max_restarts=-1,
             max_task_retries=0, max_concurrency=max_concurrency, **options,
         ).remote(name, namespace, specs, strategy, max_restarts, max_seconds,
-                 node_max_restarts, node_max_seconds)
+                 node_max_restarts, node_max_seconds, budget)
     except ActorAlreadyExistsError:
         raise ValueError(f"start_node: a node named {name!r} runs in {namespace!r}") from None
     try:

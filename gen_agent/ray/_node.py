@@ -311,13 +311,14 @@ class NodeServer:
         node_max_restarts: the node-level restart intensity: more than this many process
             restarts within `node_max_seconds` and the node stays down.
         node_max_seconds: the node-level window in seconds.
+        budget: the node supervisor's spend cap (`Supervisor(budget=)`), or None.
 
     Mirrors: an OTP node running an application supervisor.
     """
 
     def __init__(self, node: Any, namespace: str, children: tuple[Any, ...], strategy: Any,
                  max_restarts: int, max_seconds: float, node_max_restarts: int,
-                 node_max_seconds: float) -> None:
+                 node_max_seconds: float, budget: Any = None) -> None:
         self._node = node
         self._namespace = namespace
         self._start_error: Any = None
@@ -360,7 +361,8 @@ class NodeServer:
         try:
             self._supervisor = Supervisor(
                 specs, strategy=strategy, max_restarts=max_restarts, max_seconds=max_seconds,
-                name=f"node:{node}", listener=self._on_child_event, system=self._system)
+                name=f"node:{node}", listener=self._on_child_event, system=self._system,
+                budget=budget)
         except GenAgentError as exc:
             self._start_error = exc
             directory_call(self._directory, "node_down", node, "start_failed", True)
