@@ -146,6 +146,7 @@ class AgentActor(StartupMixin, AdmissionMixin, BusyMixin, DispatchMixin, InputsM
         self._pre_turn_cb: Any = None  # set by on_start (see there)
         self._post_turn_cb: Any = None
         self._send_info: Any = None
+        self._handles_permissions = False  # the agent has handle_tool_permission (on_start)
         self._replies: list[tuple[Any, Any]] = []
         self.log = logger.bind(gen_agent=self.name, gen_agent_module=module.__name__)
         # The agent's running totals (gen_agent._accounting); reset_session keeps them.
