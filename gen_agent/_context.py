@@ -52,19 +52,20 @@ def current_handle() -> Any:
 
 # The caller's trace context, captured at the client call and carried with the request to its
 # turns (which run on other threads). None unless an instrumentation (gen_agent.otel) installed
-# a capture function, so an uninstrumented call pays one global read.
-_capture_trace_context: Any = None
+# a capture function, so an uninstrumented call pays one global read (the runtime reads
+# `trace_capture` itself, without a call).
+trace_capture: Any = None
 
 
 def set_trace_context_capture(capture: Any) -> None:
     """Install `capture()` (returns an opaque context object), or None to stop capturing."""
-    global _capture_trace_context
-    _capture_trace_context = capture
+    global trace_capture
+    trace_capture = capture
 
 
 def capture_trace_context() -> Any:
     """The calling thread's trace context from the installed capture function, else None."""
-    capture = _capture_trace_context
+    capture = trace_capture
     return None if capture is None else capture()
 
 

@@ -211,6 +211,9 @@ class HandlerAlreadyAttached(ValueError):
 
 
 _lock = threading.Lock()
+# Copy-on-write, replaced whole on every attach/detach; a name is a key only while it has at
+# least one handler, so `name in _table` is `attached(name)`: the runtime reads it so, as a
+# module attribute each time (never a bound copy), to skip unattached events without a call.
 _table: dict[EventName, tuple[Handler, ...]] = {}
 _by_id: dict[Any, tuple[Handler, ...]] = {}
 

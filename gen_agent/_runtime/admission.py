@@ -76,7 +76,8 @@ class AdmissionMixin:
         request that cannot have one is queued, and waits first in line)."""
         slot = self.self_chain
         return (self.turn is None and not self.halted and not self.draining
-                and not (type(slot) is Retry and not slot.due) and self.gates.take_permit())
+                and not (type(slot) is Retry and not slot.due)
+                and (self.gates.limit is None or self.gates.take_permit()))
 
     def _on_ask(self, msg: AskMsg) -> None:
         if self.draining:
@@ -85,7 +86,8 @@ class AdmissionMixin:
             return
         request = Request("ask", msg.prompt, ref=msg.ref, reply=msg.reply, caller=msg.caller,
                           options=msg.options)
-        if (refused := self._policy_refusal(request)) is not None:
+        if (request.options.busy is not None  # a policy of its own: may it be used here?
+                and (refused := self._policy_refusal(request)) is not None):
             msg.reply.resolve(("error", refused))
         elif self._can_dispatch_now():
             self._dispatch_and_continue(request, request.prompt, 1)
@@ -103,7 +105,8 @@ class AdmissionMixin:
         request = Request("tell", msg.prompt, ref=msg.ref, recipient=msg.recipient,
                           completion=msg.completion, on_halt=msg.on_halt,
                           stream_to=msg.stream_to, options=msg.options, watch=msg.watch)
-        if (refused := self._policy_refusal(request)) is not None:
+        if (request.options.busy is not None  # a policy of its own: may it be used here?
+                and (refused := self._policy_refusal(request)) is not None):
             msg.reply.resolve(("error", refused))
         elif self._can_dispatch_now():
             # The reply waits for pre_turn and the task start (§2.5); a completion may

@@ -96,7 +96,6 @@ from gen_agent._runtime.work import (
     valid_retry_delay,
 )
 from gen_agent._timers import TIMERS
-from gen_agent.telemetry import attached
 
 _GRACEFUL = ("normal", "shutdown")
 
@@ -148,6 +147,7 @@ class AgentActor(StartupMixin, AdmissionMixin, BusyMixin, DispatchMixin, InputsM
         self._pre_turn_cb: Any = None  # set by on_start (see there)
         self._post_turn_cb: Any = None
         self._send_info: Any = None
+        self._handles_permissions = False  # the agent has handle_tool_permission (on_start)
         self._replies: list[tuple[Any, Any]] = []
         self.log = logger.bind(gen_agent=self.name, gen_agent_module=module.__name__)
         # The agent's running totals (gen_agent._accounting); reset_session keeps them.
@@ -338,7 +338,7 @@ class AgentActor(StartupMixin, AdmissionMixin, BusyMixin, DispatchMixin, InputsM
     def _set_phase(self, phase: Phase) -> None:
         if self.phase is not phase:
             previous, self.phase = self.phase, phase
-            if attached(telemetry.STATE_CHANGED):
+            if telemetry.STATE_CHANGED in telemetry._table:  # attached, without a call
                 self._emit(telemetry.STATE_CHANGED, self._now(),
                            {"from": previous.reported, "to": phase.reported})
 
@@ -407,12 +407,14 @@ class AgentActor(StartupMixin, AdmissionMixin, BusyMixin, DispatchMixin, InputsM
                 self._retire(turn)
                 self._finish_error(turn.checkpoint_error, msg.stream_state, self.session, turn)
                 return
-            session = self._reapply_checkpoint(turn, msg.session)
+            session = (msg.session if turn.checkpoint_id is None
+                       else self._reapply_checkpoint(turn, msg.session))
             output = turn.request.options.output
             self.spend, response, invalid = record.complete(
                 self.spend, response, self.opts.output if output is None else output)
             # the conversation record, before the decision
-            kind = self.durable.turn_ended(turn.task_id, turn.request.ref, session, response)
+            kind = (self.durable.turn_ended(turn.task_id, turn.request.ref, session, response)
+                    if self.durable.active else None)
             if kind is not None:
                 self._retire(turn)
                 self._finish_error(("store_failed", kind), msg.stream_state, session, turn)
@@ -421,7 +423,7 @@ class AgentActor(StartupMixin, AdmissionMixin, BusyMixin, DispatchMixin, InputsM
                 self._retire(turn)
                 self._finish_error(invalid, msg.stream_state, session, turn)
                 return
-            joined = self._settle_steered(turn, _steered_count(response))
+            joined = self._settle_steered(turn, _steered_count(response)) if turn.steered else ()
             if joined:
                 response = msgspec.structs.replace(response,
                                                    joined=tuple(r.ref for r in joined))
@@ -435,8 +437,9 @@ class AgentActor(StartupMixin, AdmissionMixin, BusyMixin, DispatchMixin, InputsM
             self._finish_error(turn.checkpoint_error or msg.reason, self.state, self.session,
                                turn)
         else:
-            session = self._forget_dead_session(msg.reason,
-                                                self._reapply_checkpoint(turn, msg.session))
+            session = self._forget_dead_session(msg.reason, (
+                msg.session if turn.checkpoint_id is None
+                else self._reapply_checkpoint(turn, msg.session)))
             self._retire(turn)
             self._finish_error(turn.checkpoint_error or msg.reason, msg.stream_state, session,
                                turn)
@@ -444,8 +447,11 @@ class AgentActor(StartupMixin, AdmissionMixin, BusyMixin, DispatchMixin, InputsM
     def _retire(self, turn: Turn) -> None:
         self.turn = None
         self.handle.turn_mark = None
-        self.gates.release_permit(turn.capture.usage)
-        self.gates.charge(self.spend)
+        gates = self.gates
+        if gates.permit:
+            gates.release_permit(turn.capture.usage)
+        if gates.capped:
+            gates.charge(self.spend)
 
     def _cancel_task(self, turn: Turn) -> None:
         turn.cancel_event.set()
@@ -496,7 +502,8 @@ class AgentActor(StartupMixin, AdmissionMixin, BusyMixin, DispatchMixin, InputsM
         outcome = ("ok", response)
         self.state = (decision.state if self._post_turn_cb is None
                       else self._post_turn(outcome, request.ref, decision.state))
-        self.durable.save_state(self.impl, self.state)
+        if self.durable.active:
+            self.durable.save_state(self.impl, self.state)
         set_request(None)
         self._deliver(request, outcome)
         for joined in turn.steered:  # busy="steer" requests this turn took: its outcome
@@ -556,7 +563,7 @@ class AgentActor(StartupMixin, AdmissionMixin, BusyMixin, DispatchMixin, InputsM
         elif type(decision) is Halt:
             halt = True
         else:
-            halt = self._drain_pending() if len(self.pending) else False
+            halt = self._drain_pending() if self.pending.items else False
         if halt or (self.halt_pending and not self.draining):
             self._enter_halted()
         self.halt_pending = False

@@ -39,7 +39,6 @@ from gen_agent._runtime.crash import log_exception
 from gen_agent._runtime.work import Request, Retry, deliver_to
 from gen_agent._size import term_size
 from gen_agent._status import InterruptReceipt
-from gen_agent.telemetry import attached
 
 ROLLBACK_UNSUPPORTED = "rollback_unsupported"
 STEERED_JOINED = "steered_joined"  # the terminal data key a steering backend reports
@@ -188,7 +187,7 @@ class BusyMixin:
         """`REQUEST_QUEUED` and the "queued" lifecycle record of a request that joined the
         mailbox (after its `MAILBOX_QUEUED`)."""
         depth = len(self.mailbox)
-        if attached(telemetry.REQUEST_QUEUED):
+        if telemetry.REQUEST_QUEUED in telemetry._table:
             self._emit(telemetry.REQUEST_QUEUED, {"depth": depth},
                        {"ref": request.ref, "origin": request.origin, "ahead": request.ahead})
         self._lifecycle(request, "queued", depth=depth, ahead=request.ahead)

@@ -22,9 +22,10 @@ from typing import Any
 
 import pykka
 
+from gen_agent import _context
 from gen_agent._context import active_system
 from gen_agent._errors import AgentNotFound, CallTimeout, RequestError, TurnError
-from gen_agent._request_options import RequestOptions, check_options, traced
+from gen_agent._request_options import DEFAULT_OPTIONS, RequestOptions, check_options, traced
 from gen_agent._request_ref import RequestRef
 from gen_agent._runtime.handle import AgentHandle
 from gen_agent._runtime.mailbox import (
@@ -155,6 +156,15 @@ def check_recipient(recipient: Any, fn: str, arg: str = "recipient") -> None:
                     f"(e.g. queue.Queue) or a callable, got {type(recipient).__name__}")
 
 
+def request_options(options: Any, fn: str, output: Any) -> RequestOptions:
+    """A request's checked `RequestOptions` (`check_options`), with the caller's trace
+    context when an instrumentation captures one (`traced`). The default request (no
+    options, no output, nothing instrumented) needs neither and calls neither."""
+    opts = (DEFAULT_OPTIONS if options is None and output is None
+            else check_options(options, fn, output))
+    return opts if _context.trace_capture is None else traced(opts)
+
+
 def unwrap(outcome: tuple[str, Any]) -> Any:
     """An `("ok", value)` answer's value; an `("error", reason)` raises `TurnError`."""
     if outcome[0] == "ok":
@@ -175,7 +185,7 @@ def ask(handle: AgentHandle, prompt: Any, timeout: Any, options: RequestOptions 
     """`ask`: a turn whose caller waits for its `Response`."""
     check_prompt(prompt, "ask")
     check_timeout(timeout, "ask")
-    opts = traced(check_options(options, "ask", output))
+    opts = request_options(options, "ask", output)
     ref = RequestRef.new()
     caller = threading.current_thread()
 
@@ -221,7 +231,7 @@ def tell(handle: AgentHandle, prompt: Any, timeout: Any, *, recipient: Any = Non
     fn = "tell_with_completion" if completion else "tell"
     check_prompt(prompt, fn)
     check_timeout(timeout, fn)
-    opts = traced(check_options(options, fn, output))
+    opts = request_options(options, fn, output)
     if on_halt not in ("queue", "fail"):
         raise ValueError(f"on_halt must be 'queue' or 'fail', got {on_halt!r}")
     if completion:

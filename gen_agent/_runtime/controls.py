@@ -12,7 +12,6 @@ import time
 from typing import Any
 
 from gen_agent import telemetry
-from gen_agent._agent import BASE_TOOL_PERMISSION
 from gen_agent._cancel import TurnMark
 from gen_agent._errors import CallTimeout, CheckpointError, GenAgentError
 from gen_agent._permission import (
@@ -29,6 +28,20 @@ from gen_agent._runtime.mailbox import CheckpointMsg, InfoMsg, PermissionMsg
 from gen_agent._runtime.work import Request, Retry, StopAgent, Turn, type_name, valid_session_id
 from gen_agent._status import CurrentTurn, PollResult, RuntimeSnapshot, Status
 from gen_agent.backend import BackendError, ResetError
+
+
+def checkpoint(handle: Any, task_id: int, ref: Any, session_id: str) -> None:
+    """`TurnContext.checkpoint` of the turn `task_id` (bound with `functools.partial` at
+    dispatch, so a turn whose backend never checkpoints pays no call): ask the agent to
+    accept `session_id` (§7.3) from the turn task's thread.
+
+    Raises:
+        CheckpointError: the agent refused it (its reason: "not_current", ...).
+    """
+    result = handle.call(lambda reply: CheckpointMsg(
+        task_id, ref, session_id, threading.get_ident(), reply), None)
+    if result != "ok":
+        raise CheckpointError(result)
 
 
 class ControlsMixin:
@@ -64,17 +77,6 @@ class ControlsMixin:
     _process_next: Any
     _drain_channel: Any
 
-    def _checkpoint_fn(self, turn: Turn) -> Any:
-        handle, task_id, ref = self.handle, turn.task_id, turn.request.ref
-
-        def checkpoint(session_id: str) -> None:
-            result = handle.call(lambda reply: CheckpointMsg(
-                task_id, ref, session_id, threading.get_ident(), reply), None)
-            if result != "ok":
-                raise CheckpointError(result)
-
-        return checkpoint
-
     def _on_checkpoint(self, msg: CheckpointMsg) -> None:
         if self.turn is not None and self.turn.task_id == msg.task_id:
             self._drain_channel(msg.task_id)  # keep stream order: earlier events first
@@ -109,13 +111,11 @@ class ControlsMixin:
 
     # ------------------------------------------------------------------ tool permissions
     def _permission_fn(self, turn: Turn, mark: TurnMark) -> Any:
-        """The `TurnContext.request_permission` behind this turn, or None when the agent
-        defines no `handle_tool_permission` (the provider's own mode applies). Once the
-        turn's `mark` is marked (an interrupt, a stop, the watchdog), a pending or later
-        request is answered `DENY_INTERRUPTED` at once, from the caller's thread."""
-        fn = getattr(type(self.impl), "handle_tool_permission", None)
-        if fn is None or fn is BASE_TOOL_PERMISSION:
-            return None
+        """The `TurnContext.request_permission` behind this turn (called only when the agent
+        defines `handle_tool_permission`, `_handles_permissions`; else the provider's own
+        mode applies). Once the turn's `mark` is marked (an interrupt, a stop, the
+        watchdog), a pending or later request is answered `DENY_INTERRUPTED` at once, from
+        the caller's thread."""
         handle, task_id = self.handle, turn.task_id
 
         def request_permission(request: Any, timeout: float) -> Any:

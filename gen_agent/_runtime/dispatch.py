@@ -5,6 +5,7 @@ turn task with its context (docs/pages/contract.md, "process_next" and "Dispatch
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import msgspec
@@ -17,6 +18,7 @@ from gen_agent._request_options import DEFAULT_OPTIONS, RequestInfo, RequestOpti
 from gen_agent._request_ref import RequestRef
 from gen_agent._runtime import record
 from gen_agent._runtime.capture import Capture, LosslessBudget
+from gen_agent._runtime.controls import checkpoint
 from gen_agent._runtime.crash import log_exception
 from gen_agent._runtime.mailbox import RetryGeneratedMsg
 from gen_agent._runtime.pending import check_admission
@@ -82,8 +84,8 @@ class DispatchMixin:
     _deliver: Any
     _enter_halted: Any
     _set_phase: Any
-    _checkpoint_fn: Any
     _permission_fn: Any
+    _handles_permissions: bool
     _lifecycle: Any
 
     def _dispatch_and_continue(self, request: Request, prompt: str, attempt: int) -> None:
@@ -113,11 +115,11 @@ class DispatchMixin:
             slot = self.self_chain
             if isinstance(slot, Retry) and not slot.due:
                 return  # a delayed retry: nothing else runs before it (§4.21)
-            if slot is None and not len(self.mailbox):
+            if slot is None and not self.mailbox.items:
                 if self.gates.limit is not None:
                     self.gates.drop_permit()
                 return
-            if not self.gates.take_permit():
+            if self.gates.limit is not None and not self.gates.take_permit():
                 return  # it waits for its provider limit, first in the queue (LimitWakeMsg)
             if isinstance(slot, Retry):
                 self.self_chain = None
@@ -126,7 +128,7 @@ class DispatchMixin:
                 self.self_chain = None
                 request = Request("self_chain", slot, options=self._chain_options)
                 outcome = self._dispatch(request, slot, 1)
-            elif len(self.mailbox):
+            elif self.mailbox.items:
                 request = self.mailbox.pop()
                 if request.origin == "ask" and not caller_alive(request.caller):
                     self._caller_gone(request)
@@ -149,8 +151,8 @@ class DispatchMixin:
 
     def _start_turn(self, request: Request, prompt: str, attempt: int) -> str:
         # The spend caps first (gen_agent._accounting): a refused turn runs no callback.
-        over = self.gates.over_budget(self.spend)
-        if over is not None:
+        gates, durable = self.gates, self.durable
+        if gates.capped and (over := gates.over_budget(self.spend)) is not None:
             if request.generated:
                 return self._reject_generated(request, attempt, ("budget_exceeded", over))
             return self._reject_external(request, attempt, ("budget_exceeded", over))
@@ -162,7 +164,8 @@ class DispatchMixin:
         if isinstance(accepted, str):
             return accepted
         final_prompt, self.state = accepted
-        final_prompt = self.durable.prefixed(final_prompt)  # an interrupted turn's, once
+        if durable.active:  # without a store (the null object) there is nothing to write
+            final_prompt = durable.prefixed(final_prompt)  # an interrupted turn's, once
         if request.options.fresh_session and not request.generated and self._session_used:
             failure = self._fresh_session()
             if failure is not None:
@@ -179,12 +182,13 @@ class DispatchMixin:
         options = request.options
         if options.output is None and self.opts.output is not None:
             options = msgspec.structs.replace(options, output=self.opts.output)
-        journal = self.durable.turn_started(request, attempt, options)
+        journal = durable.turn_started(request, attempt, options) if durable.active else None
         carrier = record.started(self._emit, self._turn_meta, turn, prompt, self.state,
                                  backend=self.backend, session=self.session,
                                  session_id=self.handle.session_id,
-                                 queue_depth=len(self.mailbox))
-        self._lifecycle(request, "started", attempt=attempt)
+                                 queue_depth=len(self.mailbox.items))
+        if request.options.lifecycle_to is not None:
+            self._lifecycle(request, "started", attempt=attempt)
         request.queued_at = None
         budget = None
         if self.opts.event_retention == "lossless":
@@ -192,12 +196,14 @@ class DispatchMixin:
                                     self.opts.max_event_bytes_per_turn)
         context = TurnContext(agent=self.name, ref=request.ref, attempt=attempt,
                               cancel_event=turn.cancel_event,
-                              checkpoint=self._checkpoint_fn(turn), options=options,
-                              trace_carrier=carrier,
-                              permission=self._permission_fn(turn, mark),
+                              checkpoint=partial(checkpoint, self.handle, task_id,
+                                                 request.ref),
+                              options=options, trace_carrier=carrier,
+                              permission=(self._permission_fn(turn, mark)
+                                          if self._handles_permissions else None),
                               info=self._send_info, journal=journal)
         self._set_phase(Phase.PROCESSING)
-        self.gates.start_watchdog(turn)
+        gates.start_watchdog(turn)
         mark.deadline = turn.deadline
         self.handle.turn_mark = mark
         thread = start_turn(TurnSpec(turn.channel, self.backend, self.session, final_prompt,

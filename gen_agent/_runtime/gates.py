@@ -8,6 +8,10 @@ the watchdog is one timer per agent, not one per turn: it is left running when a
 and when it fires the agent checks the turn running then against that turn's own deadline,
 arming it again if it is not due yet. So a busy agent schedules about one timer per
 `watchdog_ms`, and a watchdog still fires exactly `watchdog_ms` after its turn started.
+
+Each gate is decided at start and read as an attribute (`capped`, `limit`, `permit`), so the
+actor skips the calls of a gate the agent does not have (by default: no cap, no limit; the
+watchdog is on, 600 s).
 """
 
 from __future__ import annotations
@@ -24,13 +28,14 @@ from gen_agent._timers import TIMERS
 class Gates:
     """The spend caps, provider permit and watchdog of one agent."""
 
-    __slots__ = ("_armed", "_capped", "_charged", "_handle", "_opts", "limit", "permit",
+    __slots__ = ("_armed", "_charged", "_handle", "_opts", "capped", "limit", "permit",
                  "watchdog")
 
     def __init__(self, opts: AgentOptions, handle: Any) -> None:
         self._opts = opts
         self._handle = handle
-        self._capped = (opts.max_cost_usd is not None or opts.max_total_tokens is not None
+        # a spend cap or shared budget: without one, `over_budget` and `charge` do nothing
+        self.capped = (opts.max_cost_usd is not None or opts.max_total_tokens is not None
                         or bool(opts.budgets))
         self._charged: Spend | None = None  # the spend the shared budgets were charged up to
         self.limit = opts.provider_limit  # a shared ProviderLimit, or None
@@ -41,7 +46,7 @@ class Gates:
     # ------------------------------------------------------------------ spend caps
     def over_budget(self, spend: Spend) -> BudgetExceeded | None:
         """The cap `spend` has reached, or None (a turn may run)."""
-        if not self._capped:
+        if not self.capped:
             return None
         if self._charged is None:
             self._charged = spend  # the start: spend restored from a store is not charged

@@ -38,13 +38,18 @@ def check_admission(
     )
 
 
-_NO_ITEMS: Any = ()  # the shared "nothing queued yet" value of BoundedQueue._items
+_NO_ITEMS: Any = ()  # the shared "nothing queued yet" value of BoundedQueue.items
 
 
 class BoundedQueue(Generic[T]):
-    """A FIFO of items, each with a byte size, bounded by `max_count` and `max_bytes`."""
+    """A FIFO of items, each with a byte size, bounded by `max_count` and `max_bytes`.
 
-    __slots__ = ("_items", "bytes", "max_bytes", "max_count", "name")
+    `items` (read-only for callers) holds the queued `(item, size)` pairs, oldest first: the
+    actor tests it for emptiness and length directly (`if queue.items`, `len(queue.items)`),
+    which costs no call on its per-turn path.
+    """
+
+    __slots__ = ("bytes", "items", "max_bytes", "max_count", "name")
 
     def __init__(self, name: QueueName, max_count: int, max_bytes: int) -> None:
         self.name: QueueName = name
@@ -53,23 +58,23 @@ class BoundedQueue(Generic[T]):
         self.bytes = 0
         # Made on the first offer: an empty deque holds a 64-slot block (~760 bytes), and most
         # agents never queue anything (100,000 hibernated agents).
-        self._items: deque[tuple[T, int]] = _NO_ITEMS
+        self.items: deque[tuple[T, int]] = _NO_ITEMS
 
     def __len__(self) -> int:
-        return len(self._items)
+        return len(self.items)
 
     def __iter__(self) -> Iterator[T]:
-        return (item for item, _ in self._items)
+        return (item for item, _ in self.items)
 
     def offer(self, item: T, size: int) -> OverloadInfo | None:
         """Append `item` (of `size` bytes) if it fits; return the overload info if not."""
         info = check_admission(
-            self.name, len(self._items), self.bytes, size, self.max_count, self.max_bytes
+            self.name, len(self.items), self.bytes, size, self.max_count, self.max_bytes
         )
         if info is None:
-            if self._items is _NO_ITEMS:
-                self._items = deque()
-            self._items.append((item, size))
+            if self.items is _NO_ITEMS:
+                self.items = deque()
+            self.items.append((item, size))
             self.bytes += size
         return info
 
@@ -77,53 +82,53 @@ class BoundedQueue(Generic[T]):
         """As `offer`, but insert `item` before every queued item, except the leading run of
         items matching `behind` (those placed ahead earlier keep their order)."""
         info = check_admission(
-            self.name, len(self._items), self.bytes, size, self.max_count, self.max_bytes
+            self.name, len(self.items), self.bytes, size, self.max_count, self.max_bytes
         )
         if info is None:
-            if self._items is _NO_ITEMS:
-                self._items = deque()
+            if self.items is _NO_ITEMS:
+                self.items = deque()
             index = 0
-            for queued, _ in self._items:
+            for queued, _ in self.items:
                 if not behind(queued):
                     break
                 index += 1
-            self._items.insert(index, (item, size))
+            self.items.insert(index, (item, size))
             self.bytes += size
         return info
 
     def pop(self) -> T:
         """Remove and return the oldest item. Raises IndexError when empty."""
-        if not self._items:
+        if not self.items:
             raise IndexError("pop from an empty BoundedQueue")
-        item, size = self._items.popleft()
+        item, size = self.items.popleft()
         self.bytes -= size
         return item
 
     def remove_where(self, predicate: Callable[[T], bool]) -> list[T]:
         """Remove every item matching `predicate`, keeping the others in order; return them."""
-        if not self._items:
+        if not self.items:
             return []
         kept: deque[tuple[T, int]] = deque()
         removed: list[T] = []
-        for item, size in self._items:
+        for item, size in self.items:
             if predicate(item):
                 removed.append(item)
                 self.bytes -= size
             else:
                 kept.append((item, size))
-        self._items = kept
+        self.items = kept
         return removed
 
     def clear(self) -> list[T]:
         """Remove and return every item, oldest first."""
-        items = [item for item, _ in self._items]
-        self._items = _NO_ITEMS
+        items = [item for item, _ in self.items]
+        self.items = _NO_ITEMS
         self.bytes = 0
         return items
 
     def find(self, predicate: Callable[[T], bool]) -> Any:
         """Return the first item matching `predicate`, or None."""
-        for item, _ in self._items:
+        for item, _ in self.items:
             if predicate(item):
                 return item
         return None

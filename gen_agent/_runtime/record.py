@@ -3,9 +3,10 @@ turn's start, stop and error.
 
 Functions of the actor's data, called from its thread; `emit(name, measurements, metadata)`
 is the actor's emitter (it adds the agent's name) and `meta(request, attempt, **extra)` builds
-a turn's metadata. Telemetry that nobody attached is not built (`attached`), so an
-uninstrumented turn pays one check per event. Measurements are numbers only, never content
-(a prompt or response is metadata, for handlers that ask for it).
+a turn's metadata. Telemetry that nobody attached is not built: the check is
+`name in telemetry._table` (what `telemetry.attached` answers, without a call), so an
+uninstrumented turn pays one dict lookup per event. Measurements are numbers only, never
+content (a prompt or response is metadata, for handlers that ask for it).
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from gen_agent._output import InvalidOutput, parse_output
 from gen_agent._reasons import error_type, reason_kind
 from gen_agent._response import Response
 from gen_agent._runtime.capture import tool_calls
-from gen_agent.telemetry import attached
 
 #: The trace carrier of a turn nobody instruments (never written).
 NO_CARRIER: dict[str, str] = {}
@@ -68,11 +68,11 @@ def started(emit: Any, meta: Any, turn: Any, prompt: str, state: Any, *, backend
     """PROMPT_START and TURN_START of a turn that starts now; returns its trace carrier (the
     one every turn shares when nobody listens to TURN_START)."""
     request, attempt = turn.request, turn.attempt
-    if attached(telemetry.PROMPT_START):
+    if telemetry.PROMPT_START in telemetry._table:
         emit(telemetry.PROMPT_START, {"system_time": time.time_ns()}, meta(
             request, attempt, prompt=turn.prompt, original_prompt=prompt,
             rewritten=turn.prompt != prompt, agent_state=state))
-    if not attached(telemetry.TURN_START):
+    if telemetry.TURN_START not in telemetry._table:
         return NO_CARRIER
     carrier: dict[str, str] = {}
     queued_at = request.queued_at
@@ -89,10 +89,10 @@ def started(emit: Any, meta: Any, turn: Any, prompt: str, state: Any, *, backend
 def stopped(emit: Any, meta: Any, turn: Any, response: Response, backend_duration_ms: int,
             stream_state: Any) -> None:
     """PROMPT_STOP and TURN_STOP of a turn that produced `response`."""
-    if attached(telemetry.PROMPT_STOP):
+    if telemetry.PROMPT_STOP in telemetry._table:
         emit(telemetry.PROMPT_STOP, {"duration": backend_duration_ms},
              meta(turn.request, turn.attempt, agent_state=stream_state, response=response))
-    if attached(telemetry.TURN_STOP):
+    if telemetry.TURN_STOP in telemetry._table:
         emit(telemetry.TURN_STOP,
              stop_measurements(elapsed_ms(turn), backend_duration_ms, response),
              meta(turn.request, turn.attempt, model=response.model, provider=response.provider,
@@ -107,7 +107,7 @@ def failed(emit: Any, meta: Any, turn: Any, reason: Any, state: Any, elapsed: in
     request, attempt = turn.request, turn.attempt
     emit(telemetry.PROMPT_ERROR, {"system_time": time.time_ns(), "duration": elapsed},
          meta(request, attempt, reason=reason, agent_state=state))
-    if attached(telemetry.TURN_ERROR):
+    if telemetry.TURN_ERROR in telemetry._table:
         capture = turn.capture
         terminal = capture.terminal.data if capture.terminal is not None else {}
         emit(telemetry.TURN_ERROR, {"duration_ms": elapsed}, meta(

@@ -91,7 +91,7 @@ class DeferredReply:
             CallTimeout: nothing arrived within `timeout` seconds.
             Any exception the actor failed the reply with.
         """
-        wait = wait_s(timeout)  # beyond threading.TIMEOUT_MAX: forever
+        wait = None if timeout is None else wait_s(timeout)  # beyond TIMEOUT_MAX: forever
         if not self._answered.acquire(timeout=-1 if wait is None else wait):
             raise CallTimeout(timeout)
         self._answered.release()  # keep it open for any other waiter

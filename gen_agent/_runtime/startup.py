@@ -55,6 +55,7 @@ class StartupMixin:
     _pre_turn_cb: Any
     _post_turn_cb: Any
     _send_info: Any
+    _handles_permissions: bool
     _info_fn: Any
     _set_phase: Any
     _on_info: Any
@@ -98,6 +99,9 @@ class StartupMixin:
         self._pre_turn_cb = self._overridden("pre_turn", GenAgent.pre_turn)
         self._post_turn_cb = self._overridden("post_turn", GenAgent.post_turn)
         self._send_info = self._info_fn()
+        # decided once: a turn builds its permission function only for an agent that has one
+        handles = getattr(type(self.impl), "handle_tool_permission", None)
+        self._handles_permissions = handles is not None and handles is not BASE_TOOL_PERMISSION
         check = getattr(self.backend, "check_prompt", None)  # refuses prompts at the client
         self.handle.check_prompt = None if check is None else functools.partial(
             check, self.session)
@@ -152,11 +156,9 @@ class StartupMixin:
         prewarm = getattr(self.backend, "prewarm_session", None)
         if prewarm is None or self.phase is Phase.STOPPING:
             return
-        handles = getattr(type(self.impl), "handle_tool_permission", None)
         try:
             prewarm(self.session, info=self._send_info,
-                    handles_permissions=handles is not None and handles is not BASE_TOOL_PERMISSION,
-                    output=self.opts.output)
+                    handles_permissions=self._handles_permissions, output=self.opts.output)
         except Exception as exc:  # noqa: BLE001 - the first turn reports what failed
             log_exception(self.log, "WARNING", "gen_agent prewarm_session failed", exc)
 

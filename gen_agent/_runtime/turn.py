@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -24,7 +25,7 @@ from loguru import logger
 
 from gen_agent._cancel import CancelSignal
 from gen_agent._context import set_current, trace_carrier_activation
-from gen_agent._event import TERMINAL_KINDS, Event, monotonic_ms
+from gen_agent._event import TERMINAL_KINDS, Event
 from gen_agent._runtime.capture import LosslessBudget
 from gen_agent._runtime.mailbox import TurnDoneMsg, TurnWakeMsg
 from gen_agent._size import term_size
@@ -244,12 +245,13 @@ def _run(spec: TurnSpec) -> TurnDoneMsg | None:
     task_id = channel.task_id
     cancel = channel.cancel_event
     state = spec.state
-    started = monotonic_ms()
+    started = time.monotonic_ns() // 1_000_000  # ms, as `_event.monotonic_ms`
 
     def done(kind: str, reason: Any, session: Any) -> TurnDoneMsg | None:
         if cancel.is_set():
             return None
-        return TurnDoneMsg(task_id, kind, reason, session, state, monotonic_ms() - started)
+        return TurnDoneMsg(task_id, kind, reason, session, state,
+                           time.monotonic_ns() // 1_000_000 - started)
 
     try:
         try:

@@ -4,6 +4,7 @@ and small pure helpers of the state machine (docs/pages/contract.md#s4-1)."""
 from __future__ import annotations
 
 import enum
+import time
 from typing import Any, Literal
 
 import pykka
@@ -11,7 +12,6 @@ from loguru import logger
 
 from gen_agent._agent import Halt, NoReply, Prompt
 from gen_agent._cancel import CancelSignal
-from gen_agent._event import monotonic_ms
 from gen_agent._request_options import DEFAULT_OPTIONS, RequestOptions
 from gen_agent._request_ref import RequestRef
 from gen_agent._runtime.capture import Capture
@@ -139,7 +139,7 @@ class Turn:
         self.task_id = task_id
         self.prompt = prompt
         self.capture = capture
-        self.started_at = monotonic_ms()
+        self.started_at = time.monotonic_ns() // 1_000_000  # ms, as `_event.monotonic_ms`
         self.cancel_event = cancel_event
         self.checkpoint_id: str | None = None
         self.checkpoint_error: Any = None
