@@ -413,8 +413,7 @@ class AgentActor(StartupMixin, AdmissionMixin, BusyMixin, DispatchMixin, InputsM
             self.spend, response, invalid = record.complete(
                 self.spend, response, self.opts.output if output is None else output)
             # the conversation record, before the decision
-            kind = (self.durable.turn_ended(turn.task_id, turn.request.ref, session, response)
-                    if self.durable.active else None)
+            kind = self.durable.turn_ended(turn.task_id, turn.request.ref, session, response)
             if kind is not None:
                 self._retire(turn)
                 self._finish_error(("store_failed", kind), msg.stream_state, session, turn)
@@ -502,8 +501,7 @@ class AgentActor(StartupMixin, AdmissionMixin, BusyMixin, DispatchMixin, InputsM
         outcome = ("ok", response)
         self.state = (decision.state if self._post_turn_cb is None
                       else self._post_turn(outcome, request.ref, decision.state))
-        if self.durable.active:
-            self.durable.save_state(self.impl, self.state)
+        self.durable.save_state(self.impl, self.state)
         set_request(None)
         self._deliver(request, outcome)
         for joined in turn.steered:  # busy="steer" requests this turn took: its outcome

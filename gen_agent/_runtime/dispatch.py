@@ -164,8 +164,7 @@ class DispatchMixin:
         if isinstance(accepted, str):
             return accepted
         final_prompt, self.state = accepted
-        if durable.active:  # without a store (the null object) there is nothing to write
-            final_prompt = durable.prefixed(final_prompt)  # an interrupted turn's, once
+        final_prompt = durable.prefixed(final_prompt)  # an interrupted turn's, once
         if request.options.fresh_session and not request.generated and self._session_used:
             failure = self._fresh_session()
             if failure is not None:
@@ -182,7 +181,7 @@ class DispatchMixin:
         options = request.options
         if options.output is None and self.opts.output is not None:
             options = msgspec.structs.replace(options, output=self.opts.output)
-        journal = durable.turn_started(request, attempt, options) if durable.active else None
+        journal = durable.turn_started(request, attempt, options)
         carrier = record.started(self._emit, self._turn_meta, turn, prompt, self.state,
                                  backend=self.backend, session=self.session,
                                  session_id=self.handle.session_id,

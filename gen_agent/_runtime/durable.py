@@ -157,7 +157,6 @@ def flight_of(request: Any, attempt: int, options: Any,
 class Durable(CutRepair):
     """A durable session of one agent: its store, key, lease and write bookkeeping."""
 
-    active = True  # the actor makes the per-turn writes (see `NoDurability`)
 
     def __init__(self, store: Any, key: str, name: Any, backend: Any, log: Any,
                  alive: Any) -> None:
@@ -509,12 +508,9 @@ class Durable(CutRepair):
 
 class NoDurability:
     """The durability of an agent without a store: every write is a no-op, so the agent
-    calls its durability without asking whether it has one (a null object). Where a turn
-    starts and where it succeeds, the per-turn writes (`prefixed`, `turn_started`,
-    `turn_ended`, `save_state`) are skipped on `active` instead (False here), decided at
-    start, so the default turn makes no call for them."""
+    calls its durability at each step without asking whether it has one (a null object;
+    `InProcessRepair` overrides some steps for an agent without a store)."""
 
-    active = False
     resumed = False
     interrupted: InterruptedTurn | None = None
     totals = Totals()
