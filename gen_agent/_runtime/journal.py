@@ -5,8 +5,13 @@ happens, and the at-most-once guard of side-effecting Python tools.
 (`context.journal`). Python tools (the HTTP backends' tool loop, the Claude CLI's in-process
 MCP tools) reach it through `run_calls`: `before` journals `started` *before* the tool runs
 (and may answer the call itself), `after` journals `finished` once it returned. Tools a
-backend runs itself (a CLI's own Bash, Edit...) are journalled by the turn task from their
-`tool_use` / `tool_result` events (`observe`): reported, not guarded. `usage` events keep
+backend runs itself (a CLI's own Bash, Edit..., Codex's commands) are journalled by the turn
+task from their events (`observe`): reported, not guarded. Two shapes are read: Claude's
+(`tool_use` {id, name, input}, then `tool_result` {tool_use_id, content, is_error}) and
+Codex's whole items (`codex.tool_started` when the CLI starts the item, then `tool_use` and
+`tool_result` with the completed item: id, type, command / changes / arguments, output,
+status, exit code; a backend that never reports the start has it journalled from the
+`tool_use`). `usage` events keep
 the in-flight marker's usage current (at most every `USAGE_EVERY_S`, and with every
 journal write).
 
@@ -39,7 +44,7 @@ USAGE_EVERY_S: Final = 0.5
 RESULT_CHARS: Final = 65_536
 """The longest result text the journal keeps (characters); longer ones are cut, marked."""
 
-_JOURNAL_KINDS: Final = frozenset({"tool_use", "tool_result", "usage"})
+_JOURNAL_KINDS: Final = frozenset({"tool_use", "tool_result", "codex.tool_started", "usage"})
 
 
 def canonical(value: Any) -> bytes:
@@ -55,6 +60,53 @@ def bounded(text: str) -> str:
     if len(text) <= RESULT_CHARS:
         return text
     return text[:RESULT_CHARS] + f"…[{len(text) - RESULT_CHARS} characters not journalled]"
+
+
+# A Codex item (`command_execution`, `file_change`, `mcp_tool_call`, `web_search`, or the
+# app-server's camelCase types) is a tool event's whole data: its input and output fields.
+_ITEM_INPUTS: Final = ("command", "changes", "query")
+_ITEM_OUTPUTS: Final = ("aggregated_output", "aggregatedOutput", "output", "result")
+_ITEM_FAILED: Final = frozenset({"failed", "declined"})
+
+
+def _input(data: dict[str, Any]) -> Any:
+    """A tool event's input: Claude's `input`; a Codex item's command, changes or query, an
+    MCP call's server, tool and arguments."""
+    if "input" in data:
+        return data["input"]
+    if "arguments" in data:
+        return {k: data[k] for k in ("server", "tool", "arguments") if k in data}
+    for key in _ITEM_INPUTS:
+        if key in data:
+            return data[key]
+    return None
+
+
+def _output(data: dict[str, Any]) -> str:
+    """A tool result's text: Claude's `content`; a Codex item's output (a command's
+    aggregated output, an MCP call's result), else its error, else its status."""
+    if "content" in data:
+        return _text(data["content"])
+    for key in _ITEM_OUTPUTS:
+        value = data.get(key)
+        if value is not None:
+            return _text(value)
+    for key in ("error", "status"):
+        value = data.get(key)
+        if value is not None:
+            return _text(value)
+    return ""
+
+
+def _failed(data: dict[str, Any]) -> bool:
+    """Whether a tool result is an error: Claude's `is_error`; a Codex item that failed or
+    was declined, a command with a non-zero exit code, an MCP call with an error."""
+    if "is_error" in data or "tool_use_id" in data:
+        return bool(data.get("is_error"))
+    if data.get("status") in _ITEM_FAILED or data.get("error") is not None:
+        return True
+    code = data.get("exit_code", data.get("exitCode"))
+    return isinstance(code, int) and not isinstance(code, bool) and code != 0
 
 
 def _text(content: Any) -> str:
@@ -195,8 +247,8 @@ class TurnJournal:
             if time.monotonic() - self._usage_at >= USAGE_EVERY_S:
                 self._write_marker()
             return
-        if kind == "tool_use":
-            name = data.get("name")
+        if kind != "tool_result":  # tool_use, codex.tool_started: the call started
+            name = data.get("name", data.get("type"))
             call_id = data.get("id")
             if not isinstance(name, str) or not isinstance(call_id, str):
                 return
@@ -206,19 +258,19 @@ class TurnJournal:
                 if call_id in self.entries:
                     return
                 entry = ToolCallEntry(ref=self.ref, call_id=call_id, tool=name,
-                                      input=data.get("input"), started_at=time.time(),
+                                      input=_input(data), started_at=time.time(),
                                       source="event")
                 self.entries[call_id] = entry
             self._write(entry, sync=False)
             return
-        call_id = data.get("tool_use_id")
+        call_id = data.get("tool_use_id", data.get("id"))
         with self._lock:
             started = self.entries.get(call_id) if isinstance(call_id, str) else None
             if started is None or started.source != "event" or started.finished_at is not None:
                 return
             entry = msgspec.structs.replace(
-                started, finished_at=time.time(), result=bounded(_text(data.get("content"))),
-                is_error=bool(data.get("is_error")))
+                started, finished_at=time.time(), result=bounded(_output(data)),
+                is_error=_failed(data))
             self.entries[started.call_id] = entry
         self._write(entry, sync=False)
 

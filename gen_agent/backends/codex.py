@@ -18,8 +18,11 @@ Two layers:
 Normalization (what each line becomes):
 
 - `thread.started` → no event; its `thread_id` is checkpointed and becomes `session_id`;
-- `turn.started` → nothing; `item.started`, `item.updated` → nothing, but for a `todo_list`
-  (its progress) → `codex.item` with the whole item;
+- `turn.started` → nothing; `item.started` of a `command_execution`, `file_change`,
+  `mcp_tool_call` or `web_search` → `codex.tool_started` with the whole item (what the tool
+  journal of an agent with a store records as the call's start:
+  docs/pages/durable-sessions.md); `item.started`, `item.updated` of other items → nothing,
+  but for a `todo_list` (its progress) → `codex.item` with the whole item;
 - an item's type is its `type`, else the older `item_type` (`assistant_message` is the older
   name of `agent_message`);
 - `item.completed` with an `agent_message` → `text` {text, message_boundary: True, item_id};

@@ -105,9 +105,12 @@ def test_real_text_turn_normalizes_field_by_field() -> None:
 def test_real_tool_turn_reports_the_command_as_tool_use_and_tool_result() -> None:
     events = fixture_events("tool_turn")
 
-    assert kinds(events) == ["codex.item", "tool_use", "tool_result", "text", "usage", "result"]
-    call, outcome = events[1].data, events[2].data
+    assert kinds(events) == [
+        "codex.item", "codex.tool_started", "tool_use", "tool_result", "text", "usage", "result",
+    ]  # fmt: skip
+    start, call, outcome = events[1].data, events[2].data, events[3].data
     assert call == outcome
+    assert start == {**call, "aggregated_output": "", "exit_code": None, "status": "in_progress"}
     assert call == {
         "id": "item_1",
         "type": "command_execution",
@@ -214,6 +217,8 @@ def test_translator_keeps_unknown_shapes_as_non_terminal_events() -> None:
     odd_message = {"type": "item.completed", "item": {"type": "agent_message", "text": 3}}
     assert translator.translate(odd_message)[0].kind == "codex.item"
     assert translator.translate({"type": "item.started", "item": {}}) == []
+    assert translator.translate({"type": "item.started", "item": {"type": "reasoning"}}) == []
+    assert translator.translate({"type": "item.updated", "item": {"type": "file_change"}}) == []
     assert translator.unparsed(b"x" * 2000).data == {"size_bytes": 2000, "line": "x" * 1024}
     assert not translator.finished
 
@@ -255,6 +260,12 @@ def test_item_types_map_to_event_kinds(item_type: str, expected: list[str]) -> N
     events = CodexStreamTranslator().translate({"type": "item.completed", "item": item})
     assert kinds(events) == expected
     assert all(event.data == item for event in events)
+    running = {**item, "status": "in_progress"}
+    started = CodexStreamTranslator().translate({"type": "item.started", "item": running})
+    tool = expected == ["tool_use", "tool_result"]  # the items run by the CLI itself
+    assert kinds(started) == (["codex.tool_started"] if tool else
+                              ["codex.item"] if item_type == "todo_list" else [])
+    assert all(event.data == running for event in started)
 
 
 def test_end_of_stream_without_notification_is_no_result_with_exit_code_and_stderr() -> None:
@@ -393,8 +404,8 @@ def test_a_rich_turn_keeps_every_item_in_order(fake_codex: FakeCodex) -> None:
     events, _, _ = run_turn(CodexCLI, session, "do things")
 
     assert kinds(events) == [
-        "codex.item", "tool_use", "tool_result", "text", "tool_use", "tool_result", "text",
-        "usage", "result",
+        "codex.item", "codex.tool_started", "tool_use", "tool_result", "text", "tool_use",
+        "tool_result", "text", "usage", "result",
     ]  # fmt: skip
     response = response_of(events)
     assert response.text == "Ran it.\n\nSecond message."

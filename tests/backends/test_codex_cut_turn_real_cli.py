@@ -8,12 +8,15 @@ Measured on 0.171.0 (the table in docs/pages/durable-sessions.md): the thread ke
 message, the finished call with its output, and the running call with the output "aborted"
 (though it ran: the file exists); an app-server interrupt adds "aborted by user" and a
 `<turn_aborted>` user message. A CLI upgrade that changes this fails here. The agent asking
-for `interrupted_preamble` gets only what the thread lacks (`CodexCLI.keeps_cut_turn`).
+for `interrupted_preamble` gets only what the thread lacks (`CodexCLI.keeps_cut_turn`): the
+cut command, journalled from the CLI's events (with the finished one: the `InterruptedTurn`
+lists both), as in doubt.
 Skipped where the CLI is absent (helpers shared with test_codex_real_cli.py)."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import time
@@ -27,7 +30,7 @@ from store.test_crash import Child
 
 import gen_agent
 from gen_agent.backends.codex import CodexCLI
-from gen_agent.store import MemoryStore
+from gen_agent.store import OUTCOME_UNKNOWN, MemoryStore, SQLiteStore
 from gen_agent.testing._helpers import child_processes
 from gen_agent.testing._model_server import Reply, ScriptedModelServer
 
@@ -69,6 +72,16 @@ def _script(server: ScriptedModelServer, marker: Path) -> None:
 def _wait_for_the_running_command(server: ScriptedModelServer, marker: Path) -> None:
     server.wait_model_requests(3, timeout=WAIT_S)
     assert wait_until(marker.exists, WAIT_S)  # the second command is running
+
+
+def _wait_for_the_journal(db: Path) -> None:
+    """Until the running command is journalled as started (the CLI reported the item)."""
+    store = SQLiteStore(db)
+    try:
+        assert wait_until(lambda: any(e.finished_at is None for e in store.journal("codex")),
+                          WAIT_S), store.journal("codex")
+    finally:
+        store.close()
 
 
 def _cut_turn(body: dict[str, Any]) -> list[tuple[str, ...]]:
@@ -122,19 +135,31 @@ def test_a_killed_turn_resumes_with_what_the_thread_kept_and_the_preamble(
     assert first.line()["resumed"] is False
     assert first.line()["text"] == "first answer"
     _wait_for_the_running_command(server, marker)
+    _wait_for_the_journal(tmp_path / "s.db")
     _kill_cli_then_host(first)
 
     lines = Child({**config, "prompts": ["third question"]}).finish()
     info = next(line["info"] for line in lines if "info" in line)
     assert (info["prompt"], info["phase"]) == ("second question", "turn")
+    # The CLI's commands, journalled from its events: the echo finished, the cut one in doubt.
+    tool = "command_execution" if mode == "exec" else "commandExecution"
+    [done] = info["finished"]
+    assert (done["tool"], done["source"], done["is_error"]) == (tool, "event", False)
+    assert "echo tool-ran" in done["input"] and done["result"].strip() == "tool-ran"
+    [cut] = info["in_doubt"]
+    assert (cut["tool"], cut["source"], cut["result"]) == (tool, "event", None)
+    assert f"touch {marker} && sleep 30" in cut["input"]
     assert [line["text"] for line in lines if "text" in line] == ["third answer"]
     requests = server.model_requests()
     assert len(requests) == 4  # nothing of the cut turn was asked again
     items = _cut_turn(requests[3].body)
     _check_the_finished_call(items)
-    # The running call gets the CLI's stand-in output, though the command ran.
+    # The running call gets the CLI's stand-in output, though the command ran; the preamble
+    # lists it, journalled in doubt, with the "outcome unknown" text.
+    listed = (f"{PREAMBLE[:-1]}\nTool calls made in that turn:\n- {tool} "
+              f"{json.dumps(cut['input'])} -> {OUTCOME_UNKNOWN}]")
     assert items[4:] == [("output", "call_cut", "aborted"),
-                         ("user", f"{PREAMBLE}\n\nthird question")]
+                         ("user", f"{listed}\n\nthird question")]
     assert marker.exists()
 
 

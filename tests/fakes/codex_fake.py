@@ -116,6 +116,37 @@ def rich_turn(argv: list[str]) -> None:
     write(message("Second message.", "item_5") + completed())
 
 
+def commands_then_hang(argv: list[str]) -> None:
+    """A command that prints, one that fails (exit 1), a file change reported only once
+    done, an MCP call, then a command still running: the CLI hangs in it until killed."""
+    def command(item_id: str, cmd: str, output: str | None, code: int | None) -> dict:
+        status = "in_progress" if code is None else "completed" if code == 0 else "failed"
+        return {"id": item_id, "type": "command_execution", "command": cmd,
+                "aggregated_output": output or "", "exit_code": code, "status": status}
+
+    def run_item(done: dict) -> bytes:
+        start = {**done, "status": "in_progress"}
+        for key in ("aggregated_output", "exit_code", "result"):
+            if key in done:
+                start[key] = "" if key == "aggregated_output" else None
+        return (line({"type": "item.started", "item": start})
+                + line({"type": "item.completed", "item": done}))
+
+    change = {"id": "item_3", "type": "file_change",
+              "changes": [{"path": "a.txt", "kind": "add"}], "status": "completed"}
+    mcp = {"id": "item_4", "type": "mcp_tool_call", "server": "docs", "tool": "search",
+           "arguments": {"q": "refund"}, "result": {"content": [{"type": "text", "text":
+           "found"}]}, "error": None, "status": "completed"}
+    write(started(thread_id(argv)))
+    write(run_item(command("item_1", "/bin/bash -lc 'echo tool-ran'", "tool-ran\n", 0)))
+    write(run_item(command("item_2", "/bin/bash -lc 'false'", "boom\n", 1)))
+    write(line({"type": "item.completed", "item": change}))
+    write(run_item(mcp))
+    running = command("item_5", "/bin/bash -lc 'sleep 30'", None, None)
+    write(line({"type": "item.started", "item": running}))
+    hang()
+
+
 def split_line(argv: list[str]) -> None:
     data = started(thread_id(argv)) + message("split across reads") + completed()
     cut = len(started(thread_id(argv))) + 30
@@ -314,6 +345,7 @@ SCENARIOS = {
     "echo": echo,
     "plain_then_exit": plain_then_exit,
     "rich_turn": rich_turn,
+    "commands_then_hang": commands_then_hang,
     "schema_echo": schema_echo,
     "split_line": split_line,
     "utf8_split": utf8_split,

@@ -11,7 +11,8 @@ server answers `{"id", "result"}` or `{"id", "error"}`, sends notifications `{"m
 - a turn: `turn/start` {threadId, input: [{type: "text", text}], outputSchema?} (result:
   `turn.id`; `outputSchema` is the JSON schema of a structured reply, which the CLI sends
   as the Responses API's strict `text.format`), then notifications until `turn/completed`
-  {turn: {id, status, error}}: `item/completed` items (`agentMessage` text,
+  {turn: {id, status, error}}: `item/started` of a tool (`codex.tool_started`, the whole
+  item: the tool journal's `started`), `item/completed` items (`agentMessage` text,
   `commandExecution` / `fileChange` / `mcpToolCall` tools), `thread/tokenUsage/updated`
   {tokenUsage: {last, total}} after every model request: `last` is that request's usage
   and `total` the thread's (real CLI 0.171: a turn of two requests, 12/5 and 30/3 tokens,
@@ -604,6 +605,10 @@ def _events(slot: AppSlot, process: _AppProcess, lines: _Lines, context: TurnCon
                     if event.kind == "text":
                         text.add(event.data)
                     yield event
+            elif method == "item/started":
+                started = params.get("item")
+                if isinstance(started, dict) and started.get("type") in _TOOL_ITEMS:
+                    yield Event("codex.tool_started", dict(started), monotonic_ms())
             elif method == "thread/tokenUsage/updated":
                 token_usage = _dict(params.get("tokenUsage"))
                 last, total = _usage(_dict(token_usage.get("last"))), _usage(

@@ -142,12 +142,20 @@ class CodexStreamTranslator(LineTranslator):
         return []
 
     def _item_progress(self, line: dict[str, Any]) -> list[Event]:
-        # item.started / item.updated: ignored (the completed item carries everything, §7.6)
-        # but for a to-do list, which reports its progress only this way.
+        # item.updated: ignored (the completed item carries everything, §7.6) but for a
+        # to-do list, which reports its progress only this way.
         item = line.get("item")
         if isinstance(item, dict) and _item_type(item) == "todo_list":
             return [Event("codex.item", dict(item), monotonic_ns() // 1_000_000)]
         return []
+
+    def _item_started(self, line: dict[str, Any]) -> list[Event]:
+        # item.started: a tool's start is `codex.tool_started` (the tool journal's `started`;
+        # its tool_use / tool_result still come with the completed item, §7.6).
+        item = line.get("item")
+        if isinstance(item, dict) and _item_type(item) in _TOOL_ITEMS:
+            return [Event("codex.tool_started", dict(item), monotonic_ns() // 1_000_000)]
+        return self._item_progress(line)
 
     def _item_completed(self, line: dict[str, Any]) -> list[Event]:
         item = line.get("item")
@@ -241,7 +249,7 @@ def _item_type(item: dict[str, Any]) -> Any:
 _HANDLERS: Final = {
     "thread.started": CodexStreamTranslator._thread_started,
     "turn.started": CodexStreamTranslator._nothing,
-    "item.started": CodexStreamTranslator._item_progress,
+    "item.started": CodexStreamTranslator._item_started,
     "item.updated": CodexStreamTranslator._item_progress,
     "item.completed": CodexStreamTranslator._item_completed,
     "error": CodexStreamTranslator._notification,
