@@ -55,7 +55,6 @@ import select
 import socket
 import sys
 import threading
-import time
 import weakref
 from collections.abc import Callable, Iterator
 from types import ModuleType
@@ -403,29 +402,25 @@ def _read_when_readable(stream: Any, sock: socket.socket) -> None:
     """Make the HTTP core's `stream.read(max_bytes, timeout)` wait until `sock` is readable
     before reading. A socket's `recv(max_bytes)` allocates its `max_bytes` buffer (64 KiB in
     the HTTP core) before it blocks, so every turn waiting for the model's next bytes held
-    one: 64 MiB at 1,000 turns in flight. Waiting first (`poll`, within the same timeout)
+    one: 64 MiB at 1,000 turns in flight. Waiting first (`poll`, for the read's timeout)
     means the buffer exists only while data is copied into it. A read that finds the socket
     shut down (`cancel()`) or closed reads as before (end of stream, or the core's error)."""
     if not callable(getattr(stream, "read", None)) or "read" in getattr(stream, "__dict__", ()):
         return
     core_read = weakref.WeakMethod(stream.read)  # weak: no cycle through the stream
     pending = getattr(sock, "pending", None)  # TLS: bytes already decrypted, no wait
+    fd = sock.fileno()
+    poller = select.poll()  # one per connection; the fd is checked open before each wait
+    poller.register(fd, _READABLE)
 
     def read_when_readable(max_bytes: int, timeout: float | None = None) -> bytes:
         read = core_read()
         assert read is not None  # called through the stream, so it is alive
-        if pending is None or not pending():
-            fd = sock.fileno()
-            if fd >= 0:
-                poller = select.poll()
-                poller.register(fd, _READABLE)
-                started = time.monotonic()
-                with contextlib.suppress(InterruptedError):
-                    if not poller.poll(None if timeout is None else timeout * 1000.0):
-                        # Not readable in time: the read below times out as it did before.
-                        return read(max_bytes, 1e-3)
-                if timeout is not None:
-                    timeout = max(1e-3, timeout - (time.monotonic() - started))
+        if sock.fileno() == fd and (pending is None or not pending()):
+            with contextlib.suppress(InterruptedError):
+                if not poller.poll(None if timeout is None else timeout * 1000.0):
+                    # Silent for `timeout`: the read below times out as it did before.
+                    return read(max_bytes, 1e-3)
         return read(max_bytes, timeout)
 
     with contextlib.suppress(AttributeError, TypeError):
