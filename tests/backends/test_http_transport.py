@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import sys
 import threading
 import time
 import tracemalloc
@@ -124,6 +125,38 @@ def test_your_own_client_is_used_cancellable_and_never_closed(
     provider.backend.terminate_session(session)
     assert own.is_closed() is False  # the caller's to close
     own.close()
+
+
+def _blocked_reading(thread: threading.Thread) -> bool:
+    # The innermost Python frame of `thread` is a network read (blocked in C under it).
+    frame = sys._current_frames().get(thread.ident or -1)
+    return frame is not None and frame.f_code.co_name in {"read", "read_when_readable"} and (
+        "httpcore" in frame.f_code.co_filename or "transport.py" in frame.f_code.co_filename)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS, ids=repr)
+def test_a_turn_waiting_for_the_model_holds_no_read_buffer(
+        server: RawServer, provider: Provider) -> None:
+    # `recv(64 KiB)` allocates its buffer before it blocks: 3,000 waiting turns held 192 MiB.
+    session = provider.backend.start_session(provider.opts(server.url))
+    held = provider.reply("never")
+    server.enqueue([held[0], held[1], Hold()])
+    tracemalloc.start()
+    try:
+        stream, session = provider.backend.prompt(session, "wait", TurnRecorder().context)
+        thread, seen = read_in_thread(stream)
+        assert wait_until(lambda: _blocked_reading(thread), WAIT_S)
+        reads = tracemalloc.take_snapshot().filter_traces(
+            [tracemalloc.Filter(True, "*httpcore*/_backends/*")])
+        largest = max((trace.size for trace in reads.traces), default=0)
+    finally:
+        tracemalloc.stop()
+        provider.backend.cancel(session)
+        thread.join(WAIT_S)
+    assert not thread.is_alive()
+    assert seen[-1].kind == "error" and seen[-1].data["reason"].kind == "cancelled"
+    assert largest < 64 * 1024, largest  # no block the size of the read buffer
+    provider.backend.terminate_session(session)
 
 
 # -- the parked body's drain, and kept connections -----------------------------------------

@@ -51,6 +51,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import queue
+import select
 import socket
 import sys
 import threading
@@ -75,6 +76,8 @@ __all__ = [
 ]
 
 _CONNECT_DONE: Final = "connect_tcp.complete"
+_TLS_DONE: Final = "start_tls.complete"
+_READABLE: Final = select.POLLIN | select.POLLPRI | select.POLLERR | select.POLLHUP
 
 DRAIN_LIMIT_S: Final = 1.0
 """How long the next turn reads a finished turn's body to its end before giving the
@@ -376,18 +379,52 @@ class Transport:
         self.status = response.status_code
 
     def _trace(self, name: str, info: dict[str, Any]) -> None:
-        if not name.endswith(_CONNECT_DONE):
+        tls = name.endswith(_TLS_DONE)
+        if not tls and not name.endswith(_CONNECT_DONE):
             return
-        self._connected = True
         stream = info.get("return_value")
         get_extra_info = getattr(stream, "get_extra_info", None)
         sock = get_extra_info("socket") if callable(get_extra_info) else None
+        if isinstance(sock, socket.socket):
+            _read_when_readable(stream, sock)
+        if tls:
+            return
+        self._connected = True
         if isinstance(sock, socket.socket):
             with self._lock:
                 self._sockets.add(sock)
                 cancelled = self._closed or self._cancelled_turn == self._turn
             if cancelled:
                 _shut(sock)
+
+
+def _read_when_readable(stream: Any, sock: socket.socket) -> None:
+    """Make the HTTP core's `stream.read(max_bytes, timeout)` wait until `sock` is readable
+    before reading. A socket's `recv(max_bytes)` allocates its `max_bytes` buffer (64 KiB in
+    the HTTP core) before it blocks, so every turn waiting for the model's next bytes held
+    one: 64 MiB at 1,000 turns in flight. Waiting first (`poll`, for the read's timeout)
+    means the buffer exists only while data is copied into it. A read that finds the socket
+    shut down (`cancel()`) or closed reads as before (end of stream, or the core's error)."""
+    if not callable(getattr(stream, "read", None)) or "read" in getattr(stream, "__dict__", ()):
+        return
+    core_read = weakref.WeakMethod(stream.read)  # weak: no cycle through the stream
+    pending = getattr(sock, "pending", None)  # TLS: bytes already decrypted, no wait
+    fd = sock.fileno()
+    poller = select.poll()  # one per connection; the fd is checked open before each wait
+    poller.register(fd, _READABLE)
+
+    def read_when_readable(max_bytes: int, timeout: float | None = None) -> bytes:
+        read = core_read()
+        assert read is not None  # called through the stream, so it is alive
+        if sock.fileno() == fd and (pending is None or not pending()):
+            with contextlib.suppress(InterruptedError):
+                if not poller.poll(None if timeout is None else timeout * 1000.0):
+                    # Silent for `timeout`: the read below times out as it did before.
+                    return read(max_bytes, 1e-3)
+        return read(max_bytes, timeout)
+
+    with contextlib.suppress(AttributeError, TypeError):
+        stream.read = read_when_readable
 
 
 class _Drainer:
