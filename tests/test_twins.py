@@ -157,12 +157,15 @@ def _blocked_agent() -> tuple[AgentRef, threading.Event]:
 
 
 REF_ADAPTER = "ref"
+# The interrupts first: queued behind the blocked callback, they reach an agent with no turn
+# running (queued after the ask, `interrupt_receipt` would cut its turn when the agent gets to
+# it before the turn task reaches the backend, and the ask's prompt would never be sent).
 TIMEOUT_CALLS: list[tuple[str, tuple[Any, ...]]] = [
+    ("interrupt_request", (RequestRef.new(),)), ("cancel_request", (RequestRef.new(),)),
+    ("interrupt_receipt", ()),
     ("ask", ("hi",)), ("tell", ("hi",)), ("tell_with_completion", ("hi", queue.SimpleQueue())),
     ("poll", (RequestRef.new(),)), ("notify_ack", ("event",)), ("status", ()),
     ("runtime_snapshot", ()), ("backend_session", ()), ("reset_session", ()),
-    ("interrupt_request", (RequestRef.new(),)), ("cancel_request", (RequestRef.new(),)),
-    ("interrupt_receipt", ()),
 ]
 
 

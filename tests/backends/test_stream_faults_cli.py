@@ -169,7 +169,8 @@ def test_codex_older_item_shapes_are_read_and_unreadable_items_visible(
     assert response.text == "Found 2."
     assert [e.kind for e in response.events] == [
         "codex.item",  # reasoning (item_type)
-        "tool_use", "tool_result",  # the mcp_tool_call, once completed
+        "codex.tool_started",  # the mcp_tool_call, started (for the tool journal)
+        "tool_use", "tool_result",  # the same call, once completed
         "codex.item", "codex.item",  # the to-do list, started and updated
         "codex.item",  # an item without a type: visible, not dropped
         "text", "usage", "result",
@@ -178,7 +179,7 @@ def test_codex_older_item_shapes_are_read_and_unreadable_items_visible(
     assert items[0]["item_type"] == "reasoning"
     assert items[1]["items"][0] == {"text": "look", "completed": True}
     assert items[3] == {"id": "item_3", "payload": [1]}
-    assert response.events[1].data["tool"] == "search_issues"
+    assert response.events[2].data["tool"] == "search_issues"
     assert agent.ask("again", timeout=WAIT_S).text == "you said: again"
     gen_agent.stop("codex-old")
 
