@@ -491,12 +491,10 @@ def test_openai_with_server_state_gets_the_cut_turn_as_input_items(server: Any) 
     assert items[-1] == {"role": "user", "content": "what happened?"}
 
 
-def test_a_cli_agent_may_ask_for_the_cut_turn_as_a_preamble() -> None:
-    store = MemoryStore()
-    entered, release = threading.Event(), threading.Event()
-    seen: list[str] = []
 
-    def bash_then_hang(prompt: str) -> Any:
+def _bash_then_hang(entered: threading.Event, release: threading.Event) -> Any:
+    """A mock script: one finished Bash call, then one that hangs (in doubt when cut)."""
+    def script(prompt: str) -> Any:
         yield gen_agent.Event.new("tool_use", {"id": "b1", "name": "Bash",
                                                "input": {"command": "ls"}})
         yield gen_agent.Event.new("tool_result", {"tool_use_id": "b1", "content": "a.txt"})
@@ -505,10 +503,22 @@ def test_a_cli_agent_may_ask_for_the_cut_turn_as_a_preamble() -> None:
         entered.set()
         release.wait(10)
         yield from text_turn("late")
+    return script
 
-    def record(prompt: str) -> Any:
+
+def _recording(seen: list[str]) -> Any:
+    """A mock script that records each prompt it is sent and answers "ok"."""
+    def script(prompt: str) -> Any:
         seen.append(prompt)
         return text_turn("ok")
+    return script
+
+
+def test_a_cli_agent_may_ask_for_the_cut_turn_as_a_preamble() -> None:
+    store = MemoryStore()
+    entered, release = threading.Event(), threading.Event()
+    seen: list[str] = []
+    bash_then_hang, record = _bash_then_hang(entered, release), _recording(seen)
 
     class Told(Recorder):
         interrupted_preamble = True
@@ -545,20 +555,7 @@ def test_the_preamble_leaves_out_what_the_backends_transcript_kept(stored_turn: 
     store = MemoryStore()
     entered, release = threading.Event(), threading.Event()
     seen: list[str] = []
-
-    def bash_then_hang(prompt: str) -> Any:
-        yield gen_agent.Event.new("tool_use", {"id": "b1", "name": "Bash",
-                                               "input": {"command": "ls"}})
-        yield gen_agent.Event.new("tool_result", {"tool_use_id": "b1", "content": "a.txt"})
-        yield gen_agent.Event.new("tool_use", {"id": "b2", "name": "Bash",
-                                               "input": {"command": "rm a.txt"}})
-        entered.set()
-        release.wait(10)
-        yield from text_turn("late")
-
-    def record(prompt: str) -> Any:
-        seen.append(prompt)
-        return text_turn("ok")
+    bash_then_hang, record = _bash_then_hang(entered, release), _recording(seen)
 
     class Told(Recorder):
         interrupted_preamble = True
