@@ -26,6 +26,7 @@ from gen_agent._runtime.repair import (
     CUT_REASONS,
     MemoryJournal,
     cut_session,
+    end_session,
     kept_of,
     preamble,
     repaired,
@@ -156,7 +157,6 @@ def flight_of(request: Any, attempt: int, options: Any,
 
 class Durable(CutRepair):
     """A durable session of one agent: its store, key, lease and write bookkeeping."""
-
 
     def __init__(self, store: Any, key: str, name: Any, backend: Any, log: Any,
                  alive: Any) -> None:
@@ -289,13 +289,7 @@ class Durable(CutRepair):
         except Exception:  # noqa: BLE001 - no record to repair: start as without one
             return None
         finally:
-            terminate = getattr(self.backend, "terminate_session", None)
-            if terminate is not None:
-                try:
-                    terminate(session)
-                except Exception as exc:  # noqa: BLE001 - reported; the start goes on
-                    self.log.warning("gen_agent terminate_session raised {}",
-                                     type(exc).__name__)
+            end_session(self.backend, session, self.log)
 
     def _repaired(self, conversation: Any) -> Any:
         """`repair.repaired` of the interrupted turn, in this agent's wording."""

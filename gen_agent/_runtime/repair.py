@@ -11,6 +11,7 @@ in-process cut (an interrupt, the watchdog) of an agent that opts in.
   `repair_interrupted_turns = True` (`Durable.cut_short`): the repaired history through the
   backend's `export_session` / `restore_session` (the resume path's code), else the
   preamble for the next prompt.
+- `end_session`: the backend's optional `terminate_session`, a failure logged, not raised.
 - `MemoryJournal`: the turn journal of such an agent without a store (the same guard and
   bookkeeping as `TurnJournal`, nothing written, no idempotency key of its own).
 
@@ -147,13 +148,20 @@ def cut_session(backend: Any, session: Any, backend_opts: dict[str, Any],
         log.warning("gen_agent could not repair the cut turn's history ({})",
                     type(exc).__name__)
         return session, preamble(cut, unknown)
-    terminate = getattr(backend, "terminate_session", None)
-    if terminate is not None:
-        try:
-            terminate(session)  # its client: the restored session has its own
-        except Exception as exc:  # noqa: BLE001 - reported; the repair stands
-            log.warning("gen_agent terminate_session raised {}", type(exc).__name__)
+    end_session(backend, session, log)  # its client: the restored session has its own
     return fresh, None
+
+
+def end_session(backend: Any, session: Any, log: Any) -> None:
+    """The backend's optional `terminate_session(session)`; a failure is logged by
+    exception type, never raised (the repair or the start goes on)."""
+    terminate = getattr(backend, "terminate_session", None)
+    if terminate is None:
+        return
+    try:
+        terminate(session)
+    except Exception as exc:  # noqa: BLE001 - reported; the caller goes on
+        log.warning("gen_agent terminate_session raised {}", type(exc).__name__)
 
 
 class MemoryJournal(TurnJournal):
