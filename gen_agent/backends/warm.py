@@ -536,6 +536,15 @@ class LiveProcess:
         """Block until the reader saw the end and reaped the child; False on timeout (s)."""
         return self.exited.wait(timeout)
 
+    def end(self, wait_s: float) -> None:
+        """End the process before another takes its session: `close` (stdin EOF), and if it
+        has not exited within `wait_s` seconds, SIGKILL to its tree and wait `wait_s` more.
+        Blocks (a turn task's thread)."""
+        self.close()
+        if not self.wait_exited(wait_s):
+            self.kill()
+            self.wait_exited(wait_s)
+
     def _read(self) -> None:
         try:
             for item in self.child.read_lines():

@@ -75,6 +75,7 @@ from gen_agent.backends._subprocess.jsonl import (
     translate_line,
 )
 from gen_agent.backends._subprocess.process import ChildProcess, LineTooLong
+from gen_agent.backends._subprocess.warm_fleet import START_WAIT_S
 from gen_agent.backends.warm import (
     LiveProcess,
     Slot,
@@ -92,7 +93,6 @@ _CANCEL = object()
 _EXIT = object()
 _MISMATCH = object()  # a turn of the CLI's own streamed into ours (see `_live_before_echo`)
 _HELD_BYTES: Final = 4 * 1024 * 1024  # the bound on a turn's lines held until its echo
-_START_WAIT_S: Final = 60.0  # the bound on waiting for a pre-warm in flight
 _EXIT_WAIT_S: Final = 2.0  # how long a CLI that said it cannot go on may take to exit
 _USAGE_KEYS: Final = (
     "input_tokens",
@@ -518,19 +518,16 @@ class WarmSlot(Slot[_ClaudeProcess, _TurnLines]):
         session id `spawn` resumes, if any. A pre-warm in flight is waited for first."""
         starting = self.starting
         if starting is not None:
-            starting.wait(_START_WAIT_S)
+            starting.wait(START_WAIT_S)
         process = self._settle_previous(settle_s)
         if process is not None and process.json_schema != json_schema:
             logger.debug("gen_agent claude: another output schema; restarting the process")
-            process.live.close()
-            if not process.live.wait_exited(settle_s):
-                process.live.kill()
-                process.live.wait_exited(settle_s)
+            process.live.end(settle_s)
             with self._cond:
                 self.schema_restarts += 1
         lines = _TurnLines(settle_s, prompt_uuid or str(uuid.uuid4()), tail_bytes)
         with self._cond:
-            self._cond.wait_for(lambda: self.starting is None, _START_WAIT_S)  # (a replacement)
+            self._cond.wait_for(lambda: self.starting is None, START_WAIT_S)  # (a replacement)
             process = self.process
             if process is None or not process.live.alive:
                 process = _ClaudeProcess(self, spawn(), idle_timeout_ms, info, mcp,

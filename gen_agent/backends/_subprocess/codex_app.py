@@ -358,10 +358,7 @@ class AppSlot(PrewarmSlot[_AppProcess, _Lines]):
             starting.wait(START_WAIT_S)
         process = self._settle_previous(settle_s)
         if process is not None and resume_id is not None and process.thread_id != resume_id:
-            process.live.close()
-            if not process.live.wait_exited(settle_s):
-                process.live.kill()
-                process.live.wait_exited(settle_s)
+            process.live.end(settle_s)
         lines = _Lines(tail_bytes)
         with self._cond:
             self._cond.wait_for(lambda: self.starting is None, START_WAIT_S)  # (a replacement)
@@ -512,9 +509,8 @@ def app_turn(slot: AppSlot, prompt: str, context: TurnContext, *,
     try:
         process, lines = slot.acquire(
             spawn, lambda process: start_thread(process, thread_params, resume_id),
-            info=context.info_sink,
-                                      idle_timeout_ms=idle_timeout_ms, settle_s=settle_s,
-                                      tail_bytes=tail_bytes, resume_id=resume_id)
+            info=context.info_sink, idle_timeout_ms=idle_timeout_ms, settle_s=settle_s,
+            tail_bytes=tail_bytes, resume_id=resume_id)
     except BackendError as exc:
         raise DispatchError(exc, exc.message) from None
     thread_id = process.thread_id
