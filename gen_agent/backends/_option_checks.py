@@ -238,6 +238,22 @@ def validate_options(
     return options_type(**given)
 
 
+def check_warm_only(backend: str, opts: Mapping[str, Any], options: Any, warm: bool,
+                    needs: str) -> None:
+    """Refuse the `prewarm` and `fleet` options of a session that runs no warm process
+    (`warm` False): they start a process ahead of a turn.
+
+    Raises:
+        SessionStartError: `("invalid_option", key, value)`, the message saying the session
+            `needs` another mode.
+    """
+    if warm or not (options.prewarm or options.fleet is not None):
+        return
+    key = "prewarm" if options.prewarm else "fleet"
+    raise SessionStartError(("invalid_option", key, opts.get(key)),
+                            f"{backend} option {key!r}: needs {needs}")
+
+
 def masked(key: str, value: Any) -> Any:
     """`value` of option `key` as it may be shown: an `api_key` as `MASK`; in `env` and
     `default_headers`, each value whose name looks like a credential's (`KEY`, `TOKEN`,

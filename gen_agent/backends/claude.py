@@ -52,6 +52,7 @@ from gen_agent._output import schema_of
 from gen_agent._permission import DEFAULT_PERMISSION_TIMEOUT_MS
 from gen_agent.backend import BackendError, SessionStartError, TurnContext
 from gen_agent.backends._option_checks import (
+    check_warm_only,
     duration_ms,
     int_at_least,
     is_arg,
@@ -324,11 +325,8 @@ class ClaudeCLI(CLIBackend[ClaudeSession]):
         """
         session = super().start_session(opts)
         o = session.options
-        if o.mode != "warm" and (o.prewarm or o.fleet is not None):
-            key = "prewarm" if o.prewarm else "fleet"
-            raise SessionStartError(
-                ("invalid_option", key, opts.get(key)),
-                f"ClaudeCLI option {key!r}: needs warm mode (mode='warm', the default)")
+        check_warm_only("ClaudeCLI", opts, o, o.mode == "warm",
+                        "warm mode (mode='warm', the default)")
         if o.prewarm_context and not _prewarms(o):
             raise SessionStartError(
                 ("invalid_option", "prewarm_context", True),

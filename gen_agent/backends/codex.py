@@ -66,8 +66,9 @@ import msgspec
 from gen_agent._event import Event
 from gen_agent._output import strict_schema_of
 from gen_agent._permission import DEFAULT_PERMISSION_TIMEOUT_MS
-from gen_agent.backend import BackendError, DispatchError, SessionStartError, TurnContext
+from gen_agent.backend import BackendError, DispatchError, TurnContext
 from gen_agent.backends._option_checks import (
+    check_warm_only,
     duration_ms,
     is_arg,
     is_arg_seq,
@@ -465,11 +466,8 @@ class CodexCLI(CLIBackend[CodexSession]):
         """
         session = super().start_session(opts)
         o = session.options
-        if o.mode != "app_server" and (o.prewarm or o.fleet is not None):
-            key = "prewarm" if o.prewarm else "fleet"
-            raise SessionStartError(
-                ("invalid_option", key, opts.get(key)),
-                f"CodexCLI option {key!r}: needs app-server mode (mode='app_server')")
+        check_warm_only("CodexCLI", opts, o, o.mode == "app_server",
+                        "app-server mode (mode='app_server')")
         return session
 
     @classmethod
