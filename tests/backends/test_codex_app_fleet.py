@@ -210,9 +210,10 @@ def test_app_server_spares_count_against_the_live_process_cap(fake: FakeApp):
     warm.set_max_live_processes(2)
     try:
         start(fake, "a", fleet=fleet)
-        assert session("a").wait_warm(WAIT_S)
+        # (Not `wait_warm`: a's own pre-warmed process may be the one the cap closes.)
         assert wait_until(lambda: len(fake.calls()) == 3, WAIT_S)  # a's and two spares
-        # The cap closed the least recently used idle one of the three.
+        # The cap closed the least recently used idle one of the three: a spare or a's own
+        # process (which of them depends on when each last moved; both are idle).
         assert wait_until(lambda: len(warm.live_processes()) == 2, WAIT_S)
         assert 1 <= fleet.idle() <= 2
         assert ask("still here", "a").text == "ok"  # a starts one if its own was closed
